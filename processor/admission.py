@@ -1,0 +1,170 @@
+"""RFC "Admission rules" 1-6 for Experience candidates that carry a failure block.
+
+Each rule is a named check with a stable id. Rules 1-4 and 6 are the
+confidence floor: any violation drops the candidate (it is not stored, only
+its decision is). Rule 5 only ever warns. Candidates without a failure block
+pass the gate unchanged.
+"""
+
+from collections.abc import Iterable
+from fractions import Fraction
+from typing import Any
+
+from pydantic import ValidationError
+
+from processor.constants import (
+    EXPERIENCE_FAMILY,
+    MAX_CANDIDATE_EVIDENCE,
+    MAX_FAILURE_CUE_LENGTH,
+    NEAR_DUPLICATE_BIGRAM_OVERLAP,
+    TASK_OUTCOME_SOURCE_KIND,
+)
+from processor.normalize import bigram_overlap, normalize
+from processor.state import State
+from schemas.journal import CandidateBody
+from schemas.powercontext import ExperienceContent
+from schemas.records import AdmissionRecord, NearTwinWarning, Violation
+
+# Stable rule ids (docs/admission.md lists them with their meaning).
+RULE_WELL_FORMED = "well_formed_proposal"
+RULE_FAILING_OBSERVATION = "cited_failing_observation"
+RULE_CUE = "self_contained_cue"
+RULE_REPAIR_SURFACE = "repair_surface"
+RULE_VERIFICATION = "runnable_verification"
+RULE_NEAR_TWIN = "no_silent_near_twin"
+RULE_PROVENANCE = "provenance"
+
+_NEAR_TWIN = Fraction(str(NEAR_DUPLICATE_BIGRAM_OVERLAP))
+
+
+def _rule_for(location: tuple[int | str, ...]) -> str:
+    """Route a schema error inside the proposal to the admission rule it breaks."""
+    if location[:1] != ("failure",):
+        return RULE_WELL_FORMED
+    if location[1:2] == ("signature",):
+        return RULE_CUE
+    if location[1:2] == ("repair_surface",):
+        return RULE_REPAIR_SURFACE
+    if location[1:2] == ("verification",):
+        return RULE_VERIFICATION
+    return RULE_WELL_FORMED
+
+
+def _schema_violations(error: ValidationError) -> list[Violation]:
+    violations: dict[tuple[str, str], Violation] = {}
+    for detail in error.errors(include_input=False, include_url=False):
+        location = tuple(detail["loc"])
+        rule = _rule_for(location)
+        message = f"{'.'.join(str(p) for p in location) or 'proposal'}: {detail['msg']}"
+        violations.setdefault((rule, message), Violation(rule=rule, message=message))
+    return list(violations.values())
+
+
+def _structural_failure_rules(failure: Any) -> list[Violation]:
+    """Missing parts of the failure block, named by the rule that needs them."""
+    if not isinstance(failure, dict):
+        return [Violation(rule=RULE_WELL_FORMED, message="failure: must be an object")]
+    out = []
+    if "signature" not in failure:
+        out.append(Violation(rule=RULE_CUE, message="failure.signature: a recall_cue is required"))
+    if "repair_surface" not in failure:
+        out.append(Violation(rule=RULE_REPAIR_SURFACE, message="failure.repair_surface: required"))
+    if "verification" not in failure:
+        out.append(Violation(rule=RULE_VERIFICATION, message="failure.verification: condition and check_subject required"))
+    return out
+
+
+class AdmissionGate:
+    def __init__(self, state: State) -> None:
+        self.state = state
+
+    def decide(self, scope_id: str, candidate: CandidateBody) -> AdmissionRecord:
+        violations: list[Violation] = []
+        warnings: list[NearTwinWarning] = []
+        proposal = candidate.proposal
+        has_failure = proposal.get("failure") is not None
+        content: ExperienceContent | None = None
+        try:
+            content = ExperienceContent.model_validate(proposal)
+        except ValidationError as error:
+            violations.extend(_structural_failure_rules(proposal["failure"]) if has_failure else [])
+            violations.extend(v for v in _schema_violations(error) if v not in violations)
+
+        if has_failure:
+            violations.extend(self._failing_observation(scope_id, candidate))
+            violations.extend(self._provenance(scope_id, candidate))
+            if content is not None and content.failure is not None:
+                violations.extend(self._cue(content))
+                warnings.extend(self._near_twins(scope_id, normalize(content.failure.signature.recall_cue)))
+        return AdmissionRecord(
+            scope_id=scope_id,
+            candidate_id=candidate.candidate_id,
+            decision="dropped" if violations else "admitted",
+            violations=tuple(violations),
+            warnings=tuple(warnings),
+        )
+
+    # Rule 1: a cited failing observation.
+    def _failing_observation(self, scope_id: str, candidate: CandidateBody) -> list[Violation]:
+        for ref in candidate.sources:
+            stored = self.state.source(scope_id, ref)
+            if stored is not None and stored.kind == TASK_OUTCOME_SOURCE_KIND and stored.failure_evidence:
+                return []
+        return [
+            Violation(
+                rule=RULE_FAILING_OBSERVATION,
+                message=(
+                    "no cited Source is a Task Outcome in this scope with verified failure evidence "
+                    "(a failed/blocked outcome with a verified observation, or a verified "
+                    "failed/timed_out/unavailable check)"
+                ),
+            )
+        ]
+
+    # Rule 2: a single, self-contained cue (blank and length are schema rules routed here).
+    def _cue(self, content: ExperienceContent) -> list[Violation]:
+        assert content.failure is not None
+        cue = normalize(content.failure.signature.recall_cue)
+        if cue == normalize(content.outcome):
+            return [Violation(rule=RULE_CUE, message="recall_cue restates the outcome field; name the situation")]
+        if len(content.failure.signature.recall_cue) > MAX_FAILURE_CUE_LENGTH:  # pragma: no cover - schema bound
+            return [Violation(rule=RULE_CUE, message=f"recall_cue exceeds {MAX_FAILURE_CUE_LENGTH} characters")]
+        return []
+
+    # Rule 5: no silent near-twin. Warns, never drops, never links.
+    def _near_twins(self, scope_id: str, cue: str) -> Iterable[NearTwinWarning]:
+        for ref, signature_key in self.state.heads(scope_id, EXPERIENCE_FAMILY):
+            if signature_key is None:
+                continue
+            overlap = bigram_overlap(cue, signature_key)
+            if Fraction(overlap) >= _NEAR_TWIN or cue == signature_key:
+                yield NearTwinWarning(
+                    artifact_ref=ref,
+                    signature_key=signature_key,
+                    overlap=overlap,
+                    message=(
+                        f"recall_cue overlaps {ref.family}/{ref.artifact_id} revision {ref.revision} "
+                        f"at {overlap:.2f}; consider revising that record instead"
+                    ),
+                )
+
+    # Rule 6: provenance through the existing evidence model.
+    def _provenance(self, scope_id: str, candidate: CandidateBody) -> list[Violation]:
+        out = []
+        if not 1 <= len(candidate.sources) <= MAX_CANDIDATE_EVIDENCE:
+            out.append(
+                Violation(
+                    rule=RULE_PROVENANCE,
+                    message=f"a candidate cites 1..{MAX_CANDIDATE_EVIDENCE} exact Sources, got {len(candidate.sources)}",
+                )
+            )
+        missing = [ref for ref in candidate.sources if self.state.source(scope_id, ref) is None]
+        missing_artifacts = [ref for ref in candidate.artifacts if self.state.artifact(scope_id, ref) is None]
+        if missing or missing_artifacts:
+            names = [f"{r.source_type}/{r.source_id}" for r in missing] + [
+                f"{r.family}/{r.artifact_id}@{r.revision}" for r in missing_artifacts
+            ]
+            out.append(
+                Violation(rule=RULE_PROVENANCE, message=f"citations not resolvable in this scope: {', '.join(names)}")
+            )
+        return out

@@ -1,0 +1,133 @@
+"""State stores behind one small interface (get / put / delete / iterate-by-prefix).
+
+The engine never sees a backend: it reads and writes through a ``Transaction``
+that buffers changes, so a whole journal entry (or a batch of them) becomes
+visible atomically with ``commit`` — after the caller has made the outputs
+durable. Backends: ``MemoryStore`` for tests and one-shot runs, ``RocksStore``
+(rocksdict) for everything that must survive a restart, and the Faust table
+adapter in ``processor.stream``.
+"""
+
+import bisect
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Protocol
+
+from rocksdict import Options, Rdict, WriteBatch
+
+
+class StateStore(Protocol):
+    def get(self, key: bytes) -> bytes | None: ...
+
+    def iterate_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """Yield (key, value) for keys starting with ``prefix``, in byte order."""
+        ...
+
+    def apply(self, changes: Mapping[bytes, bytes | None]) -> None:
+        """Write all changes atomically; ``None`` deletes."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class MemoryStore:
+    def __init__(self) -> None:
+        self._data: dict[bytes, bytes] = {}
+        self._keys: list[bytes] = []
+
+    def get(self, key: bytes) -> bytes | None:
+        return self._data.get(key)
+
+    def iterate_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        start = bisect.bisect_left(self._keys, prefix)
+        for key in self._keys[start:]:
+            if not key.startswith(prefix):
+                break
+            yield key, self._data[key]
+
+    def apply(self, changes: Mapping[bytes, bytes | None]) -> None:
+        for key, value in changes.items():
+            if value is None:
+                if self._data.pop(key, None) is not None:
+                    del self._keys[bisect.bisect_left(self._keys, key)]
+            else:
+                if key not in self._data:
+                    bisect.insort(self._keys, key)
+                self._data[key] = value
+
+    def close(self) -> None:
+        return None
+
+
+class StateDirError(RuntimeError):
+    """The --state directory cannot be used (locked by another process, not a DB, ...)."""
+
+
+class RocksStore:
+    def __init__(self, path: Path) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        try:
+            self._db = Rdict(str(path), options=Options(raw_mode=True))
+        except Exception as error:  # rocksdict raises plain Exception subclasses
+            raise StateDirError(f"cannot open state directory {path}: {error}") from error
+
+    def get(self, key: bytes) -> bytes | None:
+        value = self._db.get(key)
+        return None if value is None else bytes(value)
+
+    def iterate_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        for key, value in self._db.items(from_key=prefix):
+            if not key.startswith(prefix):
+                break
+            yield bytes(key), bytes(value)
+
+    def apply(self, changes: Mapping[bytes, bytes | None]) -> None:
+        batch = WriteBatch(raw_mode=True)
+        for key, value in changes.items():
+            if value is None:
+                batch.delete(key)
+            else:
+                batch.put(key, value)
+        self._db.write(batch)
+
+    def close(self) -> None:
+        self._db.close()
+
+
+class Transaction:
+    """Read-your-writes overlay over a store; nothing reaches the store before ``commit``."""
+
+    def __init__(self, store: StateStore) -> None:
+        self.store = store
+        self.pending: dict[bytes, bytes | None] = {}
+
+    def get(self, key: bytes) -> bytes | None:
+        if key in self.pending:
+            return self.pending[key]
+        return self.store.get(key)
+
+    def put(self, key: bytes, value: bytes) -> None:
+        self.pending[key] = value
+
+    def delete(self, key: bytes) -> None:
+        self.pending[key] = None
+
+    def iterate_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        overlay = {k: v for k, v in self.pending.items() if k.startswith(prefix)}
+        if not overlay:
+            yield from self.store.iterate_prefix(prefix)
+            return
+        merged = dict(self.store.iterate_prefix(prefix))
+        merged.update(overlay)
+        for key in sorted(merged):
+            value = merged[key]
+            if value is not None:
+                yield key, value
+
+    def commit(self) -> None:
+        if self.pending:
+            self.store.apply(self.pending)
+            self.pending = {}
+
+    def rollback(self) -> None:
+        self.pending = {}
