@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Protocol
 
-from rocksdict import Options, Rdict, WriteBatch
+from rocksdict import AccessType, Options, Rdict, WriteBatch
 
 
 class StateStore(Protocol):
@@ -64,10 +64,12 @@ class StateDirError(RuntimeError):
 
 
 class RocksStore:
-    def __init__(self, path: Path) -> None:
-        path.mkdir(parents=True, exist_ok=True)
+    def __init__(self, path: Path, read_only: bool = False) -> None:
+        if not read_only:
+            path.mkdir(parents=True, exist_ok=True)
+        access = AccessType.read_only() if read_only else AccessType.read_write()
         try:
-            self._db = Rdict(str(path), options=Options(raw_mode=True))
+            self._db = Rdict(str(path), options=Options(raw_mode=True), access_type=access)
         except Exception as error:  # rocksdict raises plain Exception subclasses
             raise StateDirError(f"cannot open state directory {path}: {error}") from error
 

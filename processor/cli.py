@@ -1,0 +1,122 @@
+"""``recurrence`` command line: the commands acceptance suites call (contract section 4).
+
+Exit codes: 0 success (even when entries went to dead letters), 2 the run could
+not proceed (unreadable journal, unusable state directory, bad arguments),
+1 an unexpected internal error.
+"""
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import orjson
+
+from processor.constants import DEFAULT_TOP_REVISIONS, RECURRENCE_REVIEW_STREAK_THRESHOLD
+from processor.embedded import DEFAULT_BATCH, ConfigMismatchError, open_state, replay, statistics
+from processor.engine import EngineConfig
+from processor.store import StateDirError
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_UNUSABLE = 2
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be non-negative")
+    return value
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    if args.journal != "-" and not Path(args.journal).is_file():
+        print(f"recurrence replay: cannot read journal {args.journal}", file=sys.stderr)
+        return EXIT_UNUSABLE
+    store = open_state(Path(args.state))
+    try:
+        config = EngineConfig(review_threshold=args.review_threshold)
+        summary = replay(args.journal, store, Path(args.out), config, batch_size=args.batch)
+    finally:
+        store.close()
+    if summary.truncated_bytes:
+        print(
+            f"recurrence replay: recovered the ledger ({summary.truncated_bytes} uncommitted bytes regenerated)",
+            file=sys.stderr,
+        )
+    print(summary.line(), file=sys.stderr)
+    return EXIT_OK
+
+
+def _cmd_stats(args: argparse.Namespace) -> int:
+    store = open_state(Path(args.state), must_exist=True, read_only=True)
+    try:
+        result = statistics(store, args.scope, args.top)
+    finally:
+        store.close()
+    sys.stdout.buffer.write(orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="recurrence",
+        description="Recurring-failure ledger: did what we learned from a failure ever help?",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    p = commands.add_parser("replay", help="run the engine embedded over a .jsonl journal")
+    p.add_argument("journal", help="journal .jsonl file, or - for stdin")
+    p.add_argument("--state", required=True, help="RocksDB state directory (created if missing)")
+    p.add_argument("--out", required=True, help="ledger .jsonl file; records are appended")
+    p.add_argument(
+        "--review-threshold", type=_positive, default=RECURRENCE_REVIEW_STREAK_THRESHOLD,
+        help="RECURRENCE_REVIEW_STREAK_THRESHOLD (fixed per state directory; default %(default)s)",
+    )
+    p.add_argument("--batch", type=_positive, default=DEFAULT_BATCH, help="entries per durable commit")
+    p.set_defaults(func=_cmd_replay)
+
+    p = commands.add_parser("stats", help="print per-scope recurrence statistics as JSON")
+    p.add_argument("--state", required=True, help="state directory written by replay")
+    p.add_argument("--scope", help="only this scope")
+    p.add_argument("--top", type=_non_negative, default=DEFAULT_TOP_REVISIONS, help="top_revisions bound N")
+    p.set_defaults(func=_cmd_stats)
+
+    try:
+        from processor.stream.cli import register  # noqa: PLC0415 - Kafka commands load Faust lazily
+    except ImportError:  # pragma: no cover - the stream package ships with the product
+        pass
+    else:
+        register(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        code: int = args.func(args)
+    except (StateDirError, ConfigMismatchError) as error:
+        print(f"recurrence {args.command}: {error}", file=sys.stderr)
+        return EXIT_UNUSABLE
+    except BrokenPipeError:
+        return EXIT_OK
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,207 @@
+"""The embedded runner: the engine over a ``.jsonl`` journal, RocksDB state, a ledger file.
+
+This is the product's default mode and the oracle the Kafka path is tested
+against. Durability order per batch: ledger lines are written and fsync'ed,
+then the state transaction (which records the ledger's new length) commits.
+A crash in between leaves ledger lines whose state never committed; the next
+run truncates the ledger back to the recorded length and regenerates exactly
+those lines, so the ledger never holds a line twice and never loses one.
+"""
+
+import logging
+import os
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+
+from processor.engine import Engine, EngineConfig
+from processor.state import key
+from processor.store import RocksStore, StateDirError, StateStore, Transaction
+from schemas.records import OutputRecord
+
+log = logging.getLogger("recurrence.embedded")
+
+DEFAULT_BATCH = 1000
+_CONFIG_KEY = key("config")
+
+
+class ConfigMismatchError(RuntimeError):
+    """The state directory was built with a different engine configuration."""
+
+
+def serialize(record: OutputRecord) -> bytes:
+    return orjson.dumps(record.model_dump(mode="json", by_alias=True)) + b"\n"
+
+
+def bind_config(store: StateStore, config: EngineConfig | None) -> EngineConfig:
+    """Pin the engine configuration to the state: derived views depend on it."""
+    raw = store.get(_CONFIG_KEY)
+    stored = EngineConfig(**orjson.loads(raw)) if raw else None
+    if config is None:
+        return stored or EngineConfig()
+    if stored is not None and stored.review_threshold != config.review_threshold:
+        raise ConfigMismatchError(
+            f"state was built with review_threshold={stored.review_threshold}, "
+            f"not {config.review_threshold}; use a fresh --state directory to change it"
+        )
+    if stored is None:
+        store.apply({_CONFIG_KEY: orjson.dumps({"review_threshold": config.review_threshold})})
+    return config
+
+
+@dataclass
+class RunSummary:
+    entries: int = 0
+    blank_lines: int = 0
+    records: Counter[str] = field(default_factory=Counter)
+    dead_letters: Counter[str] = field(default_factory=Counter)
+    seconds: float = 0.0
+    truncated_bytes: int = 0
+
+    def line(self) -> str:
+        rate = self.entries / self.seconds if self.seconds > 0 else 0.0
+        kinds = ", ".join(f"{k}={v}" for k, v in sorted(self.records.items())) or "none"
+        dead = sum(self.dead_letters.values())
+        codes = ", ".join(f"{k}={v}" for k, v in sorted(self.dead_letters.items()))
+        return (
+            f"recurrence replay: {self.entries} entries in {self.seconds:.2f}s ({rate:,.0f} entries/s); "
+            f"records: {kinds}; dead letters: {dead}{f' ({codes})' if codes else ''}"
+        )
+
+
+class Progress:
+    """A single self-rewriting stderr line, only when stderr is a terminal."""
+
+    def __init__(self, total_bytes: int | None, stream: IO[str] = sys.stderr) -> None:
+        self.total = total_bytes
+        self.stream = stream
+        self.enabled = stream.isatty()
+        self.started = time.monotonic()
+        self.last = 0.0
+
+    def update(self, entries: int, done_bytes: int, force: bool = False) -> None:
+        now = time.monotonic()
+        if not self.enabled or (not force and now - self.last < 0.25):
+            return
+        self.last = now
+        rate = entries / max(now - self.started, 1e-9)
+        if self.total:
+            share = min(done_bytes / self.total, 1.0)
+            bar = "#" * int(share * 30)
+            text = f"[{bar:<30}] {share:6.1%} {entries:,} entries {rate:,.0f}/s"
+        else:
+            text = f"{entries:,} entries {rate:,.0f}/s"
+        self.stream.write("\r" + text)
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _lines(source: IO[bytes]) -> Iterator[bytes]:
+    for line in source:
+        yield line
+
+
+def _ledger_key(out: Path) -> bytes:
+    return key("ledger", str(out.resolve()))
+
+
+def _recover_ledger(store: StateStore, out: Path) -> int:
+    """Cut ledger lines whose state change never committed (they will be regenerated)."""
+    raw = store.get(_ledger_key(out))
+    if raw is None or not out.exists():
+        return 0
+    committed = int(orjson.loads(raw))
+    size = out.stat().st_size
+    if size <= committed:
+        return 0
+    with out.open("r+b") as handle:
+        handle.truncate(committed)
+    log.warning("ledger recovery: truncated %d uncommitted bytes from the ledger", size - committed)
+    return size - committed
+
+
+def replay(
+    journal: str,
+    store: StateStore,
+    out: Path,
+    config: EngineConfig | None = None,
+    batch_size: int = DEFAULT_BATCH,
+    progress_stream: IO[str] | None = None,
+) -> RunSummary:
+    config = bind_config(store, config)
+    summary = RunSummary(truncated_bytes=_recover_ledger(store, out))
+    started = time.monotonic()
+    if journal == "-":
+        source: IO[bytes] = sys.stdin.buffer
+        total = None
+    else:
+        source = open(journal, "rb")  # noqa: SIM115 - closed below
+        total = os.fstat(source.fileno()).st_size
+    progress = Progress(total, progress_stream or sys.stderr)
+    txn = Transaction(store)
+    engine = Engine(txn, config)
+    pending: list[bytes] = []
+    in_batch = 0
+    read_bytes = 0
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with out.open("ab") as ledger:
+
+            def flush() -> None:
+                nonlocal in_batch
+                if pending:
+                    ledger.write(b"".join(pending))
+                    pending.clear()
+                ledger.flush()
+                os.fsync(ledger.fileno())
+                txn.put(_ledger_key(out), orjson.dumps(ledger.tell()))
+                txn.commit()
+                in_batch = 0
+
+            for line in _lines(source):
+                read_bytes += len(line)
+                entry = line.rstrip(b"\r\n")
+                if not entry.strip():
+                    summary.blank_lines += 1
+                    continue
+                summary.entries += 1
+                for record in engine.process(entry):
+                    pending.append(serialize(record))
+                    summary.records[record.record] += 1
+                    if record.record == "dead_letter":
+                        summary.dead_letters[record.error] += 1  # type: ignore[union-attr]
+                        log.debug("dead letter %s at position %s", record.error, record.position)  # type: ignore[union-attr]
+                in_batch += 1
+                if in_batch >= batch_size:
+                    flush()
+                progress.update(summary.entries, read_bytes)
+            flush()
+    finally:
+        if source is not sys.stdin.buffer:
+            source.close()
+        progress.update(summary.entries, read_bytes, force=True)
+        progress.close()
+    summary.seconds = time.monotonic() - started
+    return summary
+
+
+def statistics(store: StateStore, scope_id: str | None, top: int | None) -> list[dict[str, Any]]:
+    config = bind_config(store, None)
+    engine = Engine(Transaction(store), config)
+    return [s.model_dump(mode="json") for s in engine.statistics(scope_id, top)]
+
+
+def open_state(path: Path, must_exist: bool = False, read_only: bool = False) -> RocksStore:
+    if must_exist and not path.is_dir():
+        raise StateDirError(f"no state directory at {path}; run 'recurrence replay' first")
+    return RocksStore(path, read_only=read_only)
