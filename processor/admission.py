@@ -133,7 +133,8 @@ class AdmissionGate:
 
     # Rule 5: no silent near-twin. Warns, never drops, never links.
     def _near_twins(self, scope_id: str, cue: str) -> Iterable[NearTwinWarning]:
-        for ref, signature_key in self.state.heads(scope_id, EXPERIENCE_FAMILY):
+        for ref, row in self.state.heads(scope_id, EXPERIENCE_FAMILY):
+            signature_key = row.signature_key
             if signature_key is None:
                 continue
             overlap = bigram_overlap(cue, signature_key)

@@ -115,6 +115,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_UNUSABLE
     except BrokenPipeError:
         return EXIT_OK
+    except OSError as error:
+        # Unreadable journal or unwritable ledger: the run cannot proceed.
+        print(f"recurrence {args.command}: {error.strerror or error}: {error.filename or ''}", file=sys.stderr)
+        return EXIT_UNUSABLE
     return code
 
 

@@ -18,15 +18,13 @@ from processor import deadletters
 from processor.admission import AdmissionGate
 from processor.constants import (
     DEFAULT_TOP_REVISIONS,
-    EXPERIENCE_FAMILY,
     HANDOFF_FAMILY,
     HANDOFF_RECEIPT_SOURCE_KIND,
     RECURRENCE_REVIEW_STREAK_THRESHOLD,
     TASK_OUTCOME_SOURCE_KIND,
 )
 from processor.digest import digest
-from processor.ledger import OutcomeLedger, citation_resolver, handoff_cites
-from processor.matching import has_failure_evidence
+from processor.ledger import OutcomeLedger, handoff_cites
 from processor.normalize import normalize
 from processor.state import ScopeMeta, State, StoredArtifact, StoredSource, ref_json
 from processor.statistics import scope_statistics
@@ -144,10 +142,8 @@ class Engine:
 
         if kind == TASK_OUTCOME_SOURCE_KIND:
             outcome = self._parse(TaskOutcome, body.content)
-            resolves = citation_resolver(self.state, scope_id)
-            stored = StoredSource(entry.position, kind, body_digest, has_failure_evidence(outcome, ref, resolves))
-            records = self.ledger.process(scope_id, meta, ref, entry.position, outcome)
-            self.state.put_source(scope_id, ref, stored)
+            records, failure_evidence = self.ledger.process(scope_id, meta, ref, entry.position, outcome)
+            self.state.put_source(scope_id, ref, StoredSource(entry.position, kind, body_digest, failure_evidence))
             return records
         if kind == HANDOFF_RECEIPT_SOURCE_KIND:
             receipt = self._parse(HandoffReceipt, body.content)
@@ -186,15 +182,13 @@ class Engine:
                 f"{existing.position} with different content",
             )
         stored = StoredArtifact(entry.position, body_digest)
-        signature_key: str | None = None
         if isinstance(body, ExperienceArtifact):
             failure = body.content.failure
             if failure is not None:
-                signature_key = normalize(failure.signature.recall_cue)
                 stored = StoredArtifact(
                     entry.position,
                     body_digest,
-                    signature_key=signature_key,
+                    signature_key=normalize(failure.signature.recall_cue),
                     repair_surface=failure.repair_surface,
                     condition_key=normalize(failure.verification.condition),
                     check_key=normalize(failure.verification.check_subject),
@@ -205,7 +199,7 @@ class Engine:
         self.state.put_artifact(scope_id, ref, stored)
         head = self.state.head(scope_id, ref.family, ref.artifact_id)
         if head is None or ref.revision > head:
-            self.state.put_head(scope_id, ref, signature_key if ref.family == EXPERIENCE_FAMILY else None)
+            self.state.put_head(scope_id, ref, stored)
         return []
 
     # -- Candidates ------------------------------------------------------------------

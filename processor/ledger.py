@@ -8,11 +8,7 @@ proposal. A match therefore always precedes the observation citing it.
 
 from dataclasses import dataclass
 
-from processor.constants import (
-    EXPERIENCE_FAMILY,
-    HANDOFF_FAMILY,
-    MAX_CANDIDATE_EVIDENCE,
-)
+from processor.constants import EXPERIENCE_FAMILY, MAX_CANDIDATE_EVIDENCE
 from processor.matching import (
     Candidate,
     CitationResolver,
@@ -23,7 +19,7 @@ from processor.matching import (
     verified_checks,
     verified_observations,
 )
-from processor.state import Group, ScopeMeta, State, StoredArtifact, ref_from_json
+from processor.state import Group, HeadRow, ScopeMeta, State, StoredArtifact, ref_from_json
 from schemas.base import ArtifactRef, SourceRef
 from schemas.powercontext import HandoffArtifactCitation, HandoffCitation, HandoffSourceCitation, TaskOutcome
 from schemas.records import CandidateSetMode, ObservationRecord, OutputRecord, ReviewProposalRecord
@@ -63,7 +59,7 @@ def resolve_link(state: State, scope_id: str, receipt_ref: SourceRef | None) -> 
     return Link(receipt_ref, handoff_ref, tuple(ref_from_json(c) for c in handoff.cites))
 
 
-def _candidate(ref: ArtifactRef, stored: StoredArtifact | None) -> Candidate | None:
+def _candidate(ref: ArtifactRef, stored: StoredArtifact | HeadRow | None) -> Candidate | None:
     if stored is None or stored.signature_key is None:
         return None
     assert stored.repair_surface and stored.condition_key and stored.check_key
@@ -77,8 +73,7 @@ def candidate_set(state: State, scope_id: str, link: Link | None) -> tuple[Candi
         found = [_candidate(ref, state.artifact(scope_id, ref)) for ref in refs]
         mode: CandidateSetMode = "handoff_citations"
     else:
-        heads = [ref for ref, signature_key in state.heads(scope_id, EXPERIENCE_FAMILY) if signature_key]
-        found = [_candidate(ref, state.artifact(scope_id, ref)) for ref in heads]
+        found = [_candidate(ref, row) for ref, row in state.heads(scope_id, EXPERIENCE_FAMILY)]
         mode = "scope_heads"
     return mode, sorted((c for c in found if c is not None), key=lambda c: c.ref.identity())
 
@@ -90,7 +85,8 @@ class OutcomeLedger:
 
     def process(
         self, scope_id: str, meta: ScopeMeta, outcome_ref: SourceRef, position: int, outcome: TaskOutcome
-    ) -> list[OutputRecord]:
+    ) -> tuple[list[OutputRecord], bool]:
+        """Records for one Outcome, and whether it carries failure evidence (admission rule 1)."""
         resolves = citation_resolver(self.state, scope_id)
         link = resolve_link(self.state, scope_id, outcome.handoff_receipt_ref)
         mode, candidates = candidate_set(self.state, scope_id, link)
@@ -98,12 +94,13 @@ class OutcomeLedger:
         observations = verified_observations(outcome, outcome_ref, resolves)
         failures = failure_items(checks, observations, outcome.status)
 
+        candidate_refs = tuple(c.ref for c in candidates)
         records: list[OutputRecord] = []
         matched: dict[tuple[str, str, int], list[tuple[Item, str]]] = {}
         for item in failures:
             match, target = match_record(
                 scope_id=scope_id, outcome_ref=outcome_ref, position=position,
-                item=item, mode=mode, candidates=candidates,
+                item=item, mode=mode, candidates=candidates, candidate_refs=candidate_refs,
             )
             records.append(match)
             if target is not None:
@@ -142,7 +139,7 @@ class OutcomeLedger:
                 records.extend(self._apply_verdict(scope_id, meta, candidate, group, verdict))
             if link is not None or verdict is not None:
                 self.state.put_group(scope_id, candidate.ref, candidate.signature_key, group)
-        return records
+        return records, bool(failures)
 
     def _apply_verdict(
         self, scope_id: str, meta: ScopeMeta, candidate: Candidate, group: Group, verdict: ObservationRecord
@@ -196,5 +193,3 @@ def handoff_cites(citations: tuple[ArtifactRef, ...]) -> list[list[object]]:
         seen.setdefault(ref.identity(), [ref.family, ref.artifact_id, ref.revision])
     return list(seen.values())
 
-
-__all__ = ["HANDOFF_FAMILY", "Link", "OutcomeLedger", "candidate_set", "handoff_cites", "resolve_link"]

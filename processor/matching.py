@@ -80,11 +80,6 @@ def failure_items(checks: Sequence[Item], observations: Sequence[Item], outcome_
     return failing_checks + failing_observations
 
 
-def has_failure_evidence(outcome: TaskOutcome, outcome_ref: SourceRef, resolves: CitationResolver) -> bool:
-    checks = verified_checks(outcome, outcome_ref, resolves)
-    observations = verified_observations(outcome, outcome_ref, resolves)
-    return bool(failure_items(checks, observations, outcome.status))
-
 
 def decide(item: Item, candidates: Sequence[Candidate]) -> tuple[MatchResult, Candidate | None]:
     """Deterministic eligibility: zero is unmatched, one matched, more ambiguous."""
@@ -102,6 +97,7 @@ def match_record(
     item: Item,
     mode: CandidateSetMode,
     candidates: Sequence[Candidate],
+    candidate_refs: tuple[ArtifactRef, ...],
 ) -> tuple[MatchRecord, Candidate | None]:
     result, target = decide(item, candidates)
     record = MatchRecord.build(
@@ -110,7 +106,7 @@ def match_record(
         task_outcome_position=position,
         failure_ref=item.ref,
         candidate_set_mode=mode,
-        candidate_refs=tuple(c.ref for c in candidates),
+        candidate_refs=candidate_refs,
         result=result,
         artifact_ref=None if target is None else target.ref,
         signature_key=None if target is None else target.signature_key,

@@ -34,7 +34,7 @@ def ref_json(ref: ArtifactRef) -> list[Any]:
 
 
 def ref_from_json(value: list[Any]) -> ArtifactRef:
-    return ArtifactRef(family=value[0], artifact_id=value[1], revision=value[2])
+    return ArtifactRef.model_construct(family=value[0], artifact_id=value[1], revision=value[2])
 
 
 @dataclass
@@ -69,6 +69,15 @@ class StoredArtifact:
     content: dict[str, Any] | None = None
     # handoff: exact Experience revisions cited in state[] and next_action.
     cites: list[list[Any]] | None = None
+
+
+@dataclass(frozen=True)
+class HeadRow:
+    revision: int
+    signature_key: str | None = None
+    repair_surface: str | None = None
+    condition_key: str | None = None
+    check_key: str | None = None
 
 
 @dataclass
@@ -128,19 +137,23 @@ class State:
         raw = _load(self.txn.get(key("head", scope_id, family, artifact_id)))
         return None if raw is None else int(raw["revision"])
 
-    def put_head(self, scope_id: str, ref: ArtifactRef, signature_key: str | None) -> None:
-        # The head row carries the signature key so scope-heads matching needs one scan.
-        value = {"revision": ref.revision, "signature_key": signature_key}
+    def put_head(self, scope_id: str, ref: ArtifactRef, stored: StoredArtifact) -> None:
+        # The head row carries the failure bindings so scope-heads matching is one scan.
+        value = {
+            "revision": ref.revision,
+            "signature_key": stored.signature_key,
+            "repair_surface": stored.repair_surface,
+            "condition_key": stored.condition_key,
+            "check_key": stored.check_key,
+        }
         self.txn.put(key("head", scope_id, ref.family, ref.artifact_id), orjson.dumps(value))
 
-    def heads(self, scope_id: str, family: str) -> Iterator[tuple[ArtifactRef, str | None]]:
+    def heads(self, scope_id: str, family: str) -> Iterator[tuple[ArtifactRef, HeadRow]]:
         for raw_key, raw_value in self.txn.iterate_prefix(prefix("head", scope_id, family)):
             artifact_id = orjson.loads(raw_key)[3]
-            value = orjson.loads(raw_value)
-            yield (
-                ArtifactRef(family=family, artifact_id=artifact_id, revision=value["revision"]),
-                value["signature_key"],
-            )
+            row = HeadRow(**orjson.loads(raw_value))
+            # Rows were validated on the way in; rebuilding refs unvalidated keeps scans cheap.
+            yield ArtifactRef.model_construct(family=family, artifact_id=artifact_id, revision=row.revision), row
 
     # -- Candidates -----------------------------------------------------------------
     def candidate_digest(self, scope_id: str, candidate_id: str) -> str | None:

@@ -15,7 +15,7 @@ from schemas.statistics import RecurrenceStatistics, RecurrenceStreak, ScopeStat
 def _unlinked_handoff_citations(state: State, scope_id: str) -> int:
     """Failure-bearing Experience groups cited by a current Handoff head with no ``selected``."""
     gaps: set[tuple[tuple[str, str, int], str]] = set()
-    for handoff_ref, _ in state.heads(scope_id, HANDOFF_FAMILY):
+    for handoff_ref, _row in state.heads(scope_id, HANDOFF_FAMILY):
         handoff = state.artifact(scope_id, handoff_ref)
         for cited_json in (handoff.cites if handoff is not None else None) or []:
             cited = ref_from_json(cited_json)

@@ -66,7 +66,10 @@ class StateDirError(RuntimeError):
 class RocksStore:
     def __init__(self, path: Path, read_only: bool = False) -> None:
         if not read_only:
-            path.mkdir(parents=True, exist_ok=True)
+            try:
+                path.mkdir(parents=True, exist_ok=True)
+            except OSError as error:
+                raise StateDirError(f"cannot create state directory {path}: {error.strerror}") from error
         access = AccessType.read_only() if read_only else AccessType.read_write()
         try:
             self._db = Rdict(str(path), options=Options(raw_mode=True), access_type=access)
@@ -102,6 +105,8 @@ class Transaction:
     def __init__(self, store: StateStore) -> None:
         self.store = store
         self.pending: dict[bytes, bytes | None] = {}
+        # Sorted pending keys, so a prefix read costs O(log n + k), not O(pending).
+        self._pending_keys: list[bytes] = []
 
     def get(self, key: bytes) -> bytes | None:
         if key in self.pending:
@@ -109,13 +114,23 @@ class Transaction:
         return self.store.get(key)
 
     def put(self, key: bytes, value: bytes) -> None:
-        self.pending[key] = value
+        self._stage(key, value)
 
     def delete(self, key: bytes) -> None:
-        self.pending[key] = None
+        self._stage(key, None)
+
+    def _stage(self, key: bytes, value: bytes | None) -> None:
+        if key not in self.pending:
+            bisect.insort(self._pending_keys, key)
+        self.pending[key] = value
 
     def iterate_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
-        overlay = {k: v for k, v in self.pending.items() if k.startswith(prefix)}
+        start = bisect.bisect_left(self._pending_keys, prefix)
+        overlay: dict[bytes, bytes | None] = {}
+        for key in self._pending_keys[start:]:
+            if not key.startswith(prefix):
+                break
+            overlay[key] = self.pending[key]
         if not overlay:
             yield from self.store.iterate_prefix(prefix)
             return
@@ -129,7 +144,8 @@ class Transaction:
     def commit(self) -> None:
         if self.pending:
             self.store.apply(self.pending)
-            self.pending = {}
+        self.rollback()
 
     def rollback(self) -> None:
         self.pending = {}
+        self._pending_keys = []

@@ -5,6 +5,7 @@ a ledger file or topic ("Record validation rejects any event that violates this
 matrix before it reaches persistence").
 """
 
+import functools
 import re
 from typing import Annotated, Any, Literal, Self
 
@@ -41,6 +42,13 @@ class TaskOutcomeItemRef(Value):
     item_digest: Digest
 
 
+@functools.lru_cache(maxsize=4096)
+def candidate_set_digest(refs: tuple[ArtifactRef, ...]) -> str:
+    """Digest of the ``candidate_refs`` list; memoized because one Outcome's
+    failure items all share one frozen set."""
+    return digest([r.model_dump(mode="json") for r in refs])
+
+
 def self_digest(model: Value, *exclude: str) -> str:
     """Digest of a record without ``record`` and its own id field(s)."""
     return digest(model.model_dump(mode="json", by_alias=True, exclude={"record", *exclude}))
@@ -66,7 +74,7 @@ class MatchRecord(Value):
         identities = [ref.identity() for ref in self.candidate_refs]
         _require(identities == sorted(set(identities)), "candidate_refs must be sorted and unique")
         _require(
-            self.candidate_set_digest == digest([r.model_dump(mode="json") for r in self.candidate_refs]),
+            self.candidate_set_digest == candidate_set_digest(self.candidate_refs),
             "candidate_set_digest must be the digest of candidate_refs",
         )
         if self.result == "matched":
@@ -86,8 +94,7 @@ class MatchRecord(Value):
 
     @classmethod
     def build(cls, **fields: Any) -> "MatchRecord":
-        refs = fields["candidate_refs"]
-        fields["candidate_set_digest"] = digest([r.model_dump(mode="json") for r in refs])
+        fields["candidate_set_digest"] = candidate_set_digest(fields["candidate_refs"])
         draft = cls.model_construct(**fields, match_digest="")
         return cls(**fields, match_digest=self_digest(draft, "match_digest"))
 

@@ -132,11 +132,12 @@ fetch_jars() {
   local tmp="$LIBS_DIR.tmp.$$"
   rm -rf "$tmp"
   mkdir -p "$M2_REPO" "$(dirname "$LIBS_DIR")"
-  if ! mvn -q -B -f "$HERE/pom.xml" \
+  if ! mvn -q -B -Dstyle.color=never -f "$HERE/pom.xml" \
         -Dmaven.repo.local="$M2_REPO" \
         -Dkafka.version="$KAFKA_VERSION" \
         -Dkafka.libs.dir="$tmp" \
-        dependency:copy-dependencies >&2; then
+        dependency:copy-dependencies 2>&1 \
+      | sed -e 's/\x1b\[[0-9;]*m//g' -e '/^[[:space:]]*$/d' >&2; then
     rm -rf "$tmp"
     die "mvn could not fetch Kafka $KAFKA_VERSION jars"
   fi
