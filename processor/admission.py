@@ -70,7 +70,9 @@ def _structural_failure_rules(failure: Any) -> list[Violation]:
     if "repair_surface" not in failure:
         out.append(Violation(rule=RULE_REPAIR_SURFACE, message="failure.repair_surface: required"))
     if "verification" not in failure:
-        out.append(Violation(rule=RULE_VERIFICATION, message="failure.verification: condition and check_subject required"))
+        out.append(
+            Violation(rule=RULE_VERIFICATION, message="failure.verification: condition and check_subject required")
+        )
     return out
 
 
@@ -156,7 +158,9 @@ class AdmissionGate:
             out.append(
                 Violation(
                     rule=RULE_PROVENANCE,
-                    message=f"a candidate cites 1..{MAX_CANDIDATE_EVIDENCE} exact Sources, got {len(candidate.sources)}",
+                    message=(
+                        f"a candidate cites 1..{MAX_CANDIDATE_EVIDENCE} exact Sources, got {len(candidate.sources)}"
+                    ),
                 )
             )
         missing = [ref for ref in candidate.sources if self.state.source(scope_id, ref) is None]

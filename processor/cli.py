@@ -79,7 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--state", required=True, help="RocksDB state directory (created if missing)")
     p.add_argument("--out", required=True, help="ledger .jsonl file; records are appended")
     p.add_argument(
-        "--review-threshold", type=_positive, default=RECURRENCE_REVIEW_STREAK_THRESHOLD,
+        "--review-threshold",
+        type=_positive,
+        default=RECURRENCE_REVIEW_STREAK_THRESHOLD,
         help="RECURRENCE_REVIEW_STREAK_THRESHOLD (fixed per state directory; default %(default)s)",
     )
     p.add_argument("--batch", type=_positive, default=DEFAULT_BATCH, help="entries per durable commit")
@@ -92,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_stats)
 
     try:
-        from processor.stream.cli import register  # noqa: PLC0415 - Kafka commands load Faust lazily
+        from processor.stream.cli import register  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415
     except ImportError:  # pragma: no cover - the stream package ships with the product
         pass
     else:

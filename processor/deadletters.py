@@ -81,7 +81,9 @@ def raw_text(raw: bytes) -> tuple[str, bool]:
         return "base64:" + base64.b64encode(raw).decode("ascii"), False
 
 
-def dead_letter(raw: bytes, error: str, detail: str, scope_id: str | None = None, position: int | None = None) -> DeadLetterRecord:
+def dead_letter(
+    raw: bytes, error: str, detail: str, scope_id: str | None = None, position: int | None = None
+) -> DeadLetterRecord:
     if scope_id is None and position is None:
         scope_id, position = _readable(raw)
     text, _ = raw_text(raw)

@@ -13,7 +13,6 @@ import os
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -23,7 +22,7 @@ import orjson
 from processor.engine import Engine, EngineConfig
 from processor.state import key
 from processor.store import RocksStore, StateDirError, StateStore, Transaction
-from schemas.records import OutputRecord
+from schemas.records import DeadLetterRecord, OutputRecord
 
 log = logging.getLogger("recurrence.embedded")
 
@@ -106,11 +105,6 @@ class Progress:
             self.stream.flush()
 
 
-def _lines(source: IO[bytes]) -> Iterator[bytes]:
-    for line in source:
-        yield line
-
-
 def _ledger_key(out: Path) -> bytes:
     return key("ledger", str(out.resolve()))
 
@@ -168,7 +162,7 @@ def replay(
                 txn.commit()
                 in_batch = 0
 
-            for line in _lines(source):
+            for line in source:
                 read_bytes += len(line)
                 entry = line.rstrip(b"\r\n")
                 if not entry.strip():
@@ -178,9 +172,9 @@ def replay(
                 for record in engine.process(entry):
                     pending.append(serialize(record))
                     summary.records[record.record] += 1
-                    if record.record == "dead_letter":
-                        summary.dead_letters[record.error] += 1  # type: ignore[union-attr]
-                        log.debug("dead letter %s at position %s", record.error, record.position)  # type: ignore[union-attr]
+                    if isinstance(record, DeadLetterRecord):
+                        summary.dead_letters[record.error] += 1
+                        log.debug("dead letter %s at position %s", record.error, record.position)
                 in_batch += 1
                 if in_batch >= batch_size:
                     flush()

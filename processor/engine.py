@@ -62,7 +62,7 @@ class EngineConfig:
             raise ValueError("top_revisions must be non-negative")
 
 
-class _Rejected(Exception):
+class _RejectedEntryError(Exception):
     """An entry that is readable but must not consume its position."""
 
     def __init__(self, code: str, detail: str) -> None:
@@ -114,7 +114,7 @@ class Engine:
                 records = self._artifact(entry)
             else:
                 records = self._candidate(entry)
-        except _Rejected as rejected:
+        except _RejectedEntryError as rejected:
             return [deadletters.dead_letter(raw, rejected.code, rejected.detail, scope_id, position)]
         meta.last_position = position
         self.state.put_scope(scope_id, meta)
@@ -129,7 +129,7 @@ class Engine:
         if existing is not None:
             if existing.digest == body_digest:
                 return []  # the same immutable Source re-sent: no-op
-            raise _Rejected(
+            raise _RejectedEntryError(
                 deadletters.IMMUTABLE_CONFLICT,
                 f"source {ref.source_type}/{ref.source_id} was accepted at position {existing.position} "
                 "with different content",
@@ -138,7 +138,9 @@ class Engine:
         expected = _EXPECTED_SCHEMA.get(kind or "")
         declared = body.metadata.get("schema")
         if expected is not None and declared is not None and declared != expected:
-            raise _Rejected(deadletters.INVALID_SOURCE_CONTENT, f"metadata.schema must be {expected} for kind {kind}")
+            raise _RejectedEntryError(
+                deadletters.INVALID_SOURCE_CONTENT, f"metadata.schema must be {expected} for kind {kind}"
+            )
 
         if kind == TASK_OUTCOME_SOURCE_KIND:
             outcome = self._parse(TaskOutcome, body.content)
@@ -165,7 +167,9 @@ class Engine:
         try:
             return model.model_validate_json(content)
         except ValidationError as error:
-            raise _Rejected(deadletters.INVALID_SOURCE_CONTENT, deadletters.describe(error, "source.content.")) from None
+            raise _RejectedEntryError(
+                deadletters.INVALID_SOURCE_CONTENT, deadletters.describe(error, "source.content.")
+            ) from None
 
     # -- Artifact revisions ----------------------------------------------------------
     def _artifact(self, entry: ArtifactEntry) -> list[OutputRecord]:
@@ -176,7 +180,7 @@ class Engine:
         if existing is not None:
             if existing.digest == body_digest:
                 return []
-            raise _Rejected(
+            raise _RejectedEntryError(
                 deadletters.IMMUTABLE_CONFLICT,
                 f"revision {ref.family}/{ref.artifact_id}@{ref.revision} was accepted at position "
                 f"{existing.position} with different content",
@@ -195,7 +199,9 @@ class Engine:
                     content=body.content.model_dump(mode="json", by_alias=True),
                 )
         elif isinstance(body, HandoffArtifact):
-            stored = StoredArtifact(entry.position, body_digest, cites=handoff_cites(body.content.experience_citations()))
+            stored = StoredArtifact(
+                entry.position, body_digest, cites=handoff_cites(body.content.experience_citations())
+            )
         self.state.put_artifact(scope_id, ref, stored)
         head = self.state.head(scope_id, ref.family, ref.artifact_id)
         if head is None or ref.revision > head:
@@ -210,7 +216,7 @@ class Engine:
         if existing is not None:
             if existing == body_digest:
                 return []
-            raise _Rejected(
+            raise _RejectedEntryError(
                 deadletters.IMMUTABLE_CONFLICT,
                 f"candidate {candidate.candidate_id} was already decided with different content",
             )

@@ -99,8 +99,13 @@ class OutcomeLedger:
         matched: dict[tuple[str, str, int], list[tuple[Item, str]]] = {}
         for item in failures:
             match, target = match_record(
-                scope_id=scope_id, outcome_ref=outcome_ref, position=position,
-                item=item, mode=mode, candidates=candidates, candidate_refs=candidate_refs,
+                scope_id=scope_id,
+                outcome_ref=outcome_ref,
+                position=position,
+                item=item,
+                mode=mode,
+                candidates=candidates,
+                candidate_refs=candidate_refs,
             )
             records.append(match)
             if target is not None:
@@ -192,4 +197,3 @@ def handoff_cites(citations: tuple[ArtifactRef, ...]) -> list[list[object]]:
     for ref in citations:
         seen.setdefault(ref.identity(), [ref.family, ref.artifact_id, ref.revision])
     return list(seen.values())
-

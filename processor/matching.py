@@ -80,7 +80,6 @@ def failure_items(checks: Sequence[Item], observations: Sequence[Item], outcome_
     return failing_checks + failing_observations
 
 
-
 def decide(item: Item, candidates: Sequence[Candidate]) -> tuple[MatchResult, Candidate | None]:
     """Deterministic eligibility: zero is unmatched, one matched, more ambiguous."""
     eligible = [c for c in candidates if c.signature_key == item.key]

@@ -82,9 +82,10 @@ class RocksStore:
 
     def iterate_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
         for key, value in self._db.items(from_key=prefix):
-            if not key.startswith(prefix):
+            raw_key = bytes(key)  # type: ignore[arg-type]  # raw mode: keys and values are bytes
+            if not raw_key.startswith(prefix):
                 break
-            yield bytes(key), bytes(value)
+            yield raw_key, bytes(value)
 
     def apply(self, changes: Mapping[bytes, bytes | None]) -> None:
         batch = WriteBatch(raw_mode=True)
@@ -134,7 +135,7 @@ class Transaction:
         if not overlay:
             yield from self.store.iterate_prefix(prefix)
             return
-        merged = dict(self.store.iterate_prefix(prefix))
+        merged: dict[bytes, bytes | None] = dict(self.store.iterate_prefix(prefix))
         merged.update(overlay)
         for key in sorted(merged):
             value = merged[key]

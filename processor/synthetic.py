@@ -32,6 +32,8 @@ _CONDITIONS = [
     "docs were edited",
     "an Avro schema was changed",
 ]
+_RECEIPT_SCHEMA = "powercontext.handoff-receipt.v1"
+_OUTCOME_SCHEMA = "powercontext.task-outcome.v1"
 _SURFACES = ["experience_content", "experience_content", "working_state", "recall_policy", "acceptance_check"]
 
 
@@ -52,7 +54,9 @@ def _cite_source(source_id: str) -> dict[str, Any]:
     return {"kind": "source", "source_ref": {"source_type": "content", "source_id": source_id}}
 
 
-def _source(scope: str, position: int, source_id: str, kind: str, schema: str, content: dict[str, Any]) -> dict[str, Any]:
+def _source(
+    scope: str, position: int, source_id: str, kind: str, schema: str, content: dict[str, Any]
+) -> dict[str, Any]:
     return {
         "scope_id": scope,
         "position": position,
@@ -173,7 +177,7 @@ class _Scope:
         self.receipts.append(source_id)
         handoff = rng.choice(sorted(self.handoffs))
         status = "accepted" if rng.random() < 0.85 else "declined"
-        content = {
+        content: dict[str, Any] = {
             "schema": "powercontext.handoff-receipt.v1",
             "trust": "untrusted_observation",
             "receiver": "agent",
@@ -186,7 +190,7 @@ class _Scope:
             "unavailable_evidence": [],
             "message": None if status == "accepted" else "declined",
         }
-        return _source(self.name, self.next_position(), source_id, "handoff-receipt", content["schema"], content)
+        return _source(self.name, self.next_position(), source_id, "handoff-receipt", _RECEIPT_SCHEMA, content)
 
     def _claim(self, text: str) -> dict[str, Any]:
         rng = self.rng
@@ -211,7 +215,7 @@ class _Scope:
             checks.append({**checks[0]})  # a duplicated check makes verdicts ambiguous
         observations = [self._claim(_CONDITIONS[index] if rng.random() < 0.8 else "unrelated observation")]
         receipt = {"source_type": "content", "source_id": rng.choice(self.receipts)} if rng.random() < 0.7 else None
-        content = {
+        content: dict[str, Any] = {
             "schema": "powercontext.task-outcome.v1",
             "trust": "untrusted_observation",
             "objective": "do the task",
@@ -223,7 +227,7 @@ class _Scope:
             "produced_artifacts": [],
             "remaining_work": [],
         }
-        return _source(self.name, self.next_position(), source_id, "task-outcome", content["schema"], content)
+        return _source(self.name, self.next_position(), source_id, "task-outcome", _OUTCOME_SCHEMA, content)
 
     def candidate(self) -> dict[str, Any]:
         rng = self.rng

@@ -9,11 +9,11 @@ from processor.constants import (
     MAX_EXPERIENCE_FIELD_LENGTH,
     MAX_FAILURE_CUE_LENGTH,
     MAX_HANDOFF_TEXT_LENGTH,
-    MAX_WORK_TEXT_LENGTH,
     MAX_POSITION,
     MAX_SCOPE_ID_LENGTH,
     MAX_SOURCE_ID_LENGTH,
     MAX_SOURCE_TYPE_LENGTH,
+    MAX_WORK_TEXT_LENGTH,
 )
 from processor.normalize import is_blank
 

@@ -190,9 +190,7 @@ class HandoffReceipt(Value):
     prepared_digest: str | None = None
     receiver_checks: ReceiverChecks | None = None
     evidence_status: Literal["available", "unavailable"]
-    unavailable_evidence: Annotated[
-        tuple[HandoffCitation, ...], Field(max_length=MAX_HANDOFF_RECEIPT_EVIDENCE)
-    ] = ()
+    unavailable_evidence: Annotated[tuple[HandoffCitation, ...], Field(max_length=MAX_HANDOFF_RECEIPT_EVIDENCE)] = ()
     message: str | None = None
 
     @model_validator(mode="after")

@@ -70,7 +70,9 @@ class MatchRecord(Value):
 
     @model_validator(mode="after")
     def _matrix(self) -> Self:
-        _require(self.failure_ref.task_outcome_ref == self.task_outcome_ref, "failure_ref must locate this Task Outcome")
+        _require(
+            self.failure_ref.task_outcome_ref == self.task_outcome_ref, "failure_ref must locate this Task Outcome"
+        )
         identities = [ref.identity() for ref in self.candidate_refs]
         _require(identities == sorted(set(identities)), "candidate_refs must be sorted and unique")
         _require(

@@ -80,7 +80,12 @@ class Journal:
         return self.source(source_id, "git-change", {"note": "evidence"}, scope=scope, position=position)
 
     def source(
-        self, source_id: str, kind: str, content: Any, scope: str = SCOPE, position: int | None = None,
+        self,
+        source_id: str,
+        kind: str,
+        content: Any,
+        scope: str = SCOPE,
+        position: int | None = None,
         schema: str | None = None,
     ) -> dict[str, Any]:
         metadata = {"kind": kind} if schema is None else {"kind": kind, "schema": schema}
@@ -93,26 +98,45 @@ class Journal:
         return self._add(body, scope, position)
 
     def experience(
-        self, artifact_id: str = "E7", revision: int = 1, failure: dict[str, Any] | None = None,
-        scope: str = SCOPE, position: int | None = None, outcome: str = "outcome text",
+        self,
+        artifact_id: str = "E7",
+        revision: int = 1,
+        failure: dict[str, Any] | None = None,
+        scope: str = SCOPE,
+        position: int | None = None,
+        outcome: str = "outcome text",
     ) -> dict[str, Any]:
         return self.artifact("experience", artifact_id, revision, experience_content(failure, outcome), scope, position)
 
     def artifact(
-        self, family: str, artifact_id: str, revision: int, content: Any, scope: str = SCOPE, position: int | None = None
+        self,
+        family: str,
+        artifact_id: str,
+        revision: int,
+        content: Any,
+        scope: str = SCOPE,
+        position: int | None = None,
     ) -> dict[str, Any]:
         body = {
             "type": "artifact",
             "artifact": {
-                "family": family, "artifact_id": artifact_id, "revision": revision, "content": content,
+                "family": family,
+                "artifact_id": artifact_id,
+                "revision": revision,
+                "content": content,
                 "lineage": {"sources": [], "artifacts": []},
             },
         }
         return self._add(body, scope, position)
 
     def handoff(
-        self, artifact_id: str = "H12", cites: list[tuple[str, int]] | None = None, revision: int = 1,
-        next_action_cites: list[tuple[str, int]] | None = None, scope: str = SCOPE, position: int | None = None,
+        self,
+        artifact_id: str = "H12",
+        cites: list[tuple[str, int]] | None = None,
+        revision: int = 1,
+        next_action_cites: list[tuple[str, int]] | None = None,
+        scope: str = SCOPE,
+        position: int | None = None,
     ) -> dict[str, Any]:
         def statement(refs: list[tuple[str, int]]) -> dict[str, Any]:
             citations = [{"kind": "artifact", "artifact_ref": artifact_ref(a, r)} for a, r in refs]
@@ -128,8 +152,13 @@ class Journal:
         return self.artifact("handoff", artifact_id, revision, content, scope, position)
 
     def receipt(
-        self, source_id: str = "R12", handoff: tuple[str, int] = ("H12", 1), status: str = "accepted",
-        selection: str = "exact", scope: str = SCOPE, position: int | None = None,
+        self,
+        source_id: str = "R12",
+        handoff: tuple[str, int] = ("H12", 1),
+        status: str = "accepted",
+        selection: str = "exact",
+        scope: str = SCOPE,
+        position: int | None = None,
     ) -> dict[str, Any]:
         content = {
             "schema": "powercontext.handoff-receipt.v1",
@@ -147,9 +176,14 @@ class Journal:
         return self.source(source_id, "handoff-receipt", content, scope, position, "powercontext.handoff-receipt.v1")
 
     def outcome(
-        self, source_id: str, status: str = "succeeded", receipt: str | None = "R12",
-        observations: list[dict[str, Any]] | None = None, checks: list[dict[str, Any]] | None = None,
-        scope: str = SCOPE, position: int | None = None,
+        self,
+        source_id: str,
+        status: str = "succeeded",
+        receipt: str | None = "R12",
+        observations: list[dict[str, Any]] | None = None,
+        checks: list[dict[str, Any]] | None = None,
+        scope: str = SCOPE,
+        position: int | None = None,
     ) -> dict[str, Any]:
         content = {
             "schema": "powercontext.task-outcome.v1",
@@ -166,15 +200,23 @@ class Journal:
         return self.source(source_id, "task-outcome", content, scope, position, "powercontext.task-outcome.v1")
 
     def candidate(
-        self, candidate_id: str, proposal: dict[str, Any], sources: list[str] | None = None,
-        scope: str = SCOPE, position: int | None = None,
+        self,
+        candidate_id: str,
+        proposal: dict[str, Any],
+        sources: list[str] | None = None,
+        scope: str = SCOPE,
+        position: int | None = None,
     ) -> dict[str, Any]:
         body = {
             "type": "candidate",
             "candidate": {
-                "candidate_id": candidate_id, "family": "experience", "proposal": proposal,
+                "candidate_id": candidate_id,
+                "family": "experience",
+                "proposal": proposal,
                 "sources": [source_ref(s) for s in (sources if sources is not None else ["O1"])],
-                "artifacts": [], "target": None, "reason": "recurring failure",
+                "artifacts": [],
+                "target": None,
+                "reason": "recurring failure",
             },
         }
         return self._add(body, scope, position)

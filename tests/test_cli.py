@@ -18,15 +18,32 @@ EXPECTED = json.loads((ROOT / "examples" / "rfc-minimum.expected-stats.json").re
 def stats(state: Path, *extra: str) -> object:
     done = subprocess.run(
         [sys.executable, "-m", "processor.cli", "stats", "--state", str(state), *extra],
-        capture_output=True, check=True, text=True,
+        capture_output=True,
+        check=True,
+        text=True,
     )
     return json.loads(done.stdout)
 
 
-def replay(journal: Path | str, state: Path, out: Path, *extra: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+def replay(
+    journal: Path | str, state: Path, out: Path, *extra: str, stdin: bytes | None = None
+) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
-        [sys.executable, "-m", "processor.cli", "replay", str(journal), "--state", str(state), "--out", str(out), *extra],
-        capture_output=True, input=stdin,
+        [
+            sys.executable,
+            "-m",
+            "processor.cli",
+            "replay",
+            str(journal),
+            "--state",
+            str(state),
+            "--out",
+            str(out),
+            *extra,
+        ],
+        capture_output=True,
+        input=stdin,
+        check=False,
     )
 
 
@@ -37,8 +54,9 @@ def test_rfc_minimum_example_end_to_end(tmp_path: Path) -> None:
     assert b"10 entries" in first.stderr
     assert stats(state) == EXPECTED
     lines = out.read_bytes().splitlines()
-    assert [json.loads(line)["record"] for line in lines] == ["observation"] * 2 + ["match"] * 2 + ["observation"] * 2 \
-        + ["observation", "match", "observation"]
+    assert [json.loads(line)["record"] for line in lines] == ["observation"] * 2 + ["match"] * 2 + [
+        "observation"
+    ] * 2 + ["observation", "match", "observation"]
     second = replay(EXAMPLE, state, out)
     assert second.returncode == 0
     assert out.read_bytes().splitlines() == lines  # a second replay appends nothing
@@ -69,8 +87,10 @@ def test_stdin_journal(tmp_path: Path) -> None:
 
 def test_stats_scope_and_top(tmp_path: Path) -> None:
     assert replay(EXAMPLE, tmp_path / "s", tmp_path / "l.jsonl").returncode == 0
-    assert stats(tmp_path / "s", "--scope", "rfc-minimum", "--top", "1")[0]["recurrence"]["top_revisions"] == \
-        EXPECTED[0]["recurrence"]["top_revisions"][:1]
+    assert (
+        stats(tmp_path / "s", "--scope", "rfc-minimum", "--top", "1")[0]["recurrence"]["top_revisions"]
+        == EXPECTED[0]["recurrence"]["top_revisions"][:1]
+    )
     assert stats(tmp_path / "s", "--scope", "nobody") == []
 
 
@@ -87,7 +107,10 @@ def test_crash_between_ledger_write_and_state_commit_is_repaired(tmp_path: Path)
 
 
 def test_unusable_inputs_exit_non_zero(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["replay", str(tmp_path / "missing.jsonl"), "--state", str(tmp_path / "s"), "--out", str(tmp_path / "o")]) == 2
+    assert (
+        main(["replay", str(tmp_path / "missing.jsonl"), "--state", str(tmp_path / "s"), "--out", str(tmp_path / "o")])
+        == 2
+    )
     assert main(["stats", "--state", str(tmp_path / "nothing-here")]) == 2
     not_a_dir = tmp_path / "file"
     not_a_dir.write_text("x")

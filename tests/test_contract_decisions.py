@@ -34,7 +34,8 @@ def observations(records: list, event: str | None = None) -> list[ObservationRec
 def test_failure_items_are_checks_first_then_observations_each_in_index_order() -> None:
     journal = linked_setup()
     journal.outcome(
-        "O1", status="failed",
+        "O1",
+        status="failed",
         observations=[claim("first observation"), claim("second observation")],
         checks=[check("check zero", "failed"), check("passing check", "passed"), check("check two", "timed_out")],
     )
@@ -62,8 +63,9 @@ def test_only_failed_timed_out_unavailable_checks_are_failure_items() -> None:
 
 def test_declared_items_are_never_failure_evidence() -> None:
     journal = linked_setup()
-    journal.outcome("O1", status="failed", observations=[claim(CUE, verified=False)],
-                    checks=[check(CUE, "failed", verified=False)])
+    journal.outcome(
+        "O1", status="failed", observations=[claim(CUE, verified=False)], checks=[check(CUE, "failed", verified=False)]
+    )
     records, _ = run(journal)
     assert matches(records) == []
     assert kinds(records) == ["observation:selected"]
@@ -94,8 +96,16 @@ def test_artifact_citations_must_resolve_and_memory_citations_are_taken_as_given
     unknown = check("other failure", "failed")
     unknown["evidence"] = [{"kind": "artifact", "artifact_ref": artifact_ref("E7", 9)}]
     memory = check("memory backed", "failed")
-    memory["evidence"] = [{"kind": "memory", "memory_citation": {
-        "memory_ref": artifact_ref("M1", 1, "memory"), "entry_id": "e1", "entry_version_id": "v1"}}]
+    memory["evidence"] = [
+        {
+            "kind": "memory",
+            "memory_citation": {
+                "memory_ref": artifact_ref("M1", 1, "memory"),
+                "entry_id": "e1",
+                "entry_version_id": "v1",
+            },
+        }
+    ]
     journal.outcome("O1", status="failed", checks=[failing, unknown, memory])
     records, _ = run(journal)
     assert [m.failure_ref.item_index for m in matches(records)] == [0, 2]
@@ -196,7 +206,11 @@ def test_handoff_candidate_set_holds_cited_failure_bearing_revisions_sorted() ->
     assert match.candidate_set_mode == "handoff_citations"
     assert [(r.artifact_id, r.revision) for r in match.candidate_refs] == [("E1", 1), ("E1", 2), ("E9", 1)]
     assert [(o.event, o.artifact_ref.artifact_id, o.artifact_ref.revision) for o in observations(records)] == [
-        ("selected", "E1", 1), ("selected", "E1", 2), ("selected", "E9", 1), ("recurred", "E9", 1)]
+        ("selected", "E1", 1),
+        ("selected", "E1", 2),
+        ("selected", "E9", 1),
+        ("recurred", "E9", 1),
+    ]
 
 
 def test_scope_heads_exclude_superseded_and_failure_free_heads() -> None:
@@ -239,8 +253,12 @@ def test_gate_four_blocks_avoided_when_a_failure_item_is_eligible() -> None:
     # The passing bound check is present, but an observation of the failure itself
     # (eligible for the group) is too: the Outcome cannot count as avoided.
     journal = linked_setup(failure=failure_block("the cue", CONDITION, check_subject="the bound check"))
-    journal.outcome("O1", status="failed", observations=[claim(CONDITION)],
-                    checks=[check("the bound check"), check("The cue", "failed")])
+    journal.outcome(
+        "O1",
+        status="failed",
+        observations=[claim(CONDITION)],
+        checks=[check("the bound check"), check("The cue", "failed")],
+    )
     records, _ = run(journal)
     assert "observation:avoided" not in kinds(records)
     assert "observation:recurred" in kinds(records)
@@ -248,8 +266,12 @@ def test_gate_four_blocks_avoided_when_a_failure_item_is_eligible() -> None:
 
 def test_gate_four_blocks_even_when_no_recurred_is_written() -> None:
     journal = linked_setup(failure=failure_block("the cue", CONDITION, check_subject="the bound check"))
-    journal.outcome("O1", status="failed", observations=[claim(CONDITION)],
-                    checks=[check("the bound check"), check("the cue", "failed"), check("THE CUE", "unavailable")])
+    journal.outcome(
+        "O1",
+        status="failed",
+        observations=[claim(CONDITION)],
+        checks=[check("the bound check"), check("the cue", "failed"), check("THE CUE", "unavailable")],
+    )
     records, _ = run(journal)
     assert kinds(records) == ["match:matched", "match:matched", "match:unmatched", "observation:selected"]
 
@@ -274,8 +296,9 @@ def test_a_new_revision_does_not_redirect_history_and_streaks_do_not_cross() -> 
     first, second = matches(records)
     assert first.artifact_ref is not None and first.artifact_ref.revision == 1
     assert second.artifact_ref is not None and second.artifact_ref.revision == 2
-    assert [(r["artifact_ref"]["revision"], r["terminal_recurred_streak"]) for r in runner.stats()["top_revisions"]] \
-        == [(1, 1), (2, 1)]
+    assert [
+        (r["artifact_ref"]["revision"], r["terminal_recurred_streak"]) for r in runner.stats()["top_revisions"]
+    ] == [(1, 1), (2, 1)]
 
 
 def test_two_chains_for_one_revision_remain_two_observations() -> None:
@@ -343,10 +366,13 @@ def test_statistics_top_revisions_order_and_cap() -> None:
         journal.experience(name, 1, failure_block(f"cue {name}", surface="recall_policy"))
     for index, name in enumerate(["c", "a", "a", "b", "b", "b", "c"]):
         journal.outcome(f"O{index}", status="failed", receipt=None, checks=[check(f"cue {name}", "failed")])
-    records, runner = run(journal, EngineConfig(review_threshold=3))
+    _records, runner = run(journal, EngineConfig(review_threshold=3))
     top = runner.stats()["top_revisions"]
     assert [(t["artifact_ref"]["artifact_id"], t["terminal_recurred_streak"]) for t in top] == [
-        ("b", 3), ("a", 2), ("c", 2)]
+        ("b", 3),
+        ("a", 2),
+        ("c", 2),
+    ]
     assert runner.stats()["needing_review"] == 1
     assert len(runner.stats(top=1)["top_revisions"]) == 1
     assert runner.stats(top=0)["top_revisions"] == []

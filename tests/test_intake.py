@@ -8,7 +8,7 @@ from processor import deadletters
 from processor.synthetic import JournalSpec, generate
 from schemas.journal import JOURNAL_ENTRY
 from schemas.records import DeadLetterRecord
-from tests.builders import SCOPE, Journal, Runner, check, failure_block, kinds, linked_setup, run
+from tests.builders import SCOPE, Journal, Runner, failure_block, kinds, linked_setup, run
 
 CUE = "Generated sources are in sync"
 
@@ -83,17 +83,25 @@ def test_invalid_source_content_is_a_dead_letter() -> None:
 
 def test_receipt_rules_are_enforced() -> None:
     base = {
-        "receiver": "b", "status": "accepted", "selection": "exact",
+        "receiver": "b",
+        "status": "accepted",
+        "selection": "exact",
         "selected_revision": {"family": "handoff", "artifact_id": "H", "revision": 1},
         "evidence_status": "available",
     }
     bad = [
-        {**base, "evidence_status": "unavailable",
-         "unavailable_evidence": [{"kind": "source", "source_ref": {"source_type": "a", "source_id": "b"}}]},
+        {
+            **base,
+            "evidence_status": "unavailable",
+            "unavailable_evidence": [{"kind": "source", "source_ref": {"source_type": "a", "source_id": "b"}}],
+        },
         {**base, "selected_revision": None},
         {**base, "selection": "prepared"},
         {**base, "evidence_status": "unavailable"},
-        {**base, "receiver_checks": {"live_state": "mismatch", "capability": "confirmed", "authorization": "confirmed"}},
+        {
+            **base,
+            "receiver_checks": {"live_state": "mismatch", "capability": "confirmed", "authorization": "confirmed"},
+        },
     ]
     journal = Journal()
     for index, content in enumerate(bad):

@@ -93,7 +93,9 @@ def test_avoided_requires_condition_observation() -> None:
     with pytest.raises(ValidationError, match="condition_ref locating an observation"):
         ObservationRecord.build(**{**fields(avoided), "condition_ref": None})
     with pytest.raises(ValidationError, match="condition_ref locating an observation"):
-        ObservationRecord.build(**{**fields(avoided), "condition_ref": other_ref(avoided.condition_ref, item_kind="check")})
+        ObservationRecord.build(
+            **{**fields(avoided), "condition_ref": other_ref(avoided.condition_ref, item_kind="check")}
+        )
 
 
 def test_avoided_requires_check() -> None:
@@ -101,7 +103,9 @@ def test_avoided_requires_check() -> None:
     with pytest.raises(ValidationError, match="check_ref locating a check"):
         ObservationRecord.build(**{**fields(avoided), "check_ref": None})
     with pytest.raises(ValidationError, match="check_ref locating a check"):
-        ObservationRecord.build(**{**fields(avoided), "check_ref": other_ref(avoided.check_ref, item_kind="observation")})
+        ObservationRecord.build(
+            **{**fields(avoided), "check_ref": other_ref(avoided.check_ref, item_kind="observation")}
+        )
 
 
 def test_avoided_carries_no_failure_evidence() -> None:
@@ -131,7 +135,9 @@ def test_recurred_carries_no_handoff_provenance() -> None:
         ObservationRecord.build(**{**fields(recurred), "handoff_ref": RECORDS["selected"].handoff_ref})
 
 
-@pytest.mark.parametrize("event,locator", [("avoided", "condition_ref"), ("avoided", "check_ref"), ("recurred", "failure_ref")])
+@pytest.mark.parametrize(
+    "event,locator", [("avoided", "condition_ref"), ("avoided", "check_ref"), ("recurred", "failure_ref")]
+)
 def test_item_locators_resolve_in_the_same_outcome(event: str, locator: str) -> None:
     record = RECORDS[event]
     moved = other_ref(getattr(record, locator), task_outcome_ref=ELSEWHERE)
