@@ -15,12 +15,12 @@ from pydantic import ValidationError
 from processor.constants import (
     EXPERIENCE_FAMILY,
     MAX_CANDIDATE_EVIDENCE,
-    MAX_FAILURE_CUE_LENGTH,
     NEAR_DUPLICATE_BIGRAM_OVERLAP,
     TASK_OUTCOME_SOURCE_KIND,
 )
 from processor.normalize import bigram_overlap, normalize
 from processor.state import State
+from schemas.base import ArtifactRef
 from schemas.journal import CandidateBody
 from schemas.powercontext import ExperienceContent
 from schemas.records import AdmissionRecord, NearTwinWarning, Violation
@@ -60,20 +60,12 @@ def _schema_violations(error: ValidationError) -> list[Violation]:
     return list(violations.values())
 
 
-def _structural_failure_rules(failure: Any) -> list[Violation]:
-    """Missing parts of the failure block, named by the rule that needs them."""
-    if not isinstance(failure, dict):
-        return [Violation(rule=RULE_WELL_FORMED, message="failure: must be an object")]
-    out = []
-    if "signature" not in failure:
-        out.append(Violation(rule=RULE_CUE, message="failure.signature: a recall_cue is required"))
-    if "repair_surface" not in failure:
-        out.append(Violation(rule=RULE_REPAIR_SURFACE, message="failure.repair_surface: required"))
-    if "verification" not in failure:
-        out.append(
-            Violation(rule=RULE_VERIFICATION, message="failure.verification: condition and check_subject required")
-        )
-    return out
+def _raw_cue(proposal: dict[str, Any]) -> str | None:
+    """The proposal's recall_cue when it is at least a string, even if the rest is malformed."""
+    failure = proposal.get("failure")
+    signature = failure.get("signature") if isinstance(failure, dict) else None
+    cue = signature.get("recall_cue") if isinstance(signature, dict) else None
+    return cue if isinstance(cue, str) else None
 
 
 class AdmissionGate:
@@ -85,19 +77,25 @@ class AdmissionGate:
         warnings: list[NearTwinWarning] = []
         proposal = candidate.proposal
         has_failure = proposal.get("failure") is not None
-        content: ExperienceContent | None = None
         try:
-            content = ExperienceContent.model_validate(proposal)
+            ExperienceContent.model_validate(proposal)
         except ValidationError as error:
-            violations.extend(_structural_failure_rules(proposal["failure"]) if has_failure else [])
-            violations.extend(v for v in _schema_violations(error) if v not in violations)
+            violations.extend(_schema_violations(error))
 
         if has_failure:
             violations.extend(self._failing_observation(scope_id, candidate))
+            # Rules 2 and 5 read the raw cue so one broken field elsewhere does not
+            # hide another violation (or a near-twin) from the audit record.
+            cue = _raw_cue(proposal)
+            cue_key = normalize(cue) if cue is not None else ""
+            outcome = proposal.get("outcome")
+            if cue_key and isinstance(outcome, str) and cue_key == normalize(outcome):
+                violations.append(
+                    Violation(rule=RULE_CUE, message="recall_cue restates the outcome field; name the situation")
+                )
             violations.extend(self._provenance(scope_id, candidate))
-            if content is not None and content.failure is not None:
-                violations.extend(self._cue(content))
-                warnings.extend(self._near_twins(scope_id, normalize(content.failure.signature.recall_cue)))
+            if cue_key:
+                warnings.extend(self._near_twins(scope_id, cue_key, candidate.target))
         return AdmissionRecord(
             scope_id=scope_id,
             candidate_id=candidate.candidate_id,
@@ -123,22 +121,14 @@ class AdmissionGate:
             )
         ]
 
-    # Rule 2: a single, self-contained cue (blank and length are schema rules routed here).
-    def _cue(self, content: ExperienceContent) -> list[Violation]:
-        assert content.failure is not None
-        cue = normalize(content.failure.signature.recall_cue)
-        if cue == normalize(content.outcome):
-            return [Violation(rule=RULE_CUE, message="recall_cue restates the outcome field; name the situation")]
-        if len(content.failure.signature.recall_cue) > MAX_FAILURE_CUE_LENGTH:  # pragma: no cover - schema bound
-            return [Violation(rule=RULE_CUE, message=f"recall_cue exceeds {MAX_FAILURE_CUE_LENGTH} characters")]
-        return []
-
     # Rule 5: no silent near-twin. Warns, never drops, never links.
-    def _near_twins(self, scope_id: str, cue: str) -> Iterable[NearTwinWarning]:
+    def _near_twins(self, scope_id: str, cue: str, target: ArtifactRef | None) -> Iterable[NearTwinWarning]:
         for ref, row in self.state.heads(scope_id, EXPERIENCE_FAMILY):
             signature_key = row.signature_key
             if signature_key is None:
                 continue
+            if target is not None and (target.family, target.artifact_id) == (ref.family, ref.artifact_id):
+                continue  # revising that very record is what the warning would suggest
             overlap = bigram_overlap(cue, signature_key)
             if Fraction(overlap) >= _NEAR_TWIN or cue == signature_key:
                 yield NearTwinWarning(
@@ -164,7 +154,8 @@ class AdmissionGate:
                 )
             )
         missing = [ref for ref in candidate.sources if self.state.source(scope_id, ref) is None]
-        missing_artifacts = [ref for ref in candidate.artifacts if self.state.artifact(scope_id, ref) is None]
+        cited = [*candidate.artifacts, *([candidate.target] if candidate.target is not None else [])]
+        missing_artifacts = [ref for ref in cited if self.state.artifact(scope_id, ref) is None]
         if missing or missing_artifacts:
             names = [f"{r.source_type}/{r.source_id}" for r in missing] + [
                 f"{r.family}/{r.artifact_id}@{r.revision}" for r in missing_artifacts

@@ -42,7 +42,7 @@ class TaskOutcomeItemRef(Value):
     item_digest: Digest
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=16)
 def candidate_set_digest(refs: tuple[ArtifactRef, ...]) -> str:
     """Digest of the ``candidate_refs`` list; memoized because one Outcome's
     failure items all share one frozen set."""

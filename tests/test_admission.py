@@ -61,9 +61,7 @@ def base_journal() -> Journal:
     return journal
 
 
-def proposal(
-    failure: Any = None, outcome: str = OUTCOME, cue: str = CUE, **overrides: Any
-) -> dict[str, Any]:
+def proposal(failure: Any = None, outcome: str = OUTCOME, cue: str = CUE, **overrides: Any) -> dict[str, Any]:
     """A well-formed failure-bearing proposal; ``failure`` replaces the whole block when given."""
     block = failure_block(cue=cue, check_subject=overrides.pop("check_subject", "client build"), **overrides)
     content = experience_content(block, outcome=outcome)
@@ -73,8 +71,11 @@ def proposal(
 
 
 def decide(
-    journal: Journal, candidate_proposal: dict[str, Any] | None = None, sources: list[str] | None = None,
-    candidate_id: str = "c1", **candidate_fields: Any,
+    journal: Journal,
+    candidate_proposal: dict[str, Any] | None = None,
+    sources: list[str] | None = None,
+    candidate_id: str = "c1",
+    **candidate_fields: Any,
 ) -> AdmissionRecord:
     """Append one candidate, run the journal through a fresh engine, return its only admission record."""
     entry = journal.candidate(candidate_id, candidate_proposal or proposal(), sources)
@@ -123,11 +124,21 @@ def test_control_well_formed_candidate_citing_a_failing_outcome_is_admitted() ->
 
 def test_rule_ids_are_stable() -> None:
     assert [
-        RULE_WELL_FORMED, RULE_FAILING_OBSERVATION, RULE_CUE, RULE_REPAIR_SURFACE,
-        RULE_VERIFICATION, RULE_NEAR_TWIN, RULE_PROVENANCE,
+        RULE_WELL_FORMED,
+        RULE_FAILING_OBSERVATION,
+        RULE_CUE,
+        RULE_REPAIR_SURFACE,
+        RULE_VERIFICATION,
+        RULE_NEAR_TWIN,
+        RULE_PROVENANCE,
     ] == [
-        "well_formed_proposal", "cited_failing_observation", "self_contained_cue", "repair_surface",
-        "runnable_verification", "no_silent_near_twin", "provenance",
+        "well_formed_proposal",
+        "cited_failing_observation",
+        "self_contained_cue",
+        "repair_surface",
+        "runnable_verification",
+        "no_silent_near_twin",
+        "provenance",
     ]
 
 
@@ -162,7 +173,9 @@ def test_rule1_failed_outcome_whose_observation_is_only_declared_is_not_evidence
     journal = Journal()
     journal.evidence("ev-1")
     journal.outcome(
-        "O1", status="failed", receipt=None,
+        "O1",
+        status="failed",
+        receipt=None,
         observations=[claim("the client did not compile", verified=False)],
         checks=[check("unit tests", "failed", verified=False)],
     )
@@ -282,9 +295,7 @@ def test_rule2_control_cue_of_exactly_512_characters_is_admitted() -> None:
     assert_admitted(decide(base_journal(), proposal(cue="x" * MAX_FAILURE_CUE_LENGTH)))
 
 
-@pytest.mark.parametrize(
-    "signature", [None, "just a string", {"symptom": None}, {"recall_cue": 7, "symptom": None}]
-)
+@pytest.mark.parametrize("signature", [None, "just a string", {"symptom": None}, {"recall_cue": 7, "symptom": None}])
 def test_rule2_missing_or_malformed_signature(signature: Any) -> None:
     block = failure_block(cue=CUE, check_subject="client build")
     block["signature"] = signature
@@ -606,8 +617,11 @@ def test_every_decision_writes_exactly_one_admission_record_in_order() -> None:
     records, _ = run(journal)
     decided = admissions(records)
     assert [(r.candidate_id, r.decision) for r in decided] == [
-        ("ok", "admitted"), ("twin", "admitted"), ("no-evidence", "dropped"),
-        ("plain", "admitted"), ("many-faults", "dropped"),
+        ("ok", "admitted"),
+        ("twin", "admitted"),
+        ("no-evidence", "dropped"),
+        ("plain", "admitted"),
+        ("many-faults", "dropped"),
     ]
     assert len(records) == len(decided) + 1  # plus O1's unmatched match record
 
@@ -678,3 +692,46 @@ def test_candidate_ids_are_per_scope() -> None:
     records, _ = run(journal)
     decided = [(r.scope_id, r.decision) for r in admissions(records)]
     assert decided == [(SCOPE, "admitted"), ("team-b", "admitted")]
+
+
+def test_plain_candidate_that_is_not_valid_experience_content_is_dropped() -> None:
+    """No failure block, but not an ExperienceContent either: well_formed_proposal, not a pass-through."""
+    content = experience_content(None)
+    del content["lesson"]
+    assert_dropped_by(decide(Journal(), content, sources=[]), RULE_WELL_FORMED)
+
+
+# -- every violated rule is named ---------------------------------------------------------------------
+
+
+def test_a_candidate_breaking_two_rules_names_both() -> None:
+    record = decide(base_journal(), proposal(cue=OUTCOME, surface="content"))
+    assert_dropped_by(record, RULE_CUE, RULE_REPAIR_SURFACE)
+
+
+def test_a_candidate_breaking_independent_rules_names_each() -> None:
+    # Schema-routed rules and state-based rules are all reported together.
+    record = decide(base_journal(), proposal(failure=_verification(condition="  ")), sources=["ev-1", "nope"])
+    assert_dropped_by(record, RULE_VERIFICATION, RULE_FAILING_OBSERVATION, RULE_PROVENANCE)
+
+
+def test_near_twin_skips_the_record_the_candidate_revises() -> None:
+    journal = _with_existing_record()
+    journal.experience("E8", 1, failure_block(cue=EXISTING_CUE.upper(), check_subject="client build"))
+    target = {"family": "experience", "artifact_id": "E7", "revision": 1}
+    record = decide(journal, proposal(cue=TWIN_AT_080), target=target)
+    assert_admitted(record)
+    assert [w.artifact_ref.artifact_id for w in record.warnings] == ["E8"]
+
+
+def test_provenance_target_must_resolve() -> None:
+    target = {"family": "experience", "artifact_id": "E404", "revision": 9}
+    record = decide(base_journal(), proposal(), target=target)
+    assert_dropped_by(record, RULE_PROVENANCE)
+    assert "experience/E404@9" in record.violations[0].message
+
+
+def test_a_malformed_proposal_still_gets_its_near_twin_warning() -> None:
+    record = decide(_with_existing_record(), proposal(cue=TWIN_AT_080, surface="nope"))
+    assert_dropped_by(record, RULE_REPAIR_SURFACE)
+    assert [w.rule for w in record.warnings] == [RULE_NEAR_TWIN]
