@@ -12,12 +12,14 @@ the digest stored for its position and produces nothing.
 from dataclasses import dataclass
 from typing import TypeVar
 
+import orjson
 from pydantic import ValidationError
 
 from processor import deadletters
 from processor.admission import AdmissionGate
 from processor.constants import (
     DEFAULT_TOP_REVISIONS,
+    EXPERIENCE_FAMILY,
     HANDOFF_FAMILY,
     HANDOFF_RECEIPT_SOURCE_KIND,
     RECURRENCE_REVIEW_STREAK_THRESHOLD,
@@ -29,6 +31,7 @@ from processor.normalize import normalize
 from processor.state import ScopeMeta, State, StoredArtifact, StoredSource, ref_json
 from processor.statistics import scope_statistics
 from processor.store import Transaction
+from schemas.base import ArtifactRef
 from schemas.journal import (
     JOURNAL_ENTRY,
     ArtifactEntry,
@@ -206,7 +209,24 @@ class Engine:
         head = self.state.head(scope_id, ref.family, ref.artifact_id)
         if head is None or ref.revision > head:
             self.state.put_head(scope_id, ref, stored)
+            if ref.family == EXPERIENCE_FAMILY:
+                self._index_failure_head(scope_id, ref, stored)
         return []
+
+    def _index_failure_head(self, scope_id: str, ref: ArtifactRef, stored: StoredArtifact) -> None:
+        rows = [row for row in orjson.loads(self.state.failure_heads(scope_id)) if row[0] != ref.artifact_id]
+        if stored.signature_key is not None:
+            rows.append(
+                [
+                    ref.artifact_id,
+                    ref.revision,
+                    stored.signature_key,
+                    stored.repair_surface,
+                    stored.condition_key,
+                    stored.check_key,
+                ]
+            )
+        self.state.put_failure_heads(scope_id, rows)
 
     # -- Candidates ------------------------------------------------------------------
     def _candidate(self, entry: CandidateEntry) -> list[OutputRecord]:

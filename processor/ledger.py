@@ -6,7 +6,10 @@ terminal verdict and, when that verdict crosses the threshold, the Review
 proposal. A match therefore always precedes the observation citing it.
 """
 
+import functools
 from dataclasses import dataclass
+
+import orjson
 
 from processor.constants import EXPERIENCE_FAMILY, MAX_CANDIDATE_EVIDENCE
 from processor.matching import (
@@ -19,7 +22,7 @@ from processor.matching import (
     verified_checks,
     verified_observations,
 )
-from processor.state import Group, HeadRow, ScopeMeta, State, StoredArtifact, ref_from_json
+from processor.state import Group, ScopeMeta, State, StoredArtifact, ref_from_json
 from schemas.base import ArtifactRef, SourceRef
 from schemas.powercontext import HandoffArtifactCitation, HandoffCitation, HandoffSourceCitation, TaskOutcome
 from schemas.records import CandidateSetMode, ObservationRecord, OutputRecord, ReviewProposalRecord
@@ -59,23 +62,44 @@ def resolve_link(state: State, scope_id: str, receipt_ref: SourceRef | None) -> 
     return Link(receipt_ref, handoff_ref, tuple(ref_from_json(c) for c in handoff.cites))
 
 
-def _candidate(ref: ArtifactRef, stored: StoredArtifact | HeadRow | None) -> Candidate | None:
+def _candidate(ref: ArtifactRef, stored: StoredArtifact | None) -> Candidate | None:
     if stored is None or stored.signature_key is None:
         return None
     assert stored.repair_surface and stored.condition_key and stored.check_key
     return Candidate(ref, stored.signature_key, stored.repair_surface, stored.condition_key, stored.check_key)
 
 
-def candidate_set(state: State, scope_id: str, link: Link | None) -> tuple[CandidateSetMode, list[Candidate]]:
+@dataclass(frozen=True)
+class CandidateSet:
+    mode: CandidateSetMode
+    candidates: tuple[Candidate, ...]
+    refs: tuple[ArtifactRef, ...]
+
+
+@functools.lru_cache(maxsize=256)
+def scope_heads(index: bytes) -> tuple[Candidate, ...]:
+    """Parse a failure-heads index row; memoized on its exact bytes, so it is pure."""
+    return tuple(
+        Candidate(
+            ArtifactRef.model_construct(family=EXPERIENCE_FAMILY, artifact_id=artifact_id, revision=revision),
+            signature_key,
+            surface,
+            condition_key,
+            check_key,
+        )
+        for artifact_id, revision, signature_key, surface, condition_key, check_key in orjson.loads(index)
+    )
+
+
+def candidate_set(state: State, scope_id: str, link: Link | None) -> CandidateSet:
     """Freeze the candidate set: cited failure-bearing revisions, or failure-bearing scope heads."""
     if link is not None:
         refs = {ref.identity(): ref for ref in link.cited}.values()
-        found = [_candidate(ref, state.artifact(scope_id, ref)) for ref in refs]
-        mode: CandidateSetMode = "handoff_citations"
-    else:
-        found = [_candidate(ref, row) for ref, row in state.heads(scope_id, EXPERIENCE_FAMILY)]
-        mode = "scope_heads"
-    return mode, sorted((c for c in found if c is not None), key=lambda c: c.ref.identity())
+        found = (_candidate(ref, state.artifact(scope_id, ref)) for ref in refs)
+        cited = tuple(sorted((c for c in found if c is not None), key=lambda c: c.ref.identity()))
+        return CandidateSet("handoff_citations", cited, tuple(c.ref for c in cited))
+    heads = scope_heads(state.failure_heads(scope_id))
+    return CandidateSet("scope_heads", heads, tuple(c.ref for c in heads))
 
 
 class OutcomeLedger:
@@ -89,12 +113,14 @@ class OutcomeLedger:
         """Records for one Outcome, and whether it carries failure evidence (admission rule 1)."""
         resolves = citation_resolver(self.state, scope_id)
         link = resolve_link(self.state, scope_id, outcome.handoff_receipt_ref)
-        mode, candidates = candidate_set(self.state, scope_id, link)
         checks = verified_checks(outcome, outcome_ref, resolves)
         observations = verified_observations(outcome, outcome_ref, resolves)
         failures = failure_items(checks, observations, outcome.status)
+        if link is None and not failures:
+            return [], False  # unlinked and nothing failed: no record can follow
+        frozen = candidate_set(self.state, scope_id, link)
+        mode, candidates, candidate_refs = frozen.mode, frozen.candidates, frozen.refs
 
-        candidate_refs = tuple(c.ref for c in candidates)
         records: list[OutputRecord] = []
         matched: dict[tuple[str, str, int], list[tuple[Item, str]]] = {}
         for item in failures:
@@ -114,7 +140,6 @@ class OutcomeLedger:
 
         common = {"scope_id": scope_id, "task_outcome_ref": outcome_ref, "task_outcome_position": position}
         for candidate in candidates:
-            group = self.state.group(scope_id, candidate.ref, candidate.signature_key)
             base = {**common, "artifact_ref": candidate.ref, "signature_key": candidate.signature_key}
             linked = {} if link is None else {"handoff_receipt_ref": link.receipt_ref, "handoff_ref": link.handoff_ref}
             verdict: ObservationRecord | None = None
@@ -133,6 +158,9 @@ class OutcomeLedger:
                     verdict = ObservationRecord.build(
                         **base, **linked, event="avoided", condition_ref=condition.ref, check_ref=check.ref
                     )
+            if link is None and verdict is None:
+                continue  # nothing happened to this candidate: leave its group row alone
+            group = self.state.group(scope_id, candidate.ref, candidate.signature_key)
             if link is not None:
                 records.append(ObservationRecord.build(**base, **linked, event="selected"))
                 group.selected += 1
@@ -142,8 +170,7 @@ class OutcomeLedger:
             if verdict is not None:
                 records.append(verdict)
                 records.extend(self._apply_verdict(scope_id, meta, candidate, group, verdict))
-            if link is not None or verdict is not None:
-                self.state.put_group(scope_id, candidate.ref, candidate.signature_key, group)
+            self.state.put_group(scope_id, candidate.ref, candidate.signature_key, group)
         return records, bool(failures)
 
     def _apply_verdict(

@@ -155,6 +155,18 @@ class State:
             # Rows were validated on the way in; rebuilding refs unvalidated keeps scans cheap.
             yield ArtifactRef.model_construct(family=family, artifact_id=artifact_id, revision=row.revision), row
 
+    # -- Failure-bearing Experience heads, one sorted index row per scope -----------------
+    def failure_heads(self, scope_id: str) -> bytes:
+        """``[[artifact_id, revision, key, surface, condition_key, check_key], ...]`` sorted.
+
+        One row instead of a scan: every unlinked Task Outcome with a failure item
+        freezes this set, while it changes only when an Experience head does.
+        """
+        return self.txn.get(key("xheads", scope_id)) or b"[]"
+
+    def put_failure_heads(self, scope_id: str, rows: list[list[Any]]) -> None:
+        self.txn.put(key("xheads", scope_id), orjson.dumps(sorted(rows, key=lambda row: (row[0], row[1]))))
+
     # -- Candidates -----------------------------------------------------------------
     def candidate_digest(self, scope_id: str, candidate_id: str) -> str | None:
         raw = self.txn.get(key("cand", scope_id, candidate_id))

@@ -231,9 +231,7 @@ def _int_setting(args: argparse.Namespace, attr: str, env: str, default: int) ->
 
 
 def settings_from_args(args: argparse.Namespace, **overrides: Any) -> StreamSettings:
-    guarantee = getattr(args, "processing_guarantee", None) or _env(
-        "RECURRENCE_PROCESSING_GUARANTEE", "at_least_once"
-    )
+    guarantee = getattr(args, "processing_guarantee", None) or _env("RECURRENCE_PROCESSING_GUARANTEE", "at_least_once")
     if guarantee not in ("at_least_once", "exactly_once"):
         raise ValueError("processing guarantee must be at_least_once or exactly_once")
     datadir = getattr(args, "datadir", None) or _env("RECURRENCE_DATADIR", "recurrence-data") or "recurrence-data"

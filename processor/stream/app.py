@@ -1,0 +1,340 @@
+"""The Faust app: one agent over the journal, one changelog-backed RocksDB table, web views.
+
+The agent is a thin shell. It takes batches of raw journal records
+(``take_events``), hands them to ``BatchProcessor`` (engine, outputs durable,
+changelog durable, local state -- see ``processing``) and only then lets Faust
+acknowledge them. Anything unexpected while a batch is in flight (an exception,
+a cancellation) ends the process at once with exit code 70 and without
+acknowledging the batch: Faust would otherwise acknowledge and commit the
+batch's offsets on the way out, and a restart is the recovery path anyway.
+
+``faust -A processor.stream.app worker`` works too: the module attribute
+``app`` is built on first access from the ``RECURRENCE_*`` / ``KAFKA_*``
+environment variables.
+"""
+
+import asyncio
+import logging
+import os
+import sys
+import time
+from collections.abc import Awaitable, Mapping
+from typing import Any, Final, cast
+
+import faust
+from faust.types import TP
+
+from processor.engine import EngineConfig
+from processor.stream.metrics import Metrics
+from processor.stream.processing import BatchProcessor, Delivered, Entry
+from processor.stream.settings import TABLE_NAME, StreamSettings
+from processor.stream.tablestore import PartitionedState, StateTable
+from processor.stream.views import ReadSurface, register
+
+log = logging.getLogger("recurrence.stream")
+
+EXIT_BATCH_ABORTED: Final = 70
+AGENT_NAME: Final = "recurrence-engine"
+REPORT_INTERVAL: Final = 15.0
+
+
+class FaustSink:
+    """``processing.Sink`` over the app's producer.
+
+    at_least_once: ``Topic.send(force=True)`` sends now (not when the offset
+    commits) and the returned future resolves on the broker's acknowledgement.
+
+    exactly_once: Faust keeps one transactional producer per journal partition
+    (transactional id ``<app id>-<topic group>-<partition>``). Faust's own
+    ``send`` picks the producer by the *destination* partition, which for an
+    output topic is not the entry's partition (or not a partition Faust knows),
+    so the record would bypass the transaction. This sink sends every record of
+    an entry through the producer of the entry's journal partition, and
+    ``commit`` ends each batch with ``send_offsets_to_transaction`` +
+    ``commit_transaction`` on that producer (under Faust's per-producer lock),
+    before the local state is written. Local state is therefore never ahead of
+    the committed changelog, and read_committed consumers see each output once.
+    """
+
+    def __init__(self, app: Any, topics: Mapping[str, Any], journal: str, exactly_once: bool) -> None:
+        self._app = app
+        self._topics = topics
+        self._journal = journal
+        self._exactly_once = exactly_once
+
+    def _transactional_id(self, partition: int) -> str:
+        group = self._app.assignor.group_for_topic(self._journal)
+        return f"{self._app.conf.id}-{group}-{partition}"
+
+    async def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes,
+        partition: int | None,
+        headers: list[tuple[str, bytes]],
+        source_partition: int,
+    ) -> Awaitable[Delivered]:
+        if not self._exactly_once:
+            future: Awaitable[Delivered] = await self._app.producer.send(
+                topic, key, value, partition, None, headers or None
+            )
+            return future
+        driver = self._app.producer.producer  # the aiokafka driver behind Faust's TransactionManager
+        sent: Awaitable[Delivered] = await driver.send(
+            topic,
+            key,
+            value,
+            partition,
+            None,
+            headers or None,
+            transactional_id=self._transactional_id(source_partition),
+        )
+        return sent
+
+    async def commit(self, next_offsets: Mapping[int, int]) -> None:
+        if not self._exactly_once:
+            return
+        driver = self._app.producer.producer
+        for partition, offset in sorted(next_offsets.items()):
+            tid = self._transactional_id(partition)
+            async with driver._trn_locks[tid]:
+                producer = driver._transaction_producers.get(tid)
+                if producer is None:
+                    raise RuntimeError(f"no transactional producer for journal partition {partition}")
+                await producer.send_offsets_to_transaction({TP(self._journal, partition): offset}, self._app.conf.id)
+                await producer.commit_transaction()
+                await producer.begin_transaction()
+
+
+class RecurrenceService:
+    """Builds and wires the Faust app for one set of settings."""
+
+    def __init__(self, settings: StreamSettings) -> None:
+        self.settings = settings
+        self.metrics = Metrics()
+        self.config = EngineConfig(review_threshold=settings.review_threshold)
+        names = settings.topics
+        self.names = names
+        self.canonical_url = f"http://{settings.web_host}:{settings.web_port}"
+        self.app = faust.App(
+            settings.group_id,
+            broker=settings.kafka.faust_broker(),
+            broker_credentials=settings.kafka.faust_credentials(),
+            store="rocksdb://",
+            datadir=str(settings.datadir),
+            processing_guarantee=settings.processing_guarantee,
+            topic_partitions=settings.partitions,
+            topic_replication_factor=settings.replication,
+            # Topics are code (``recurrence topics apply``); Faust must never create one
+            # with its own defaults (a compacted changelog, a 1-partition journal).
+            topic_allow_declare=False,
+            topic_disable_leader=True,
+            table_standby_replicas=settings.standby_replicas,
+            consumer_auto_offset_reset="earliest",
+            producer_acks=-1,
+            stream_wait_empty=True,
+            web_enabled=True,
+            web_bind=settings.web_host,
+            web_host=settings.web_host,
+            web_port=settings.web_port,
+            canonical_url=self.canonical_url,
+        )
+        self.journal = self.app.topic(
+            names.journal,
+            key_type=bytes,
+            value_type=bytes,
+            key_serializer="raw",
+            value_serializer="raw",
+            partitions=settings.partitions,
+        )
+        self.table = StateTable(
+            self.app,
+            name=TABLE_NAME,
+            key_type=bytes,
+            value_type=bytes,
+            partitions=settings.partitions,
+            beacon=self.app.tables.beacon,
+            help="recurrence engine state (one change set per journal entry)",
+        )
+        self.app.tables.add(self.table)
+        outputs = {
+            name: self.app.topic(
+                name,
+                key_type=bytes,
+                value_type=bytes,
+                key_serializer="raw",
+                value_serializer="raw",
+                partitions=settings.partitions,
+            )
+            for name in names.outputs()
+        }
+        outputs[names.changelog] = self.table.changelog_topic
+        self.processor = BatchProcessor(
+            topics=names,
+            state=self.state,
+            sink=FaustSink(self.app, outputs, names.journal, settings.processing_guarantee == "exactly_once"),
+            config=self.config,
+            metrics=self.metrics,
+        )
+        self.app.agent(self.journal, name=AGENT_NAME)(self._agent)
+        self.app.timer(REPORT_INTERVAL)(self._report)
+        register(
+            self.app,
+            ReadSurface(
+                state=self.state,
+                config=self.config,
+                metrics=self.metrics,
+                partitions=settings.partitions,
+                my_url=self.canonical_url,
+                ready_partitions=self._ready_partitions,
+                owners=self._owners,
+                lag=self._lag,
+                health=self._health,
+            ),
+        )
+        self._last_report = (time.monotonic(), 0)
+
+    @property
+    def state(self) -> PartitionedState:
+        return cast(PartitionedState, self.table.data)
+
+    # -- the agent --------------------------------------------------------------------
+    async def _agent(self, stream: Any) -> None:
+        settings = self.settings
+        async for events in stream.take_events(settings.batch_max, within=settings.batch_within):
+            entries = [
+                Entry(e.message.partition, e.message.offset, e.message.value if e.message.value is not None else b"")
+                for e in events
+            ]
+            try:
+                await self.processor.process(entries)
+            except asyncio.CancelledError:
+                self._abort("cancelled while a batch was in flight", entries)
+            except Exception as error:  # any failure: never acknowledge a batch that is not durable
+                log.critical("batch failed: %s", type(error).__name__, exc_info=error)
+                self._abort(f"{type(error).__name__} while a batch was in flight", entries)
+
+    def _abort(self, why: str, entries: list[Entry]) -> None:
+        first = {e.partition: e.offset for e in reversed(entries)}
+        log.critical(
+            "%s; exiting without acknowledging %d entries (first offsets %s); a restart resumes from them",
+            why,
+            len(entries),
+            ", ".join(f"p{p}@{o}" for p, o in sorted(first.items())),
+        )
+        logging.shutdown()
+        sys.stderr.flush()
+        os._exit(EXIT_BATCH_ABORTED)
+
+    # -- read surface helpers -------------------------------------------------------------
+    def _journal_tps(self) -> set[Any]:
+        try:
+            actives = self.app.assignor.assigned_actives()
+        except Exception:  # not assigned yet
+            return set()
+        return {tp for tp in actives if tp.topic == self.names.journal}
+
+    def _ready_partitions(self) -> set[int]:
+        if self.app.rebalancing or self.app.in_recovery:
+            return set()
+        if not cast(Any, self.app.tables).recovery.completed.is_set():
+            return set()
+        return {tp.partition for tp in self._journal_tps()}
+
+    def _owners(self) -> dict[str, set[int]]:
+        owners: dict[str, set[int]] = {}
+        try:
+            metadata = self.app.router.table_metadata(self.table.name)
+        except Exception:
+            return owners
+        for url, topics in metadata.items():
+            partitions = topics.get(self.names.changelog, [])
+            if partitions:
+                owners[str(url)] = set(partitions)
+        return owners
+
+    def _lag(self) -> dict[int, int]:
+        consumer = self.app.consumer
+        lag: dict[int, int] = {}
+        for tp in self._journal_tps():
+            try:
+                highwater = consumer.highwater(tp)
+            except Exception:
+                continue
+            if highwater is None or highwater < 0:
+                continue
+            processed = self.metrics.processed_offsets.get(tp.partition)
+            if processed is not None:
+                position = processed + 1
+            else:
+                committed = getattr(consumer, "_committed_offset", {}).get(tp)
+                position = committed if committed is not None else 0
+            lag[tp.partition] = max(0, highwater - position)
+        return lag
+
+    def _health(self) -> dict[str, Any]:
+        partitions = sorted(tp.partition for tp in self._journal_tps())
+        ready = sorted(self._ready_partitions())
+        agent = self.app.agents.get(f"{self.__module__}.{AGENT_NAME}") or next(iter(self.app.agents.values()), None)
+        crashed_event = getattr(agent, "_crashed", None)
+        crashed = bool(crashed_event is not None and crashed_event.is_set())
+        status = "ok"
+        if crashed:
+            status = "agent crashed"
+        elif self.app.rebalancing or self.app.in_recovery:
+            status = "recovering"
+        return {
+            "status": status,
+            "app_id": self.settings.group_id,
+            "url": self.canonical_url,
+            "partitions": partitions,
+            "ready_partitions": ready,
+            "entries_processed": self.metrics.entries,
+            "processing_guarantee": self.settings.processing_guarantee,
+        }
+
+    async def _report(self) -> None:
+        then, entries_then = self._last_report
+        now = time.monotonic()
+        done = self.metrics.entries - entries_then
+        self._last_report = (now, self.metrics.entries)
+        if done == 0 and entries_then > 0:
+            return
+        lag = self._lag()
+        log.info(
+            "processed %d entries (%.0f/s), total %d; records %s; dead letters %s; lag %d on partitions %s",
+            done,
+            done / max(now - then, 1e-9),
+            self.metrics.entries,
+            dict(sorted(self.metrics.records.items())),
+            dict(sorted(self.metrics.dead_letters.items())),
+            sum(lag.values()),
+            sorted(lag),
+        )
+
+
+def create_app(settings: StreamSettings) -> Any:
+    return RecurrenceService(settings).app
+
+
+def __getattr__(name: str) -> Any:
+    # ``faust -A processor.stream.app worker``: build the app from the environment on first access.
+    if name == "app":
+        import argparse  # noqa: PLC0415
+
+        from processor.stream.settings import settings_from_args  # noqa: PLC0415
+
+        empty = argparse.Namespace(
+            bootstrap_servers=None,
+            security_protocol=None,
+            sasl_mechanism=None,
+            sasl_username=None,
+            ssl_cafile=None,
+            ssl_certfile=None,
+            ssl_keyfile=None,
+        )
+        built = create_app(settings_from_args(empty))
+        globals()["app"] = built
+        return built
+    raise AttributeError(name)

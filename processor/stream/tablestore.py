@@ -1,0 +1,195 @@
+"""Engine state in a Faust table: the ``StateStore`` adapter over Faust's per-partition stores.
+
+The table is an ordinary changelog-backed Faust table (raw bytes keys and
+values, ``rocksdb://`` store, changelog with the journal's partition count),
+with two store subclasses that add what the engine needs and Faust lacks:
+
+* ``iterate_prefix``: Faust tables are mappings without ordered scans. The
+  RocksDB store keeps one rocksdict database per partition
+  (``<tabledir>/<table>-<partition>.db``, opened with ``raw_mode=True`` so keys
+  and values are exactly the bytes written); ``RocksPartition`` seeks that
+  database with ``items(from_key=prefix)`` and stops at the first key past the
+  prefix, which is the same byte order ``processor.store.RocksStore`` uses. The
+  memory store (broker-less tests) keeps a sorted ``MemoryStore`` per partition.
+* change sets: every entry's changes travel as one changelog record (see
+  ``changeset``) and are applied locally as one write batch together with the
+  changelog offset Faust uses to resume recovery (``__faust\\0offset__``), so a
+  partition's database is never ahead of, or half of, its changelog.
+
+All keys of one scope start with ``["<ns>","<scope_id>",``, and a scope's
+entries all arrive on the journal partition of key ``scope_id``, so each
+partition's database holds whole scopes and the engine never needs a key from
+another partition.
+"""
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+import faust
+from faust.stores import memory as faust_memory
+from faust.stores import rocksdb as faust_rocksdb
+from rocksdict import WriteBatch
+from yarl import URL
+
+from processor.store import MemoryStore, StateStore
+from processor.stream import changeset
+
+OFFSET_KEY = faust_rocksdb.Store.offset_key
+
+
+class PartitionedState(Protocol):
+    """What the stream path needs from the table's store."""
+
+    def partition_state(self, partition: int) -> StateStore:
+        """The state of one partition (opened on demand; the agent's partitions)."""
+        ...
+
+    def open_partition_state(self, partition: int) -> StateStore | None:
+        """The state of a partition only if it is already open here (read surface)."""
+        ...
+
+    def apply_local(self, partition: int, changes: Mapping[bytes, bytes | None], changelog_offset: int | None) -> None:
+        """Write changes that are already durable in the changelog, atomically with its offset."""
+        ...
+
+
+class RocksPartition:
+    """``StateStore`` over one rocksdict database of Faust's RocksDB store."""
+
+    def __init__(self, db: Any) -> None:
+        self._db = db
+
+    def get(self, key: bytes) -> bytes | None:
+        value = self._db.get(key)
+        return None if value is None else bytes(value)
+
+    def iterate_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        for key, value in self._db.items(from_key=prefix):
+            if not key.startswith(prefix):
+                break
+            if key != OFFSET_KEY:
+                yield bytes(key), bytes(value)
+
+    def apply(self, changes: Mapping[bytes, bytes | None]) -> None:
+        self.write(changes, None)
+
+    def write(self, changes: Mapping[bytes, bytes | None], changelog_offset: int | None) -> None:
+        batch = WriteBatch(raw_mode=True)
+        for key, value in changes.items():
+            if value is None:
+                batch.delete(key)
+            else:
+                batch.put(key, value)
+        if changelog_offset is not None:
+            batch.put(OFFSET_KEY, str(changelog_offset).encode())
+        self._db.write(batch)
+
+    def close(self) -> None:
+        return None  # Faust owns the database handle
+
+
+def _expand(value: bytes | None, key: bytes) -> Iterable[tuple[bytes, bytes | None]]:
+    if changeset.is_changeset(value):
+        assert value is not None
+        return changeset.decode(value).items()
+    return ((key, value),)
+
+
+class ChangeSetRocksStore(faust_rocksdb.Store):
+    """Faust's RocksDB table store, plus prefix scans and change-set changelog records."""
+
+    def partition_state(self, partition: int) -> StateStore:
+        return RocksPartition(self._db_for_partition(partition))
+
+    def open_partition_state(self, partition: int) -> StateStore | None:
+        db = self._dbs.get(partition)
+        return None if db is None else RocksPartition(db)
+
+    def apply_local(self, partition: int, changes: Mapping[bytes, bytes | None], changelog_offset: int | None) -> None:
+        RocksPartition(self._db_for_partition(partition)).write(changes, changelog_offset)
+
+    def apply_changelog_batch(
+        self,
+        batch: Iterable[Any],
+        to_key: Callable[[Any], Any],
+        to_value: Callable[[Any], Any],
+    ) -> None:
+        """Recovery and standby replicas: expand change sets, one write batch per partition."""
+        batches: dict[int, WriteBatch] = {}
+        offsets: dict[int, int] = {}
+        for event in batch:
+            message = event.message
+            write = batches.get(message.partition)
+            if write is None:
+                write = batches[message.partition] = WriteBatch(raw_mode=True)
+            for key, value in _expand(message.value, message.key):
+                if value is None:
+                    write.delete(key)
+                else:
+                    write.put(key, value)
+            offsets[message.partition] = max(message.offset, offsets.get(message.partition, -1))
+        for partition, write in batches.items():
+            write.put(OFFSET_KEY, str(offsets[partition]).encode())
+            self._db_for_partition(partition).write(write)
+
+
+class ChangeSetMemoryStore(faust_memory.Store[bytes, bytes]):
+    """In-memory variant for broker-less tests: a sorted ``MemoryStore`` per partition."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._partitions: dict[int, MemoryStore] = {}
+
+    def partition_state(self, partition: int) -> StateStore:
+        state = self._partitions.get(partition)
+        if state is None:
+            state = self._partitions[partition] = MemoryStore()
+        return state
+
+    def open_partition_state(self, partition: int) -> StateStore | None:
+        return self._partitions.get(partition)
+
+    def apply_local(self, partition: int, changes: Mapping[bytes, bytes | None], changelog_offset: int | None) -> None:
+        self.partition_state(partition).apply(changes)
+
+    def apply_changelog_batch(
+        self,
+        batch: Iterable[Any],
+        to_key: Callable[[Any], Any],
+        to_value: Callable[[Any], Any],
+    ) -> None:
+        for event in batch:
+            message = event.message
+            self.partition_state(message.partition).apply(dict(_expand(message.value, message.key)))
+
+
+class StateTable(faust.Table[bytes, bytes]):
+    """A Faust table whose store is one of the change-set stores above."""
+
+    def _new_store_by_url(self, url: str | URL) -> Any:
+        scheme = URL(str(url)).scheme
+        store_class: type[Any]
+        if scheme == "rocksdb":
+            store_class = ChangeSetRocksStore
+        elif scheme == "memory":
+            store_class = ChangeSetMemoryStore
+        else:
+            raise ValueError(f"engine state needs a rocksdb:// or memory:// store, not {url}")
+        return store_class(
+            url,
+            self.app,
+            self,
+            table_name=self.name,
+            key_type=self.key_type,
+            key_serializer=self.key_serializer,
+            value_serializer=self.value_serializer,
+            value_type=self.value_type,
+            loop=self.loop,
+            options=self.options,
+        )
+
+
+def partition_db_path(tabledir: Path, table_name: str, partition: int) -> Path:
+    """Where Faust's RocksDB store keeps one partition (used by docs and tests)."""
+    return tabledir / f"{table_name}-{partition}.db"
