@@ -17,6 +17,7 @@ from processor.constants import DEFAULT_TOP_REVISIONS, RECURRENCE_REVIEW_STREAK_
 from processor.embedded import DEFAULT_BATCH, ConfigMismatchError, open_state, replay, statistics
 from processor.engine import EngineConfig
 from processor.store import StateDirError
+from processor.synthetic import JournalSpec, generate
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -66,6 +67,22 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_generate(args: argparse.Namespace) -> int:
+    spec = JournalSpec(entries=args.entries, scopes=args.scopes, seed=args.seed, garbage_ratio=args.garbage_ratio)
+    out = sys.stdout.buffer
+    for line in generate(spec):
+        out.write(line + b"\n")
+    out.flush()
+    return EXIT_OK
+
+
+def _ratio(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError("must be between 0 and 1")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="recurrence",
@@ -92,6 +109,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scope", help="only this scope")
     p.add_argument("--top", type=_non_negative, default=DEFAULT_TOP_REVISIONS, help="top_revisions bound N")
     p.set_defaults(func=_cmd_stats)
+
+    p = commands.add_parser("generate", help="write a seeded synthetic journal to stdout")
+    p.add_argument("--entries", type=_positive, default=1000)
+    p.add_argument("--scopes", type=_positive, default=8)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--garbage-ratio", type=_ratio, default=0.0, help="share of deliberately invalid lines")
+    p.set_defaults(func=_cmd_generate)
 
     try:
         from processor.stream.cli import register  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415

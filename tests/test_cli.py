@@ -133,3 +133,18 @@ def test_dead_letters_do_not_fail_the_run(tmp_path: Path) -> None:
     assert done.returncode == 0
     assert b"dead letters: 1 (invalid_json=1)" in done.stderr
     assert stats(tmp_path / "s") == EXPECTED
+
+
+def test_generate_is_seeded_and_replayable(tmp_path: Path) -> None:
+    def generated(seed: int) -> bytes:
+        return subprocess.run(
+            [sys.executable, "-m", "processor.cli", "generate", "--entries", "300", "--seed", str(seed)],
+            capture_output=True,
+            check=True,
+        ).stdout
+
+    first = generated(9)
+    assert first == generated(9) != generated(10)
+    assert len(first.splitlines()) == 300
+    done = replay("-", tmp_path / "s", tmp_path / "l.jsonl", stdin=first)
+    assert done.returncode == 0 and b"300 entries" in done.stderr
