@@ -27,9 +27,10 @@ def _ledger_records(path: Path) -> int:
         return sum(1 for line in handle if not line.startswith(b'{"record":"dead_letter"'))
 
 
-def run_once(entries: int, scopes: int, garbage: float, workdir: Path) -> dict[str, float]:
+def run_once(entries: int, scopes: int, garbage: float, cap: int | None, workdir: Path) -> dict[str, float]:
     journal = workdir / f"journal-{entries}.jsonl"
-    write(JournalSpec(entries=entries, scopes=scopes, seed=42, garbage_ratio=garbage), str(journal))
+    spec = JournalSpec(entries=entries, scopes=scopes, seed=42, garbage_ratio=garbage, experiences_per_scope=cap)
+    write(spec, str(journal))
     state, out = workdir / f"state-{entries}", workdir / f"ledger-{entries}.jsonl"
     started = time.perf_counter()
     # /usr/bin/time-free RSS: run in a child and read its own getrusage.
@@ -70,12 +71,19 @@ def main() -> int:
     parser.add_argument("--sizes", default="10000,100000")
     parser.add_argument("--scopes", type=int, default=50)
     parser.add_argument("--garbage", type=float, default=0.01)
+    parser.add_argument(
+        "--experiences-per-scope",
+        type=int,
+        default=40,
+        help="cap on distinct Experiences per scope (0: unbounded, every scope's candidate set keeps growing)",
+    )
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "replay.json"))
     args = parser.parse_args()
     results = []
     with tempfile.TemporaryDirectory(prefix="recurrence-bench-") as tmp:
         for size in (int(s) for s in args.sizes.split(",")):
-            result = run_once(size, args.scopes, args.garbage, Path(tmp))
+            cap = args.experiences_per_scope or None
+            result = run_once(size, args.scopes, args.garbage, cap, Path(tmp))
             print(json.dumps(result), flush=True)
             results.append(result)
     report = {
@@ -86,6 +94,7 @@ def main() -> int:
         },
         "scopes": args.scopes,
         "garbage_ratio": args.garbage,
+        "experiences_per_scope": args.experiences_per_scope or None,
         "runs": results,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

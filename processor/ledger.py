@@ -76,7 +76,7 @@ class CandidateSet:
     refs: tuple[ArtifactRef, ...]
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=64)
 def scope_heads(index: bytes) -> tuple[Candidate, ...]:
     """Parse a failure-heads index row; memoized on its exact bytes, so it is pure."""
     return tuple(

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Protocol
 
-from rocksdict import AccessType, Options, Rdict, WriteBatch
+from rocksdict import AccessType, BlockBasedOptions, Cache, Options, Rdict, WriteBatch
 
 
 class StateStore(Protocol):
@@ -63,17 +63,27 @@ class StateDirError(RuntimeError):
     """The --state directory cannot be used (locked by another process, not a DB, ...)."""
 
 
-# Memtables dominate RocksDB's resident memory; small ones keep a long replay's
-# footprint flat (the state is read back through the block cache, not RAM).
+# RocksDB's resident memory is memtables plus the block cache; both are capped
+# so a long replay's footprint stays flat. Index and filter blocks live in that
+# cache too instead of growing with the number of SST files. Most engine reads
+# are misses (a new Source, revision or group is looked up before it is
+# written), which bloom filters answer without touching the SST levels.
 _WRITE_BUFFER_BYTES = 8 * 2**20
 _MAX_WRITE_BUFFERS = 2
+_BLOCK_CACHE_BYTES = 32 * 2**20
+_BLOOM_BITS_PER_KEY = 10
 
 
 def _rocks_options() -> Options:
+    table = BlockBasedOptions()
+    table.set_bloom_filter(_BLOOM_BITS_PER_KEY, False)
+    table.set_block_cache(Cache(_BLOCK_CACHE_BYTES))
+    table.set_cache_index_and_filter_blocks(True)
     options = Options(raw_mode=True)
     options.create_if_missing(True)
     options.set_write_buffer_size(_WRITE_BUFFER_BYTES)
     options.set_max_write_buffer_number(_MAX_WRITE_BUFFERS)
+    options.set_block_based_table_factory(table)
     return options
 
 

@@ -44,6 +44,10 @@ class JournalSpec:
     seed: int = 0
     garbage_ratio: float = 0.0
     candidate_ratio: float = 0.03
+    # Cap on distinct Experience artifacts per scope (None: keep adding). With a
+    # cap, later Experience entries are new revisions, so a scope's working set
+    # stops growing while the journal keeps going.
+    experiences_per_scope: int | None = None
 
 
 def _ref(family: str, artifact_id: str, revision: int) -> dict[str, Any]:
@@ -72,9 +76,10 @@ def _source(
 
 
 class _Scope:
-    def __init__(self, name: str, rng: random.Random) -> None:
+    def __init__(self, name: str, rng: random.Random, experience_cap: int | None = None) -> None:
         self.name = name
         self.rng = rng
+        self.experience_cap = experience_cap
         self.position = 0
         self.evidence: list[str] = []
         self.experiences: dict[str, int] = {}  # artifact_id -> head revision
@@ -111,7 +116,8 @@ class _Scope:
 
     def _experience(self) -> dict[str, Any]:
         rng = self.rng
-        if self.experiences and rng.random() < 0.3:
+        full = self.experience_cap is not None and len(self.experiences) >= self.experience_cap
+        if self.experiences and (full or rng.random() < 0.3):
             artifact_id = rng.choice(sorted(self.experiences))
             revision = self.experiences[artifact_id] + 1
         else:
@@ -271,7 +277,9 @@ _GARBAGE = [
 def generate(spec: JournalSpec) -> Iterator[bytes]:
     """Yield journal lines (without newline); per-scope order is preserved."""
     rng = random.Random(spec.seed)
-    scopes = [_Scope(f"scope-{i:03d}", random.Random(rng.random())) for i in range(spec.scopes)]
+    scopes = [
+        _Scope(f"scope-{i:03d}", random.Random(rng.random()), spec.experiences_per_scope) for i in range(spec.scopes)
+    ]
     for _ in range(spec.entries):
         if spec.garbage_ratio and rng.random() < spec.garbage_ratio:
             yield rng.choice(_GARBAGE)
