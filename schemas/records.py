@@ -7,9 +7,9 @@ matrix before it reaches persistence").
 
 import functools
 import re
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, Final, Literal, Self
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, model_validator
 
 from processor.constants import MAX_CANDIDATE_EVIDENCE
 from processor.digest import digest
@@ -49,6 +49,16 @@ def candidate_set_digest(refs: tuple[ArtifactRef, ...]) -> str:
     return digest([r.model_dump(mode="json") for r in refs])
 
 
+# ``build`` derives a record's own id from exactly the fields it validates, so
+# re-deriving it in the validator would only repeat the same computation; a
+# record read from anywhere else (a topic, a file) is always re-checked.
+_BUILT: Final = {"id_derived_by_build": True}
+
+
+def _derived_by_build(info: ValidationInfo) -> bool:
+    return bool(info.context and info.context.get("id_derived_by_build"))
+
+
 def self_digest(model: Value, *exclude: str) -> str:
     """Digest of a record without ``record`` and its own id field(s)."""
     return digest(model.model_dump(mode="json", by_alias=True, exclude={"record", *exclude}))
@@ -69,7 +79,7 @@ class MatchRecord(Value):
     match_digest: Digest
 
     @model_validator(mode="after")
-    def _matrix(self) -> Self:
+    def _matrix(self, info: ValidationInfo) -> Self:
         _require(
             self.failure_ref.task_outcome_ref == self.task_outcome_ref, "failure_ref must locate this Task Outcome"
         )
@@ -91,14 +101,16 @@ class MatchRecord(Value):
                 self.artifact_ref is None and self.signature_key is None,
                 "unmatched and ambiguous decisions carry no target",
             )
-        _require(self.match_digest == self_digest(self, "match_digest"), "match_digest must be the record's digest")
+        if not _derived_by_build(info):
+            _require(self.match_digest == self_digest(self, "match_digest"), "match_digest must be the record's digest")
         return self
 
     @classmethod
     def build(cls, **fields: Any) -> "MatchRecord":
         fields["candidate_set_digest"] = candidate_set_digest(fields["candidate_refs"])
         draft = cls.model_construct(**fields, match_digest="")
-        return cls(**fields, match_digest=self_digest(draft, "match_digest"))
+        data = {**fields, "match_digest": self_digest(draft, "match_digest")}
+        return cls.model_validate(data, context=_BUILT)
 
 
 class ObservationRecord(Value):
@@ -119,7 +131,7 @@ class ObservationRecord(Value):
     recurrence_match_digest: Digest | None = None
 
     @model_validator(mode="after")
-    def _matrix(self) -> Self:
+    def _matrix(self, info: ValidationInfo) -> Self:
         _require(normalize(self.signature_key) == self.signature_key, "signature_key must already be normalized")
         for ref in (self.condition_ref, self.check_ref, self.failure_ref):
             if ref is not None:
@@ -156,16 +168,18 @@ class ObservationRecord(Value):
                 self.handoff_receipt_ref is None and self.handoff_ref is None,
                 "recurred is provenance of the failure item, not of a Handoff",
             )
-        _require(
-            self.observation_id == self_digest(self, "observation_id"),
-            "observation_id must be derived from the event's evidence",
-        )
+        if not _derived_by_build(info):
+            _require(
+                self.observation_id == self_digest(self, "observation_id"),
+                "observation_id must be derived from the event's evidence",
+            )
         return self
 
     @classmethod
     def build(cls, **fields: Any) -> "ObservationRecord":
         draft = cls.model_construct(**fields, observation_id="")
-        return cls(**fields, observation_id=self_digest(draft, "observation_id"))
+        data = {**fields, "observation_id": self_digest(draft, "observation_id")}
+        return cls.model_validate(data, context=_BUILT)
 
 
 class ReviewProposalRecord(Value):
