@@ -13,29 +13,12 @@ from pathlib import Path
 
 import orjson
 
+from processor.cliargs import EXIT_OK, EXIT_UNUSABLE, non_negative_int, positive_int, ratio
 from processor.constants import DEFAULT_TOP_REVISIONS, RECURRENCE_REVIEW_STREAK_THRESHOLD
 from processor.embedded import DEFAULT_BATCH, ConfigMismatchError, open_state, replay, statistics
 from processor.engine import EngineConfig
 from processor.store import StateDirError
 from processor.synthetic import JournalSpec, generate
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_UNUSABLE = 2
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
-
-
-def _non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be non-negative")
-    return value
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
@@ -76,13 +59,6 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _ratio(text: str) -> float:
-    value = float(text)
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError("must be between 0 and 1")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="recurrence",
@@ -97,24 +73,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="ledger .jsonl file; records are appended")
     p.add_argument(
         "--review-threshold",
-        type=_positive,
+        type=positive_int,
         default=RECURRENCE_REVIEW_STREAK_THRESHOLD,
         help="RECURRENCE_REVIEW_STREAK_THRESHOLD (fixed per state directory; default %(default)s)",
     )
-    p.add_argument("--batch", type=_positive, default=DEFAULT_BATCH, help="entries per durable commit")
+    p.add_argument("--batch", type=positive_int, default=DEFAULT_BATCH, help="entries per durable commit")
     p.set_defaults(func=_cmd_replay)
 
     p = commands.add_parser("stats", help="print per-scope recurrence statistics as JSON")
     p.add_argument("--state", required=True, help="state directory written by replay")
     p.add_argument("--scope", help="only this scope")
-    p.add_argument("--top", type=_non_negative, default=DEFAULT_TOP_REVISIONS, help="top_revisions bound N")
+    p.add_argument("--top", type=non_negative_int, default=DEFAULT_TOP_REVISIONS, help="top_revisions bound N")
     p.set_defaults(func=_cmd_stats)
 
     p = commands.add_parser("generate", help="write a seeded synthetic journal to stdout")
-    p.add_argument("--entries", type=_positive, default=1000)
-    p.add_argument("--scopes", type=_positive, default=8)
+    p.add_argument("--entries", type=positive_int, default=1000)
+    p.add_argument("--scopes", type=positive_int, default=8)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--garbage-ratio", type=_ratio, default=0.0, help="share of deliberately invalid lines")
+    p.add_argument("--garbage-ratio", type=ratio, default=0.0, help="share of deliberately invalid lines")
     p.set_defaults(func=_cmd_generate)
 
     try:

@@ -18,13 +18,14 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, Final, cast
 
 import faust
-from faust.types import TP
+from aiokafka import TopicPartition
 
 from processor.engine import EngineConfig
+from processor.stream.journal import JournalReader
 from processor.stream.metrics import Metrics
 from processor.stream.processing import BatchProcessor, Delivered, Entry
 from processor.stream.settings import TABLE_NAME, StreamSettings
@@ -36,6 +37,8 @@ log = logging.getLogger("recurrence.stream")
 EXIT_BATCH_ABORTED: Final = 70
 AGENT_NAME: Final = "recurrence-engine"
 REPORT_INTERVAL: Final = 15.0
+CATCH_UP_INTERVAL: Final = 2.0
+STALL_SECONDS: Final = 4.0
 
 
 class FaustSink:
@@ -49,11 +52,12 @@ class FaustSink:
     ``send`` picks the producer by the *destination* partition, which for an
     output topic is not the entry's partition (or not a partition Faust knows),
     so the record would bypass the transaction. This sink sends every record of
-    an entry through the producer of the entry's journal partition, and
-    ``commit`` ends each batch with ``send_offsets_to_transaction`` +
-    ``commit_transaction`` on that producer (under Faust's per-producer lock),
-    before the local state is written. Local state is therefore never ahead of
-    the committed changelog, and read_committed consumers see each output once.
+    an entry through the producer of the entry's journal partition, holds that
+    producer's lock for the whole batch (so Faust's timed commit cannot split
+    it), and ``commit`` ends each batch with ``send_offsets_to_transaction`` +
+    ``commit_transaction`` on that producer, before the local state is written.
+    Local state is therefore never ahead of the committed changelog, and
+    read_committed consumers see each output once.
     """
 
     def __init__(self, app: Any, topics: Mapping[str, Any], journal: str, exactly_once: bool) -> None:
@@ -61,10 +65,33 @@ class FaustSink:
         self._topics = topics
         self._journal = journal
         self._exactly_once = exactly_once
+        self._held: list[Any] = []
 
     def _transactional_id(self, partition: int) -> str:
         group = self._app.assignor.group_for_topic(self._journal)
         return f"{self._app.conf.id}-{group}-{partition}"
+
+    def _producer(self, partition: int) -> Any:
+        producer = self._app.producer._transaction_producers.get(self._transactional_id(partition))
+        if producer is None:
+            raise RuntimeError(f"no transactional producer for journal partition {partition}")
+        return producer
+
+    async def begin(self, partitions: Sequence[int]) -> None:
+        # Faust commits every transaction on its own timer too; holding its per-producer
+        # locks for the whole batch keeps that commit from landing mid-batch (it would make
+        # some outputs visible without the change sets that record them).
+        if not self._exactly_once:
+            return
+        locks = self._app.producer._trn_locks
+        for partition in sorted(set(partitions)):
+            lock = locks[self._transactional_id(partition)]
+            await lock.acquire()
+            self._held.append(lock)
+
+    def end(self) -> None:
+        while self._held:
+            self._held.pop().release()
 
     async def send(
         self,
@@ -80,31 +107,20 @@ class FaustSink:
                 topic, key, value, partition, None, headers or None
             )
             return future
-        driver = self._app.producer.producer  # the aiokafka driver behind Faust's TransactionManager
-        sent: Awaitable[Delivered] = await driver.send(
-            topic,
-            key,
-            value,
-            partition,
-            None,
-            headers or None,
-            transactional_id=self._transactional_id(source_partition),
+        sent: Awaitable[Delivered] = await self._producer(source_partition).send(
+            topic, value, key=key, partition=partition, headers=headers or None
         )
         return sent
 
     async def commit(self, next_offsets: Mapping[int, int]) -> None:
         if not self._exactly_once:
             return
-        driver = self._app.producer.producer
         for partition, offset in sorted(next_offsets.items()):
-            tid = self._transactional_id(partition)
-            async with driver._trn_locks[tid]:
-                producer = driver._transaction_producers.get(tid)
-                if producer is None:
-                    raise RuntimeError(f"no transactional producer for journal partition {partition}")
-                await producer.send_offsets_to_transaction({TP(self._journal, partition): offset}, self._app.conf.id)
-                await producer.commit_transaction()
-                await producer.begin_transaction()
+            producer = self._producer(partition)
+            offsets = {TopicPartition(self._journal, partition): offset}
+            await producer.send_offsets_to_transaction(offsets, self._app.conf.id)
+            await producer.commit_transaction()
+            await producer.begin_transaction()
 
 
 class RecurrenceService:
@@ -116,7 +132,7 @@ class RecurrenceService:
         self.config = EngineConfig(review_threshold=settings.review_threshold)
         names = settings.topics
         self.names = names
-        self.canonical_url = f"http://{settings.web_host}:{settings.web_port}"
+        self.canonical_url = settings.canonical_url
         self.app = faust.App(
             settings.group_id,
             broker=settings.kafka.faust_broker(),
@@ -132,6 +148,9 @@ class RecurrenceService:
             topic_disable_leader=True,
             table_standby_replicas=settings.standby_replicas,
             consumer_auto_offset_reset="earliest",
+            consumer_group_instance_id=settings.instance_id,
+            broker_session_timeout=settings.session_timeout,
+            broker_heartbeat_interval=max(0.5, settings.session_timeout / 5),
             producer_acks=-1,
             stream_wait_empty=True,
             web_enabled=True,
@@ -170,15 +189,20 @@ class RecurrenceService:
             for name in names.outputs()
         }
         outputs[names.changelog] = self.table.changelog_topic
+        self.reader = JournalReader(settings.kafka, names.journal)
         self.processor = BatchProcessor(
             topics=names,
             state=self.state,
+            source=self.reader,
             sink=FaustSink(self.app, outputs, names.journal, settings.processing_guarantee == "exactly_once"),
             config=self.config,
             metrics=self.metrics,
         )
         self.app.agent(self.journal, name=AGENT_NAME)(self._agent)
         self.app.timer(REPORT_INTERVAL)(self._report)
+        self.app.timer(CATCH_UP_INTERVAL)(self._catch_up)
+        self.app.on_before_shutdown.connect(self._close_reader)
+        self._progress: dict[int, tuple[int | None, float]] = {}
         register(
             self.app,
             ReadSurface(
@@ -214,6 +238,40 @@ class RecurrenceService:
             except Exception as error:  # any failure: never acknowledge a batch that is not durable
                 log.critical("batch failed: %s", type(error).__name__, exc_info=error)
                 self._abort(f"{type(error).__name__} while a batch was in flight", entries)
+
+    async def _close_reader(self, app: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+        await self.reader.close()
+
+    async def _catch_up(self) -> None:
+        """Entries the stream has not delivered for a while although the journal has them: run them."""
+        ready = self._ready_partitions()
+        now = time.monotonic()
+        for tp in self._journal_tps():
+            if tp.partition not in ready:
+                self._progress.pop(tp.partition, None)
+                continue
+            try:
+                highwater = self.app.consumer.highwater(tp)
+            except Exception:
+                continue
+            position = self.processor.position(tp.partition)
+            if highwater is None or highwater <= (position or 0):
+                self._progress[tp.partition] = (position, now)
+                continue
+            seen, since = self._progress.setdefault(tp.partition, (position, now))
+            if seen != position:
+                self._progress[tp.partition] = (position, now)
+                continue
+            if now - since < STALL_SECONDS:
+                continue
+            try:
+                await self.processor.catch_up(tp.partition, highwater)
+            except asyncio.CancelledError:
+                self._abort("cancelled while catching up", [])
+            except Exception as error:
+                log.critical("catching up failed: %s", type(error).__name__, exc_info=error)
+                self._abort(f"{type(error).__name__} while catching up", [])
+            self._progress[tp.partition] = (self.processor.position(tp.partition), time.monotonic())
 
     def _abort(self, why: str, entries: list[Entry]) -> None:
         first = {e.partition: e.offset for e in reversed(entries)}
@@ -264,19 +322,18 @@ class RecurrenceService:
                 continue
             if highwater is None or highwater < 0:
                 continue
-            processed = self.metrics.processed_offsets.get(tp.partition)
-            if processed is not None:
-                position = processed + 1
+            position = self.processor.position(tp.partition)
+            if position is None:  # nothing applied yet on this partition
+                position = 0
             else:
-                committed = getattr(consumer, "_committed_offset", {}).get(tp)
-                position = committed if committed is not None else 0
+                self.metrics.positions[tp.partition] = position
             lag[tp.partition] = max(0, highwater - position)
         return lag
 
     def _health(self) -> dict[str, Any]:
         partitions = sorted(tp.partition for tp in self._journal_tps())
         ready = sorted(self._ready_partitions())
-        agent = self.app.agents.get(f"{self.__module__}.{AGENT_NAME}") or next(iter(self.app.agents.values()), None)
+        agent = next(iter(self.app.agents.values()), None)
         crashed_event = getattr(agent, "_crashed", None)
         crashed = bool(crashed_event is not None and crashed_event.is_set())
         status = "ok"

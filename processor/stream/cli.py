@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import IO, Any, Final
 
+from processor.cliargs import EXIT_OK, EXIT_UNUSABLE, non_negative_int, positive_int
 from processor.constants import RECURRENCE_REVIEW_STREAK_THRESHOLD
 from processor.stream.settings import (
     StreamSettings,
@@ -22,26 +23,9 @@ from processor.stream.settings import (
     settings_from_args,
 )
 
-EXIT_OK: Final = 0
-EXIT_FAILED: Final = 1
-EXIT_UNUSABLE: Final = 2
-EXIT_DRIFT: Final = 3
+EXIT_DRIFT: Final = 3  # topics exist but differ from their definitions
 
 log = logging.getLogger("recurrence.stream.cli")
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
-
-
-def _non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be non-negative")
-    return value
 
 
 def _settings(args: argparse.Namespace) -> StreamSettings | None:
@@ -168,9 +152,14 @@ def register(commands: Any) -> None:
     add_layout_arguments(p)
     g = p.add_argument_group("worker")
     g.add_argument("--datadir", help="local state directory, one per worker process (RECURRENCE_DATADIR)")
-    g.add_argument("--web-host", help="web bind address and advertised host (RECURRENCE_WEB_HOST; 127.0.0.1)")
-    g.add_argument("--web-port", type=_positive, help="web port (RECURRENCE_WEB_PORT; 6066)")
-    g.add_argument("--standby-replicas", type=_non_negative, help="standby copies of each partition's state (1)")
+    g.add_argument("--web-host", help="web bind address (RECURRENCE_WEB_HOST; 127.0.0.1)")
+    g.add_argument(
+        "--web-advertise",
+        help="host other workers forward statistics requests to (RECURRENCE_WEB_ADVERTISE; the bind address, "
+        "or the hostname when binding 0.0.0.0)",
+    )
+    g.add_argument("--web-port", type=positive_int, help="web port (RECURRENCE_WEB_PORT; 6066)")
+    g.add_argument("--standby-replicas", type=non_negative_int, help="standby copies of each partition's state (1)")
     g.add_argument(
         "--processing-guarantee",
         choices=("at_least_once", "exactly_once"),
@@ -178,10 +167,20 @@ def register(commands: Any) -> None:
     )
     g.add_argument(
         "--review-threshold",
-        type=_positive,
+        type=positive_int,
         help=f"RECURRENCE_REVIEW_STREAK_THRESHOLD; fixed per app id ({RECURRENCE_REVIEW_STREAK_THRESHOLD})",
     )
-    g.add_argument("--batch-max", type=_positive, help="journal entries per durable batch (500)")
+    g.add_argument("--batch-max", type=positive_int, help="journal entries per durable batch (500)")
+    g.add_argument(
+        "--session-timeout",
+        type=float,
+        help="seconds before a silent worker's partitions move to others (RECURRENCE_SESSION_TIMEOUT; 10)",
+    )
+    g.add_argument(
+        "--instance-id",
+        help="stable id of this worker (static group membership, RECURRENCE_INSTANCE_ID): a restart takes "
+        "its partitions back without a rebalance; unique per worker process",
+    )
     g.add_argument("--create-topics", action="store_true", help="create missing topics first (never alters any)")
     g.add_argument("-l", "--loglevel", default="info", help="worker log level (info)")
     p.set_defaults(func=_cmd_worker)

@@ -30,8 +30,10 @@ class Metrics:
     changelog_records: int = 0
     state_changes: int = 0
     batch_seconds: float = 0.0
-    # journal partition -> offset of the last entry whose effects are durable
-    processed_offsets: dict[int, int] = field(default_factory=dict)
+    redelivered_skipped: int = 0
+    filled: int = 0
+    # journal partition -> next journal offset recorded in the state (durable)
+    positions: dict[int, int] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
 
     def render(self, lag: Mapping[int, int] | None = None, extra: Iterable[str] = ()) -> str:
@@ -81,10 +83,22 @@ class Metrics:
             "recurrence_state_changes_total", "counter", "State keys written or deleted.", [({}, self.state_changes)]
         )
         metric(
-            "recurrence_processed_offset",
+            "recurrence_redelivered_skipped_total",
+            "counter",
+            "Entries delivered again by the stream after they were applied (not run again).",
+            [({}, self.redelivered_skipped)],
+        )
+        metric(
+            "recurrence_stream_gaps_filled_total",
+            "counter",
+            "Entries the stream did not deliver, read directly from the journal and run.",
+            [({}, self.filled)],
+        )
+        metric(
+            "recurrence_journal_position",
             "gauge",
-            "Journal offset of the last durable entry, by partition.",
-            [({"partition": p}, o) for p, o in sorted(self.processed_offsets.items())],
+            "Next journal offset recorded in the state, by partition.",
+            [({"partition": p}, o) for p, o in sorted(self.positions.items())],
         )
         if lag is not None:
             metric(

@@ -10,11 +10,13 @@ SASL_SSL with PLAIN or SCRAM-SHA-256/512.
 
 import argparse
 import os
+import socket
 import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from processor.cliargs import positive_int
 from processor.constants import RECURRENCE_REVIEW_STREAK_THRESHOLD
 
 DEFAULT_BOOTSTRAP: Final = "127.0.0.1:39092"
@@ -123,28 +125,45 @@ class TopicNames:
 class StreamSettings:
     kafka: KafkaConnection = field(default_factory=KafkaConnection)
     topic_prefix: str = DEFAULT_PREFIX
+    journal_topic: str | None = None  # defaults to <prefix>.journal (a rebuild reads an existing one)
     app_id: str | None = None  # consumer group and changelog prefix; defaults to the topic prefix
     partitions: int = DEFAULT_PARTITIONS
     replication: int = 1
     min_insync: int = 1
     datadir: Path = Path("recurrence-data")
-    web_host: str = "127.0.0.1"
+    web_host: str = "127.0.0.1"  # bind address
     web_port: int = DEFAULT_WEB_PORT
+    web_advertise: str | None = None  # host other workers forward to; default web_host (hostname if a wildcard)
     standby_replicas: int = 1
     processing_guarantee: Guarantee = "at_least_once"
     review_threshold: int = RECURRENCE_REVIEW_STREAK_THRESHOLD
     batch_max: int = 500
     batch_within: float = 0.02
+    # Consumer group membership: a dead worker's partitions move after the session
+    # timeout; with a stable instance id (static membership) a restarted worker takes
+    # its partitions back at once, without waiting for the session to expire.
+    session_timeout: float = 10.0
+    instance_id: str | None = None
 
     @property
     def group_id(self) -> str:
         return self.app_id or self.topic_prefix
 
     @property
+    def canonical_url(self) -> str:
+        """The URL other workers forward statistics requests to."""
+        host = self.web_advertise or self.web_host
+        if host in ("", "0.0.0.0", "::"):
+            host = socket.gethostname()
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.web_port}"
+
+    @property
     def topics(self) -> TopicNames:
         p = self.topic_prefix
         return TopicNames(
-            journal=f"{p}.journal",
+            journal=self.journal_topic or f"{p}.journal",
             ledger=f"{p}.ledger",
             review=f"{p}.review",
             dead_letters=f"{p}.dead-letters",
@@ -154,20 +173,6 @@ class StreamSettings:
 
 
 # -- argparse wiring -------------------------------------------------------------------
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
-
-
-def _non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be non-negative")
-    return value
 
 
 def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
@@ -191,6 +196,7 @@ def add_topic_arguments(parser: argparse.ArgumentParser) -> None:
         "--topic-prefix",
         help=f"topics are <prefix>.journal/.ledger/.review/.dead-letters (RECURRENCE_TOPIC_PREFIX; {DEFAULT_PREFIX})",
     )
+    g.add_argument("--journal-topic", help="journal topic (RECURRENCE_JOURNAL_TOPIC; defaults to <prefix>.journal)")
     g.add_argument(
         "--app-id", help="consumer group id and changelog prefix (RECURRENCE_APP_ID; defaults to the topic prefix)"
     )
@@ -199,10 +205,12 @@ def add_topic_arguments(parser: argparse.ArgumentParser) -> None:
 def add_layout_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("topic layout")
     g.add_argument(
-        "--partitions", type=_positive, help=f"partitions of every topic (RECURRENCE_PARTITIONS; {DEFAULT_PARTITIONS})"
+        "--partitions",
+        type=positive_int,
+        help=f"partitions of every topic (RECURRENCE_PARTITIONS; {DEFAULT_PARTITIONS})",
     )
-    g.add_argument("--replication", type=_positive, help="replication factor (RECURRENCE_REPLICATION; 1)")
-    g.add_argument("--min-insync", type=_positive, help="min.insync.replicas (RECURRENCE_MIN_INSYNC; 1)")
+    g.add_argument("--replication", type=positive_int, help="replication factor (RECURRENCE_REPLICATION; 1)")
+    g.add_argument("--min-insync", type=positive_int, help="min.insync.replicas (RECURRENCE_MIN_INSYNC; 1)")
 
 
 def connection_from_args(args: argparse.Namespace) -> KafkaConnection:
@@ -238,6 +246,7 @@ def settings_from_args(args: argparse.Namespace, **overrides: Any) -> StreamSett
     values: dict[str, Any] = {
         "kafka": connection_from_args(args),
         "topic_prefix": getattr(args, "topic_prefix", None) or _env("RECURRENCE_TOPIC_PREFIX", DEFAULT_PREFIX),
+        "journal_topic": getattr(args, "journal_topic", None) or _env("RECURRENCE_JOURNAL_TOPIC"),
         "app_id": getattr(args, "app_id", None) or _env("RECURRENCE_APP_ID"),
         "partitions": _int_setting(args, "partitions", "RECURRENCE_PARTITIONS", DEFAULT_PARTITIONS),
         "replication": _int_setting(args, "replication", "RECURRENCE_REPLICATION", 1),
@@ -245,12 +254,17 @@ def settings_from_args(args: argparse.Namespace, **overrides: Any) -> StreamSett
         "datadir": Path(datadir),
         "web_host": getattr(args, "web_host", None) or _env("RECURRENCE_WEB_HOST", "127.0.0.1"),
         "web_port": _int_setting(args, "web_port", "RECURRENCE_WEB_PORT", DEFAULT_WEB_PORT),
+        "web_advertise": getattr(args, "web_advertise", None) or _env("RECURRENCE_WEB_ADVERTISE"),
         "standby_replicas": _int_setting(args, "standby_replicas", "RECURRENCE_STANDBY_REPLICAS", 1),
         "processing_guarantee": guarantee,
         "review_threshold": _int_setting(
             args, "review_threshold", "RECURRENCE_REVIEW_THRESHOLD", RECURRENCE_REVIEW_STREAK_THRESHOLD
         ),
         "batch_max": _int_setting(args, "batch_max", "RECURRENCE_BATCH_MAX", 500),
+        "session_timeout": float(
+            getattr(args, "session_timeout", None) or _env("RECURRENCE_SESSION_TIMEOUT", "10") or 10
+        ),
+        "instance_id": getattr(args, "instance_id", None) or _env("RECURRENCE_INSTANCE_ID"),
     }
     values.update(overrides)
     return StreamSettings(**values)

@@ -23,7 +23,6 @@ another partition.
 """
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from pathlib import Path
 from typing import Any, Protocol
 
 import faust
@@ -189,7 +188,3 @@ class StateTable(faust.Table[bytes, bytes]):
             options=self.options,
         )
 
-
-def partition_db_path(tabledir: Path, table_name: str, partition: int) -> Path:
-    """Where Faust's RocksDB store keeps one partition (used by docs and tests)."""
-    return tabledir / f"{table_name}-{partition}.db"

@@ -1,0 +1,71 @@
+"""A real Kafka broker for the session, and a fresh deployment per test.
+
+Broker, in order of preference:
+
+1. ``KAFKA_BOOTSTRAP_SERVERS`` when set (any cluster; nothing is started or stopped);
+2. testcontainers' Kafka container when a Docker engine answers;
+3. the project's single-node KRaft broker: ``bash deploy/kafka/kafka.sh up``, and
+   ``down`` at session end -- only if this session started it.
+"""
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from .harness import REPO, Deployment
+
+KAFKA_SH = REPO / "deploy" / "kafka" / "kafka.sh"
+
+
+def _docker_answers() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    try:
+        return subprocess.run(["docker", "info"], check=False, capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> Iterator[str]:
+    configured = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    if configured:
+        yield configured
+        return
+    if _docker_answers():
+        try:
+            from testcontainers.kafka import KafkaContainer
+        except ImportError:
+            pass
+        else:
+            with KafkaContainer().with_kraft() as container:
+                yield container.get_bootstrap_server()
+            return
+    if not KAFKA_SH.exists():
+        pytest.fail(f"no broker: set KAFKA_BOOTSTRAP_SERVERS, run Docker, or provide {KAFKA_SH}")
+    was_running = subprocess.run(["bash", str(KAFKA_SH), "status"], check=False, capture_output=True).returncode == 0
+    up = subprocess.run(["bash", str(KAFKA_SH), "up"], check=False, capture_output=True, text=True, timeout=900)
+    if up.returncode != 0:
+        pytest.fail(f"kafka.sh up failed ({up.returncode}):\n{up.stderr[-3000:]}")
+    lines = [line for line in up.stdout.splitlines() if line.startswith("KAFKA_BOOTSTRAP_SERVERS=")]
+    if not lines:
+        pytest.fail(f"kafka.sh up printed no KAFKA_BOOTSTRAP_SERVERS line:\n{up.stdout}\n{up.stderr[-2000:]}")
+    try:
+        yield lines[-1].split("=", 1)[1].strip()
+    finally:
+        if not was_running:
+            subprocess.run(["bash", str(KAFKA_SH), "down"], check=False, capture_output=True, timeout=120)
+
+
+@pytest.fixture
+def deployment(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Deployment]:
+    """Unique topics, consumer group, data directories and ports; workers killed in teardown."""
+    deployment = Deployment(kafka_bootstrap, tmp_path)
+    try:
+        yield deployment
+    finally:
+        deployment.close()

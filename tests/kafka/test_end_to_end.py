@@ -1,0 +1,149 @@
+"""The Kafka path against the embedded oracle: the RFC example, a random journal, a replay.
+
+The output topics, deduplicated by record id, must equal the embedded
+runner's ledger record for record in per-scope order, and the HTTP statistics
+must equal the embedded statistics.
+"""
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from processor.synthetic import JournalSpec, generate
+
+from .harness import REPO, Deployment, Oracle, Worker, by_scope, dedupe, quote, wait_for, write_journal
+
+pytestmark = pytest.mark.kafka
+
+RFC_EXAMPLE = REPO / "examples" / "rfc-minimum.jsonl"
+
+
+def check_statistics(workers: list[Worker], oracle: Oracle, scopes: list[str]) -> None:
+    for worker in workers:
+        status, body = worker.get_json("/statistics")
+        assert status == 200, body
+        assert body == oracle.statistics()
+        status, body = worker.get_json("/statistics?top=1")
+        assert status == 200 and body == oracle.statistics(None, 1)
+        for scope in scopes:
+            for top in (None, 0, 2):
+                query = "" if top is None else f"?top={top}"
+                status, body = worker.get_json(f"/scopes/{quote(scope)}/statistics{query}")
+                assert status == 200, (scope, body)
+                assert body == oracle.statistics(scope, top)[0]
+        assert worker.get_json("/scopes/no-such-scope/statistics")[0] == 404
+        assert worker.get_json("/statistics?top=-1")[0] == 400
+        assert worker.get_json("/statistics?top=many")[0] == 400
+
+
+def scopes_of(oracle: Oracle, limit: int = 6) -> list[str]:
+    return [s["scope_id"] for s in oracle.statistics()][:limit]
+
+
+def test_rfc_example_equals_the_embedded_runner(deployment: Deployment, tmp_path: Path) -> None:
+    oracle = Oracle.run(RFC_EXAMPLE, tmp_path)
+    expected_stats: Any = json.loads((REPO / "examples" / "rfc-minimum.expected-stats.json").read_text())
+    assert oracle.statistics() == expected_stats
+    deployment.apply_topics()
+    summary = deployment.publish(RFC_EXAMPLE)
+    assert "10 entries" in summary
+    worker = deployment.worker("w1").start()
+    worker.wait_ready(partitions=deployment.partitions)
+    deployment.wait_for_outputs(oracle, timeout=90)
+
+    # The reference consumer writes exactly the oracle's ledger file, byte for byte.
+    dump = tmp_path / "dump.jsonl"
+    result = deployment.run("ledger-dump", "--out", str(dump))
+    assert "distinct records" in result.stderr
+    assert dump.read_bytes() == b"".join(record + b"\n" for record in oracle.records)
+
+    check_statistics([worker], oracle, ["rfc-minimum"])
+    metrics = worker.metrics()
+    assert metrics["recurrence_entries_processed_total"] == 10
+    assert metrics['recurrence_records_emitted_total{kind="match"}'] == 3
+    assert metrics['recurrence_records_emitted_total{kind="observation"}'] == 6
+    assert metrics["recurrence_consumer_lag_total"] == 0
+
+
+def test_random_journal_equals_the_embedded_runner(deployment: Deployment, tmp_path: Path) -> None:
+    journal = tmp_path / "journal.jsonl"
+    entries = write_journal(journal, generate(JournalSpec(entries=3000, scopes=40, seed=11, garbage_ratio=0.02)))
+    oracle = Oracle.run(journal, tmp_path)
+    kinds = {orjson.loads(r)["record"] for r in oracle.records}
+    assert {"match", "observation", "dead_letter", "admission"} <= kinds
+
+    deployment.apply_topics()
+    deployment.publish(journal)
+    started = time.monotonic()
+    worker = deployment.worker("w1").start()
+    worker.wait_ready(partitions=deployment.partitions)
+    ready = time.monotonic()
+    wait_for(
+        lambda: worker.metrics()["recurrence_entries_processed_total"] >= entries, 180, 0.05, "all entries processed"
+    )
+    done = time.monotonic()
+    outputs = deployment.wait_for_outputs(oracle, timeout=60)
+    print(
+        f"\n[throughput] one worker, {entries} entries ({journal.stat().st_size:,} bytes), {len(dedupe(outputs))} "
+        f"records: {entries / (done - ready):,.0f} entries/s from ready to processed "
+        f"({done - ready:.2f}s); {entries / (done - started):,.0f} entries/s including worker start "
+        f"({done - started:.2f}s, ready after {ready - started:.2f}s)"
+    )
+    check_statistics([worker], oracle, scopes_of(oracle))
+
+
+def test_publishing_the_journal_twice_adds_no_distinct_records(deployment: Deployment, tmp_path: Path) -> None:
+    journal = tmp_path / "journal.jsonl"
+    entries = write_journal(journal, generate(JournalSpec(entries=800, scopes=10, seed=5, garbage_ratio=0.03)))
+    oracle = Oracle.run(journal, tmp_path)
+    deployment.apply_topics()
+    deployment.publish(journal)
+    worker = deployment.worker("w1").start()
+    worker.wait_ready(partitions=deployment.partitions)
+    first = deployment.wait_for_outputs(oracle, timeout=120)
+    raw_before = deployment.outputs(deduplicated=False)
+
+    deployment.publish(journal)  # the same journal again, a backfill replay
+    wait_for(
+        lambda: worker.metrics()["recurrence_entries_processed_total"] >= 2 * entries, 120, 0.1,
+        "the replayed entries to be processed",
+    )
+    after = deployment.outputs()
+    raw_after = deployment.outputs(deduplicated=False)
+    assert after == first, "a replay produced new distinct records"
+    assert by_scope(after) == oracle.grouped
+    ledger = [r for r in raw_after if orjson.loads(r)["record"] != "dead_letter"]
+    ledger_before = [r for r in raw_before if orjson.loads(r)["record"] != "dead_letter"]
+    assert ledger == ledger_before, "a replay re-emitted ledger records"
+    replayed_dead_letters = len(raw_after) - len(raw_before)
+    print(f"\n[replay] {entries} entries published twice: 0 new distinct records, "
+          f"{replayed_dead_letters} dead letters written again (diagnostics, same ids)")
+    check_statistics([worker], oracle, scopes_of(oracle, 3))
+
+
+def test_rebuilding_all_state_from_the_journal_with_a_new_app_id(deployment: Deployment, tmp_path: Path) -> None:
+    journal = tmp_path / "journal.jsonl"
+    entries = write_journal(journal, generate(JournalSpec(entries=600, scopes=8, seed=9, garbage_ratio=0.02)))
+    oracle = Oracle.run(journal, tmp_path)
+    deployment.apply_topics()
+    deployment.publish(journal)
+    first = deployment.worker("w1").start()
+    first.wait_ready(partitions=deployment.partitions)
+    before = deployment.wait_for_outputs(oracle, timeout=120)
+    assert first.stop() == 0
+
+    # The documented procedure: a new app id is a new consumer group and a new changelog,
+    # so the worker reads the journal from the beginning and rebuilds every partition.
+    app_id = f"{deployment.prefix}-rebuild"
+    deployment.run("topics", "apply", "--app-id", app_id)
+    rebuilt = deployment.worker("rebuild", "--app-id", app_id).start()
+    rebuilt.wait_ready(partitions=deployment.partitions)
+    wait_for(
+        lambda: rebuilt.metrics()["recurrence_entries_processed_total"] >= entries, 120, 0.1, "the rebuild"
+    )
+    assert deployment.outputs() == before, "a rebuild produced a record that was not there before"
+    check_statistics([rebuilt], oracle, scopes_of(oracle, 3))

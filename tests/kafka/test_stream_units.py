@@ -1,0 +1,278 @@
+"""Broker-less checks of the stream path's own pieces (fast; part of the kafka group).
+
+The batch processor runs over in-memory partition stores and a recording
+sink: its ledger equals the embedded runner's, and the durability order
+(outputs acknowledged, then change sets, then local state) holds for every
+batch.
+"""
+
+import asyncio
+from collections.abc import Awaitable, Mapping
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from processor.engine import EngineConfig
+from processor.store import MemoryStore, Transaction
+from processor.stream import changeset
+from processor.stream.processing import SOURCE_HEADER, BatchProcessor, Entry, Overlay
+from processor.stream.publish import scope_key
+from processor.stream.settings import StreamSettings
+from processor.stream.views import partition_for
+from processor.synthetic import JournalSpec, generate
+from topics.definitions import topic_specs
+
+from .harness import Oracle, by_scope, write_journal
+
+pytestmark = pytest.mark.kafka
+
+TOPICS = StreamSettings(topic_prefix="unit").topics
+
+
+class Partitions:
+    def __init__(self) -> None:
+        self.stores: dict[int, MemoryStore] = {}
+        self.log: list[tuple[str, Any]] = []
+
+    def partition_state(self, partition: int) -> MemoryStore:
+        return self.stores.setdefault(partition, MemoryStore())
+
+    def open_partition_state(self, partition: int) -> MemoryStore | None:
+        return self.stores.get(partition)
+
+    def apply_local(self, partition: int, changes: Mapping[bytes, bytes | None], offset: int | None) -> None:
+        self.log.append(("local", partition))
+        self.partition_state(partition).apply(changes)
+
+
+class RecordingSink:
+    """Acknowledges later (when the processor awaits), and records the order of events."""
+
+    def __init__(self, log: list[tuple[str, Any]]) -> None:
+        self.log = log
+        self.sent: dict[str, list[tuple[bytes | None, bytes, list[tuple[str, bytes]]]]] = {}
+        self.offsets: dict[str, int] = {}
+
+    async def send(
+        self, topic: str, key: bytes | None, value: bytes, partition: int | None,
+        headers: list[tuple[str, bytes]], source_partition: int,
+    ) -> Awaitable[Any]:
+        kind = "changelog" if topic == TOPICS.changelog else "output"
+        self.log.append(("send", kind))
+        self.sent.setdefault(topic, []).append((key, value, headers))
+        offset = self.offsets[topic] = self.offsets.get(topic, -1) + 1
+
+        async def acknowledged() -> Any:
+            await asyncio.sleep(0)
+            self.log.append(("ack", kind))
+            return SimpleNamespace(offset=offset)
+
+        return asyncio.ensure_future(acknowledged())
+
+    async def begin(self, partitions: list[int]) -> None:
+        self.log.append(("begin", tuple(partitions)))
+
+    def end(self) -> None:
+        self.log.append(("end", None))
+
+    async def commit(self, next_offsets: Mapping[int, int]) -> None:
+        self.log.append(("commit", dict(next_offsets)))
+
+
+class Journal:
+    """``JournalSource`` over in-memory entries."""
+
+    def __init__(self, entries: list[Entry]) -> None:
+        self.by_partition: dict[int, dict[int, bytes]] = {}
+        for entry in entries:
+            self.by_partition.setdefault(entry.partition, {})[entry.offset] = entry.value
+        self.fetched: list[tuple[int, int, int]] = []
+
+    async def log_start(self, partition: int) -> int:
+        return 0
+
+    async def fetch(self, partition: int, start: int, stop: int) -> list[tuple[int, bytes]]:
+        self.fetched.append((partition, start, stop))
+        values = self.by_partition.get(partition, {})
+        return [(o, values[o]) for o in range(start, stop) if o in values]
+
+
+def _journal(entries: int, seed: int) -> list[bytes]:
+    return list(generate(JournalSpec(entries=entries, scopes=12, seed=seed, garbage_ratio=0.03)))
+
+
+def _entries(lines: list[bytes], partitions: int = 4) -> list[Entry]:
+    offsets = dict.fromkeys(range(partitions), 0)
+    entries = []
+    for line in lines:
+        key = scope_key(line)
+        partition = 0 if key is None else partition_for(key.decode(), partitions)
+        entries.append(Entry(partition, offsets[partition], line))
+        offsets[partition] += 1
+    return entries
+
+
+def _processor(entries: list[Entry]) -> tuple[BatchProcessor, RecordingSink, Partitions, Journal]:
+    state = Partitions()
+    sink = RecordingSink(state.log)
+    journal = Journal(entries)
+    processor = BatchProcessor(topics=TOPICS, state=state, sink=sink, source=journal, config=EngineConfig())
+    return processor, sink, state, journal
+
+
+def _run(lines: list[bytes], batch: int) -> tuple[RecordingSink, Partitions]:
+    entries = _entries(lines)
+    processor, sink, state, _ = _processor(entries)
+
+    async def main() -> None:
+        for start in range(0, len(entries), batch):
+            await processor.process(entries[start : start + batch])
+
+    asyncio.run(main())
+    return sink, state
+
+
+def _outputs_in_source_order(sink: RecordingSink) -> list[bytes]:
+    tagged = []
+    for topic in TOPICS.outputs():
+        for _key, value, headers in sink.sent.get(topic, []):
+            source = dict(headers)[SOURCE_HEADER].decode()
+            tagged.append((tuple(int(x) for x in source.split(":")), value))
+    return [value for _, value in sorted(tagged)]
+
+
+@pytest.mark.parametrize("batch", [1, 37, 500])
+def test_batch_processor_equals_the_embedded_runner(tmp_path: Path, batch: int) -> None:
+    lines = _journal(600, seed=batch)
+    journal = tmp_path / "journal.jsonl"
+    write_journal(journal, lines)
+    oracle = Oracle.run(journal, tmp_path)
+    sink, _ = _run(lines, batch)
+    assert by_scope(_outputs_in_source_order(sink)) == oracle.grouped
+
+
+def test_outputs_are_acknowledged_before_change_sets_and_change_sets_before_local_state() -> None:
+    entries = _entries(_journal(300, seed=3))
+    processor, _sink, state, _ = _processor(entries)
+    for start in range(0, len(entries), 50):
+        state.log.clear()
+        asyncio.run(processor.process(entries[start : start + 50]))
+        log = list(state.log)
+        output_acks = [i for i, e in enumerate(log) if e == ("ack", "output")]
+        changelog_sends = [i for i, e in enumerate(log) if e == ("send", "changelog")]
+        changelog_acks = [i for i, e in enumerate(log) if e == ("ack", "changelog")]
+        (commit,) = [i for i, e in enumerate(log) if e[0] == "commit"]
+        local = [i for i, e in enumerate(log) if e[0] == "local"]
+        assert changelog_sends and local
+        assert max(output_acks, default=-1) < min(changelog_sends), "change set sent before outputs were durable"
+        assert max(changelog_acks) < commit < min(local), "local state written before the changelog was durable"
+
+
+def test_changelog_replay_rebuilds_the_same_state() -> None:
+    sink, state = _run(_journal(400, seed=5), batch=64)
+    rebuilt: dict[int, MemoryStore] = {}
+    for key, value, _ in sink.sent[TOPICS.changelog]:
+        scope = key.decode() if key else None
+        partition = 0 if not scope else partition_for(scope, 4)
+        rebuilt.setdefault(partition, MemoryStore()).apply(changeset.decode(value))
+    for partition, store in state.stores.items():
+        assert list(store.iterate_prefix(b"[")) == list(rebuilt[partition].iterate_prefix(b"["))
+
+
+def test_redelivered_entries_are_skipped_by_position() -> None:
+    entries = _entries(_journal(200, seed=11))
+    processor, sink, _, _ = _processor(entries)
+    asyncio.run(processor.process(entries))
+    sink.sent.clear()
+    result = asyncio.run(processor.process(entries))
+    assert result.skipped == len(entries) and result.entries == 0
+    assert not sink.sent, "a redelivered entry produced output"
+
+
+def test_entries_the_stream_skipped_are_read_directly(tmp_path: Path) -> None:
+    lines = _journal(500, seed=13)
+    journal_file = tmp_path / "journal.jsonl"
+    write_journal(journal_file, lines)
+    oracle = Oracle.run(journal_file, tmp_path)
+    entries = _entries(lines)
+    processor, sink, _, journal = _processor(entries)
+    delivered = [e for i, e in enumerate(entries) if i % 7 not in (3, 4)]  # the stream drops some
+    tail = delivered[-40:]
+    delivered = [e for e in delivered if e not in tail]  # and the tail is never delivered
+
+    async def main() -> None:
+        for start in range(0, len(delivered), 60):
+            await processor.process(delivered[start : start + 60])
+        for partition, values in journal.by_partition.items():
+            await processor.catch_up(partition, max(values) + 1)
+
+    asyncio.run(main())
+    assert journal.fetched, "gaps were not read from the journal"
+    assert processor.metrics.filled == len(entries) - len(delivered)
+    assert by_scope(_outputs_in_source_order(sink)) == oracle.grouped
+    for partition, values in journal.by_partition.items():
+        assert processor.position(partition) == max(values) + 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    base=st.dictionaries(st.binary(min_size=1, max_size=4), st.binary(max_size=3), max_size=20),
+    layers=st.lists(
+        st.dictionaries(st.binary(min_size=1, max_size=4), st.one_of(st.none(), st.binary(max_size=3)), max_size=8),
+        max_size=4,
+    ),
+    prefix=st.binary(max_size=2),
+)
+def test_overlay_matches_a_store_with_the_changes_applied(
+    base: dict[bytes, bytes], layers: list[dict[bytes, bytes | None]], prefix: bytes
+) -> None:
+    store, expected = MemoryStore(), MemoryStore()
+    store.apply(base)
+    expected.apply(base)
+    overlay = Overlay(store)
+    for layer in layers:
+        txn = Transaction(overlay)
+        for key, value in layer.items():
+            if value is None:
+                txn.delete(key)
+            else:
+                txn.put(key, value)
+        txn.commit()
+        expected.apply(layer)
+    assert list(overlay.iterate_prefix(prefix)) == list(expected.iterate_prefix(prefix))
+    for key in {*base, *(k for layer in layers for k in layer)}:
+        assert overlay.get(key) == expected.get(key)
+
+
+@given(st.dictionaries(st.binary(max_size=40), st.one_of(st.none(), st.binary(max_size=40)), max_size=30))
+def test_change_set_round_trip(changes: dict[bytes, bytes | None]) -> None:
+    encoded = changeset.encode(changes)
+    assert changeset.is_changeset(encoded)
+    assert changeset.decode(encoded) == changes
+    with pytest.raises(changeset.ChangeSetError):
+        changeset.decode(encoded + b"\x00")
+    if changes:
+        with pytest.raises(changeset.ChangeSetError):
+            changeset.decode(encoded[:-1])
+
+
+def test_topics_are_append_only_and_co_partitioned() -> None:
+    specs = topic_specs(StreamSettings(topic_prefix="p", partitions=6, replication=3, min_insync=2))
+    assert {s.role for s in specs} == {"journal", "ledger", "review", "dead-letters", "changelog"}
+    for spec in specs:
+        assert spec.partitions == 6 and spec.replication == 3
+        assert spec.config == {"cleanup.policy": "delete", "retention.ms": "-1", "min.insync.replicas": "2"}
+    assert "p-state-changelog" in {s.name for s in specs}
+
+
+def test_partition_for_matches_the_java_default_partitioner() -> None:
+    # Values from Kafka's Utils.murmur2 (org.apache.kafka.common.utils.Utils), 4 partitions.
+    from aiokafka.partitioner import DefaultPartitioner
+
+    partitioner = DefaultPartitioner()
+    for scope in ("team-a", "rfc-minimum", "scope-007", "ü"):
+        assert partition_for(scope, 4) == partitioner(scope.encode(), [0, 1, 2, 3], [0, 1, 2, 3])

@@ -1,0 +1,49 @@
+"""Topics as code against a real broker: create what is missing, report drift, never change anything."""
+
+import asyncio
+
+import pytest
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from .harness import Deployment
+
+pytestmark = pytest.mark.kafka
+
+
+def test_apply_creates_missing_topics_and_reports_drift(deployment: Deployment) -> None:
+    # Someone created the ledger topic by hand, compacted and with 2 partitions.
+    async def create_by_hand() -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=deployment.bootstrap)
+        await admin.start()
+        try:
+            await admin.create_topics(
+                [NewTopic(f"{deployment.prefix}.ledger", 2, 1, topic_configs={"cleanup.policy": "compact"})]
+            )
+        finally:
+            await admin.close()
+
+    asyncio.run(create_by_hand())
+    result = deployment.run("topics", "apply", check=False)
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert f"created      {deployment.prefix}.journal" in result.stdout
+    assert f"drift        {deployment.prefix}.ledger" in result.stdout
+    assert "has 2 partitions, the definition says 4" in result.stdout
+    assert "cleanup.policy=compact, the definition says delete" in result.stdout
+    assert "nothing was changed" in result.stderr
+
+    # Nothing was altered: the same drift again, everything else is fine now.
+    again = deployment.run("topics", "apply", check=False)
+    assert again.returncode == 3
+    assert again.stdout.count("ok ") == 4 and again.stdout.count("drift") == 1
+
+    # The worker refuses to start on drift.
+    worker = deployment.run("worker", "--datadir", str(deployment.workdir / "w"), check=False, timeout=60)
+    assert worker.returncode == 3
+
+
+def test_dry_run_reports_missing_topics(deployment: Deployment) -> None:
+    result = deployment.run("topics", "apply", "--dry-run", check=False)
+    assert result.returncode == 2
+    assert result.stdout.count("would create") == 5
+    assert deployment.run("topics", "apply").returncode == 0
+    assert deployment.run("topics", "apply", "--dry-run").stdout.count("ok ") == 5
