@@ -10,7 +10,6 @@ those lines, so the ledger never holds a line twice and never loses one.
 
 import logging
 import os
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from typing import IO, Any
 import orjson
 
 from processor.engine import Engine, EngineConfig
+from processor.journalfile import JournalReader, Progress
 from processor.state import key
 from processor.store import RocksStore, StateDirError, StateStore, Transaction
 from schemas.records import DeadLetterRecord, OutputRecord
@@ -74,37 +74,6 @@ class RunSummary:
         )
 
 
-class Progress:
-    """A single self-rewriting stderr line, only when stderr is a terminal."""
-
-    def __init__(self, total_bytes: int | None, stream: IO[str] = sys.stderr) -> None:
-        self.total = total_bytes
-        self.stream = stream
-        self.enabled = stream.isatty()
-        self.started = time.monotonic()
-        self.last = 0.0
-
-    def update(self, entries: int, done_bytes: int, force: bool = False) -> None:
-        now = time.monotonic()
-        if not self.enabled or (not force and now - self.last < 0.25):
-            return
-        self.last = now
-        rate = entries / max(now - self.started, 1e-9)
-        if self.total:
-            share = min(done_bytes / self.total, 1.0)
-            bar = "#" * int(share * 30)
-            text = f"[{bar:<30}] {share:6.1%} {entries:,} entries {rate:,.0f}/s"
-        else:
-            text = f"{entries:,} entries {rate:,.0f}/s"
-        self.stream.write("\r" + text)
-        self.stream.flush()
-
-    def close(self) -> None:
-        if self.enabled:
-            self.stream.write("\n")
-            self.stream.flush()
-
-
 def _ledger_key(out: Path) -> bytes:
     return key("ledger", str(out.resolve()))
 
@@ -135,21 +104,15 @@ def replay(
     config = bind_config(store, config)
     summary = RunSummary(truncated_bytes=_recover_ledger(store, out))
     started = time.monotonic()
-    if journal == "-":
-        source: IO[bytes] = sys.stdin.buffer
-        total = None
-    else:
-        source = open(journal, "rb")  # noqa: SIM115 - closed below
-        total = os.fstat(source.fileno()).st_size
-    progress = Progress(total, progress_stream or sys.stderr)
+    reader = JournalReader(journal)
+    progress = Progress(reader.total_bytes, progress_stream)
     txn = Transaction(store)
     engine = Engine(txn, config)
     pending: list[bytes] = []
     in_batch = 0
-    read_bytes = 0
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
-        with out.open("ab") as ledger:
+        with reader, out.open("ab") as ledger:
 
             def flush() -> None:
                 nonlocal in_batch
@@ -162,12 +125,7 @@ def replay(
                 txn.commit()
                 in_batch = 0
 
-            for line in source:
-                read_bytes += len(line)
-                entry = line.rstrip(b"\r\n")
-                if not entry.strip():
-                    summary.blank_lines += 1
-                    continue
+            for entry in reader:
                 summary.entries += 1
                 for record in engine.process(entry):
                     pending.append(serialize(record))
@@ -178,12 +136,11 @@ def replay(
                 in_batch += 1
                 if in_batch >= batch_size:
                     flush()
-                progress.update(summary.entries, read_bytes)
+                progress.update(summary.entries, reader.read_bytes)
             flush()
     finally:
-        if source is not sys.stdin.buffer:
-            source.close()
-        progress.update(summary.entries, read_bytes, force=True)
+        summary.blank_lines = reader.blank_lines
+        progress.update(summary.entries, reader.read_bytes, force=True)
         progress.close()
     summary.seconds = time.monotonic() - started
     return summary

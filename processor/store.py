@@ -87,6 +87,17 @@ def _rocks_options() -> Options:
     return options
 
 
+def write_batch(changes: Mapping[bytes, bytes | None]) -> WriteBatch:
+    """One atomic RocksDB batch for a change set; ``None`` deletes."""
+    batch = WriteBatch(raw_mode=True)
+    for key, value in changes.items():
+        if value is None:
+            batch.delete(key)
+        else:
+            batch.put(key, value)
+    return batch
+
+
 class RocksStore:
     def __init__(self, path: Path, read_only: bool = False) -> None:
         if not read_only:
@@ -112,13 +123,7 @@ class RocksStore:
             yield raw_key, bytes(value)
 
     def apply(self, changes: Mapping[bytes, bytes | None]) -> None:
-        batch = WriteBatch(raw_mode=True)
-        for key, value in changes.items():
-            if value is None:
-                batch.delete(key)
-            else:
-                batch.put(key, value)
-        self._db.write(batch)
+        self._db.write(write_batch(changes))
 
     def close(self) -> None:
         self._db.close()

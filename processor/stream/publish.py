@@ -10,16 +10,14 @@ partition, so a scope's entries land in file order.
 """
 
 import asyncio
-import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import IO, Any, Final
 
 import orjson
 from aiokafka import AIOKafkaProducer
 
-from processor.embedded import Progress
+from processor.journalfile import JournalReader, Progress
 from processor.stream.settings import KafkaConnection
 
 UNKEYED_PARTITION: Final = 0
@@ -63,9 +61,8 @@ async def publish(
 ) -> PublishSummary:
     summary = PublishSummary()
     started = time.monotonic()
-    source: IO[bytes] = sys.stdin.buffer if journal == "-" else Path(journal).open("rb")  # noqa: SIM115
-    total = None if journal == "-" else Path(journal).stat().st_size
-    progress = Progress(total, progress_stream or sys.stderr)
+    reader = JournalReader(journal)
+    progress = Progress(reader.total_bytes, progress_stream)
     producer = AIOKafkaProducer(
         **connection.aiokafka_kwargs(),
         acks="all",
@@ -77,13 +74,7 @@ async def publish(
     await producer.start()
     try:
         in_flight: list[asyncio.Future[Any]] = []
-        read_bytes = 0
-        for line in source:
-            read_bytes += len(line)
-            entry = line.rstrip(b"\r\n")
-            if not entry.strip():
-                summary.blank_lines += 1
-                continue
+        for entry in reader:
             key = scope_key(entry)
             if key is None:
                 summary.unkeyed += 1
@@ -95,14 +86,14 @@ async def publish(
             if len(in_flight) >= _WINDOW:
                 await asyncio.gather(*in_flight)
                 in_flight.clear()
-            progress.update(summary.entries, read_bytes)
+            progress.update(summary.entries, reader.read_bytes)
         await asyncio.gather(*in_flight)
         await producer.flush()
     finally:
         await producer.stop()
-        if source is not sys.stdin.buffer:
-            source.close()
-        progress.update(summary.entries, total or 0, force=True)
+        reader.close()
+        summary.blank_lines = reader.blank_lines
+        progress.update(summary.entries, reader.read_bytes, force=True)
         progress.close()
     summary.seconds = time.monotonic() - started
     return summary

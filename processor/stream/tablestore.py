@@ -31,7 +31,7 @@ from faust.stores import rocksdb as faust_rocksdb
 from rocksdict import WriteBatch
 from yarl import URL
 
-from processor.store import MemoryStore, StateStore
+from processor.store import MemoryStore, StateStore, write_batch
 from processor.stream import changeset
 
 OFFSET_KEY = faust_rocksdb.Store.offset_key
@@ -74,12 +74,7 @@ class RocksPartition:
         self.write(changes, None)
 
     def write(self, changes: Mapping[bytes, bytes | None], changelog_offset: int | None) -> None:
-        batch = WriteBatch(raw_mode=True)
-        for key, value in changes.items():
-            if value is None:
-                batch.delete(key)
-            else:
-                batch.put(key, value)
+        batch = write_batch(changes)
         if changelog_offset is not None:
             batch.put(OFFSET_KEY, str(changelog_offset).encode())
         self._db.write(batch)
