@@ -139,9 +139,9 @@ class OutcomeLedger:
         failure_keys = {item.key for item in failures}
 
         common = {"scope_id": scope_id, "task_outcome_ref": outcome_ref, "task_outcome_position": position}
+        linked = {} if link is None else {"handoff_receipt_ref": link.receipt_ref, "handoff_ref": link.handoff_ref}
         for candidate in candidates:
             base = {**common, "artifact_ref": candidate.ref, "signature_key": candidate.signature_key}
-            linked = {} if link is None else {"handoff_receipt_ref": link.receipt_ref, "handoff_ref": link.handoff_ref}
             verdict: ObservationRecord | None = None
             hits = matched.get(candidate.ref.identity(), [])
             if len(hits) == 1:
