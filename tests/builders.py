@@ -160,7 +160,7 @@ class Journal:
         scope: str = SCOPE,
         position: int | None = None,
     ) -> dict[str, Any]:
-        content = {
+        content: dict[str, Any] = {
             "schema": "powercontext.handoff-receipt.v1",
             "trust": "untrusted_observation",
             "receiver": "agent-b",

@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,7 +16,7 @@ EXAMPLE = ROOT / "examples" / "rfc-minimum.jsonl"
 EXPECTED = json.loads((ROOT / "examples" / "rfc-minimum.expected-stats.json").read_text())
 
 
-def stats(state: Path, *extra: str) -> object:
+def stats(state: Path, *extra: str) -> Any:
     done = subprocess.run(
         [sys.executable, "-m", "processor.cli", "stats", "--state", str(state), *extra],
         capture_output=True,

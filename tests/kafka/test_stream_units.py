@@ -7,7 +7,7 @@ batch.
 """
 
 import asyncio
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Mapping, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -73,7 +73,7 @@ class RecordingSink:
 
         return asyncio.ensure_future(acknowledged())
 
-    async def begin(self, partitions: list[int]) -> None:
+    async def begin(self, partitions: Sequence[int]) -> None:
         self.log.append(("begin", tuple(partitions)))
 
     def end(self) -> None:
