@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 OUT    := out/example
 
-.PHONY: help venv run test test-fast lint schemas bench kafka-up kafka-down clean
+.PHONY: help venv run test test-fast lint schemas bench bench-kafka kafka-up kafka-down clean
 
 help:
 	@echo "make run        replay examples/rfc-minimum.jsonl embedded (no broker) and print statistics"
@@ -14,6 +14,7 @@ help:
 	@echo "make lint       ruff + mypy --strict"
 	@echo "make schemas    regenerate schemas/json/*.json from the models"
 	@echo "make bench      throughput and memory benchmark of the embedded runner"
+	@echo "make bench-kafka  one worker end to end: entries/s and recovery after kill -9 (real broker)"
 	@echo "make kafka-up / kafka-down   a single-node KRaft broker on 127.0.0.1"
 
 $(STAMP): pyproject.toml
@@ -46,6 +47,9 @@ schemas: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/replay_bench.py
+
+bench-kafka: $(STAMP)
+	$(PY) bench/kafka_bench.py
 
 kafka-up:
 	@bash deploy/kafka/kafka.sh up
