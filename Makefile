@@ -33,7 +33,7 @@ run: $(STAMP)
 	@$(VENV)/bin/recurrence stats --state $(OUT)/state
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check processor schemas topics tests bench
+	$(VENV)/bin/ruff check processor schemas topics tests bench recurrence
 	$(VENV)/bin/mypy
 
 test: $(STAMP) lint
@@ -43,7 +43,7 @@ test-fast: $(STAMP)
 	$(PY) -m pytest -m "not kafka"
 
 schemas: $(STAMP)
-	$(PY) -m schemas.export
+	$(PY) -m recurrence.schemas.export
 
 bench: $(STAMP)
 	$(PY) bench/replay_bench.py

@@ -46,9 +46,9 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from processor.stream.dump import read_records, record_id
-from processor.stream.settings import KafkaConnection
-from processor.synthetic import JournalSpec, write
+from recurrence.processor.stream.dump import read_records, record_id
+from recurrence.processor.stream.settings import KafkaConnection
+from recurrence.processor.synthetic import JournalSpec, write
 
 ROOT = Path(__file__).resolve().parent.parent
 KAFKA_SH = ROOT / "deploy" / "kafka" / "kafka.sh"
@@ -56,7 +56,7 @@ KAFKA_SH = ROOT / "deploy" / "kafka" / "kafka.sh"
 
 def recurrence() -> list[str]:
     script = Path(sys.executable).parent / "recurrence"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "processor.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "recurrence.processor.cli"]
 
 
 def free_port() -> int:

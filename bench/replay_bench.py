@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from processor.synthetic import JournalSpec, write
+from recurrence.processor.synthetic import JournalSpec, write
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -35,7 +35,7 @@ def run_once(entries: int, scopes: int, garbage: float, cap: int | None, workdir
     started = time.perf_counter()
     # /usr/bin/time-free RSS: run in a child and read its own getrusage.
     code = (
-        "import resource, sys; from processor.cli import main; rc = main(sys.argv[1:]); "
+        "import resource, sys; from recurrence.processor.cli import main; rc = main(sys.argv[1:]); "
         "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr); sys.exit(rc)"
     )
     done = subprocess.run(
@@ -48,7 +48,8 @@ def run_once(entries: int, scopes: int, garbage: float, cap: int | None, workdir
     peak_kib = int(done.stderr.strip().splitlines()[-1])
     records = _ledger_records(out)
     again = subprocess.run(
-        [sys.executable, "-m", "processor.cli", "replay", str(journal), "--state", str(state), "--out", str(out)],
+        [sys.executable, "-m", "recurrence.processor.cli", "replay", str(journal), "--state", str(state),
+         "--out", str(out)],
         capture_output=True,
         text=True,
         check=True,

@@ -12,18 +12,18 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from processor.constants import (
+from recurrence.processor.state import State
+from recurrence.schemas.base import ArtifactRef
+from recurrence.schemas.constants import (
     EXPERIENCE_FAMILY,
     MAX_CANDIDATE_EVIDENCE,
     NEAR_DUPLICATE_BIGRAM_OVERLAP,
     TASK_OUTCOME_SOURCE_KIND,
 )
-from processor.normalize import bigram_overlap, normalize
-from processor.state import State
-from schemas.base import ArtifactRef
-from schemas.journal import CandidateBody
-from schemas.powercontext import ExperienceContent
-from schemas.records import AdmissionRecord, NearTwinWarning, Violation
+from recurrence.schemas.journal import CandidateBody
+from recurrence.schemas.normalize import bigram_overlap, normalize
+from recurrence.schemas.powercontext import ExperienceContent
+from recurrence.schemas.records import AdmissionRecord, NearTwinWarning, Violation
 
 # Stable rule ids (docs/admission.md lists them with their meaning).
 RULE_WELL_FORMED = "well_formed_proposal"

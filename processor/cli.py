@@ -13,12 +13,12 @@ from pathlib import Path
 
 import orjson
 
-from processor.cliargs import EXIT_OK, EXIT_UNUSABLE, non_negative_int, positive_int, ratio
-from processor.constants import DEFAULT_TOP_REVISIONS, RECURRENCE_REVIEW_STREAK_THRESHOLD
-from processor.embedded import DEFAULT_BATCH, ConfigMismatchError, open_state, replay, statistics
-from processor.engine import EngineConfig
-from processor.store import StateDirError
-from processor.synthetic import JournalSpec, generate
+from recurrence.processor.cliargs import EXIT_OK, EXIT_UNUSABLE, non_negative_int, positive_int, ratio
+from recurrence.processor.embedded import DEFAULT_BATCH, ConfigMismatchError, open_state, replay, statistics
+from recurrence.processor.engine import EngineConfig
+from recurrence.processor.store import StateDirError
+from recurrence.processor.synthetic import JournalSpec, generate
+from recurrence.schemas.constants import DEFAULT_TOP_REVISIONS, RECURRENCE_REVIEW_STREAK_THRESHOLD
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
@@ -94,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_generate)
 
     try:
-        from processor.stream.cli import register  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415
+        from recurrence.processor.stream.cli import register  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415
     except ImportError:  # pragma: no cover - the stream package ships with the product
         pass
     else:

@@ -10,7 +10,7 @@ from typing import Any, Final
 import orjson
 from pydantic import ValidationError
 
-from schemas.records import DeadLetterRecord
+from recurrence.schemas.records import DeadLetterRecord
 
 INVALID_ENCODING: Final = "invalid_encoding"
 INVALID_JSON: Final = "invalid_json"

@@ -18,11 +18,11 @@ from typing import IO, Any
 
 import orjson
 
-from processor.engine import Engine, EngineConfig
-from processor.journalfile import JournalReader, Progress
-from processor.state import key
-from processor.store import RocksStore, StateDirError, StateStore, Transaction
-from schemas.records import DeadLetterRecord, OutputRecord
+from recurrence.processor.engine import Engine, EngineConfig
+from recurrence.processor.journalfile import JournalReader, Progress
+from recurrence.processor.state import key
+from recurrence.processor.store import RocksStore, StateDirError, StateStore, Transaction
+from recurrence.schemas.records import DeadLetterRecord, OutputRecord
 
 log = logging.getLogger("recurrence.embedded")
 

@@ -15,9 +15,15 @@ from typing import TypeVar
 import orjson
 from pydantic import ValidationError
 
-from processor import deadletters
-from processor.admission import AdmissionGate
-from processor.constants import (
+from recurrence.processor import deadletters
+from recurrence.processor.admission import AdmissionGate
+from recurrence.processor.ledger import OutcomeLedger, handoff_cites
+from recurrence.processor.state import ScopeMeta, State, StoredArtifact, StoredSource, ref_json
+from recurrence.processor.statistics import scope_statistics
+from recurrence.processor.store import Transaction
+from recurrence.schemas.base import ArtifactRef
+from recurrence.schemas.canonical import digest
+from recurrence.schemas.constants import (
     DEFAULT_TOP_REVISIONS,
     EXPERIENCE_FAMILY,
     HANDOFF_FAMILY,
@@ -25,14 +31,7 @@ from processor.constants import (
     RECURRENCE_REVIEW_STREAK_THRESHOLD,
     TASK_OUTCOME_SOURCE_KIND,
 )
-from processor.digest import digest
-from processor.ledger import OutcomeLedger, handoff_cites
-from processor.normalize import normalize
-from processor.state import ScopeMeta, State, StoredArtifact, StoredSource, ref_json
-from processor.statistics import scope_statistics
-from processor.store import Transaction
-from schemas.base import ArtifactRef
-from schemas.journal import (
+from recurrence.schemas.journal import (
     JOURNAL_ENTRY,
     ArtifactEntry,
     CandidateEntry,
@@ -41,9 +40,10 @@ from schemas.journal import (
     SourceEntry,
     artifact_ref,
 )
-from schemas.powercontext import HandoffReceipt, TaskOutcome
-from schemas.records import DeadLetterRecord, OutputRecord
-from schemas.statistics import ScopeStatistics
+from recurrence.schemas.normalize import normalize
+from recurrence.schemas.powercontext import HandoffReceipt, TaskOutcome
+from recurrence.schemas.records import DeadLetterRecord, OutputRecord
+from recurrence.schemas.statistics import ScopeStatistics
 
 _Content = TypeVar("_Content", TaskOutcome, HandoffReceipt)
 

@@ -11,8 +11,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from processor.constants import EXPERIENCE_FAMILY, MAX_CANDIDATE_EVIDENCE
-from processor.matching import (
+from recurrence.processor.matching import (
     Candidate,
     CitationResolver,
     Item,
@@ -22,10 +21,11 @@ from processor.matching import (
     verified_checks,
     verified_observations,
 )
-from processor.state import Group, ScopeMeta, State, StoredArtifact, ref_from_json
-from schemas.base import ArtifactRef, SourceRef
-from schemas.powercontext import HandoffArtifactCitation, HandoffCitation, HandoffSourceCitation, TaskOutcome
-from schemas.records import CandidateSetMode, ObservationRecord, OutputRecord, ReviewProposalRecord
+from recurrence.processor.state import Group, ScopeMeta, State, StoredArtifact, ref_from_json
+from recurrence.schemas.base import ArtifactRef, SourceRef
+from recurrence.schemas.constants import EXPERIENCE_FAMILY, MAX_CANDIDATE_EVIDENCE
+from recurrence.schemas.powercontext import HandoffArtifactCitation, HandoffCitation, HandoffSourceCitation, TaskOutcome
+from recurrence.schemas.records import CandidateSetMode, ObservationRecord, OutputRecord, ReviewProposalRecord
 
 
 @dataclass(frozen=True)

@@ -8,12 +8,12 @@ resolve a match instead of choosing again.
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from processor.constants import FAILURE_CHECK_STATUSES, FAILURE_OUTCOME_STATUSES
-from processor.digest import digest
-from processor.normalize import normalize
-from schemas.base import ArtifactRef, SourceRef
-from schemas.powercontext import HandoffCitation, TaskCheck, TaskOutcome, WorkClaim
-from schemas.records import CandidateSetMode, ItemKind, MatchRecord, MatchResult, TaskOutcomeItemRef
+from recurrence.schemas.base import ArtifactRef, SourceRef
+from recurrence.schemas.canonical import digest
+from recurrence.schemas.constants import FAILURE_CHECK_STATUSES, FAILURE_OUTCOME_STATUSES
+from recurrence.schemas.normalize import normalize
+from recurrence.schemas.powercontext import HandoffCitation, TaskCheck, TaskOutcome, WorkClaim
+from recurrence.schemas.records import CandidateSetMode, ItemKind, MatchRecord, MatchResult, TaskOutcomeItemRef
 
 # Resolves a citation to "accepted in this scope at an earlier position".
 CitationResolver = Callable[[HandoffCitation], bool]

@@ -12,8 +12,8 @@ from typing import Any
 
 import orjson
 
-from processor.store import Transaction
-from schemas.base import ArtifactRef, SourceRef
+from recurrence.processor.store import Transaction
+from recurrence.schemas.base import ArtifactRef, SourceRef
 
 
 def key(*parts: str | int) -> bytes:

@@ -6,10 +6,10 @@ Counters are kept incrementally by the ledger; streak-based figures
 so they can never drift from the observations that produced them.
 """
 
-from processor.constants import EXPERIENCE_FAMILY, HANDOFF_FAMILY
-from processor.state import State, ref_from_json
-from schemas.base import ArtifactRef
-from schemas.statistics import RecurrenceStatistics, RecurrenceStreak, ScopeStatistics
+from recurrence.processor.state import State, ref_from_json
+from recurrence.schemas.base import ArtifactRef
+from recurrence.schemas.constants import EXPERIENCE_FAMILY, HANDOFF_FAMILY
+from recurrence.schemas.statistics import RecurrenceStatistics, RecurrenceStreak, ScopeStatistics
 
 
 def _unlinked_handoff_citations(state: State, scope_id: str) -> int:

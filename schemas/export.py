@@ -11,16 +11,16 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from schemas.journal import JournalEntry
-from schemas.powercontext import ExperienceContent, HandoffContent, HandoffReceipt, TaskOutcome
-from schemas.records import (
+from recurrence.schemas.journal import JournalEntry
+from recurrence.schemas.powercontext import ExperienceContent, HandoffContent, HandoffReceipt, TaskOutcome
+from recurrence.schemas.records import (
     AdmissionRecord,
     DeadLetterRecord,
     MatchRecord,
     ObservationRecord,
     ReviewProposalRecord,
 )
-from schemas.statistics import ScopeStatistics
+from recurrence.schemas.statistics import ScopeStatistics
 
 OUT_DIR = Path(__file__).parent / "json"
 

@@ -4,8 +4,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, Tag, TypeAdapter
 
-from schemas.base import ArtifactRef, Position, ScopeId, SourceRef, Value
-from schemas.powercontext import ExperienceContent, HandoffContent
+from recurrence.schemas.base import ArtifactRef, Position, ScopeId, SourceRef, Value
+from recurrence.schemas.powercontext import ExperienceContent, HandoffContent
 
 
 class SourceBody(Value):

@@ -8,16 +8,7 @@ from typing import Annotated, Literal, Self
 
 from pydantic import Field, model_validator
 
-from processor.constants import (
-    MAX_HANDOFF_CITATIONS,
-    MAX_HANDOFF_OMISSIONS,
-    MAX_HANDOFF_RECEIPT_EVIDENCE,
-    MAX_HANDOFF_STATE_STATEMENTS,
-    MAX_WORK_CLAIM_EVIDENCE,
-    MAX_WORK_EVIDENCE,
-    MAX_WORK_ITEMS,
-)
-from schemas.base import (
+from recurrence.schemas.base import (
     ArtifactRef,
     ConditionText,
     ExperienceText,
@@ -26,6 +17,15 @@ from schemas.base import (
     SourceRef,
     Value,
     WorkText,
+)
+from recurrence.schemas.constants import (
+    MAX_HANDOFF_CITATIONS,
+    MAX_HANDOFF_OMISSIONS,
+    MAX_HANDOFF_RECEIPT_EVIDENCE,
+    MAX_HANDOFF_STATE_STATEMENTS,
+    MAX_WORK_CLAIM_EVIDENCE,
+    MAX_WORK_EVIDENCE,
+    MAX_WORK_ITEMS,
 )
 
 RepairSurface = Literal["experience_content", "working_state", "recall_policy", "acceptance_check"]

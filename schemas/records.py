@@ -11,11 +11,11 @@ from typing import Annotated, Any, Final, Literal, Self
 
 from pydantic import Field, ValidationInfo, model_validator
 
-from processor.constants import MAX_CANDIDATE_EVIDENCE
-from processor.digest import digest
-from processor.normalize import normalize
-from schemas.base import ArtifactRef, Position, ScopeId, SourceRef, Value
-from schemas.powercontext import ExperienceContent
+from recurrence.schemas.base import ArtifactRef, Position, ScopeId, SourceRef, Value
+from recurrence.schemas.canonical import digest
+from recurrence.schemas.constants import MAX_CANDIDATE_EVIDENCE
+from recurrence.schemas.normalize import normalize
+from recurrence.schemas.powercontext import ExperienceContent
 
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}\Z")
 Digest = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")]

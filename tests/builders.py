@@ -9,9 +9,9 @@ from typing import Any
 
 import orjson
 
-from processor.engine import Engine, EngineConfig
-from processor.store import MemoryStore, StateStore, Transaction
-from schemas.records import OutputRecord
+from recurrence.processor.engine import Engine, EngineConfig
+from recurrence.processor.store import MemoryStore, StateStore, Transaction
+from recurrence.schemas.records import OutputRecord
 
 SCOPE = "team-a"
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from processor.admission import (
+from recurrence.processor.admission import (
     RULE_CUE,
     RULE_FAILING_OBSERVATION,
     RULE_NEAR_TWIN,
@@ -21,10 +21,10 @@ from processor.admission import (
     RULE_VERIFICATION,
     RULE_WELL_FORMED,
 )
-from processor.constants import MAX_CANDIDATE_EVIDENCE, MAX_FAILURE_CUE_LENGTH, NEAR_DUPLICATE_BIGRAM_OVERLAP
-from processor.normalize import bigram_overlap, bigrams, normalize
-from schemas.base import ArtifactRef
-from schemas.records import AdmissionRecord, DeadLetterRecord, OutputRecord
+from recurrence.schemas.base import ArtifactRef
+from recurrence.schemas.constants import MAX_CANDIDATE_EVIDENCE, MAX_FAILURE_CUE_LENGTH, NEAR_DUPLICATE_BIGRAM_OVERLAP
+from recurrence.schemas.normalize import bigram_overlap, bigrams, normalize
+from recurrence.schemas.records import AdmissionRecord, DeadLetterRecord, OutputRecord
 from tests.builders import (
     SCOPE,
     Journal,

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from processor.cli import main
-from processor.synthetic import JournalSpec, write
+from recurrence.processor.cli import main
+from recurrence.processor.synthetic import JournalSpec, write
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "rfc-minimum.jsonl"
@@ -18,7 +18,7 @@ EXPECTED = json.loads((ROOT / "examples" / "rfc-minimum.expected-stats.json").re
 
 def stats(state: Path, *extra: str) -> Any:
     done = subprocess.run(
-        [sys.executable, "-m", "processor.cli", "stats", "--state", str(state), *extra],
+        [sys.executable, "-m", "recurrence.processor.cli", "stats", "--state", str(state), *extra],
         capture_output=True,
         check=True,
         text=True,
@@ -33,7 +33,7 @@ def replay(
         [
             sys.executable,
             "-m",
-            "processor.cli",
+            "recurrence.processor.cli",
             "replay",
             str(journal),
             "--state",
@@ -139,7 +139,7 @@ def test_dead_letters_do_not_fail_the_run(tmp_path: Path) -> None:
 def test_generate_is_seeded_and_replayable(tmp_path: Path) -> None:
     def generated(seed: int) -> bytes:
         return subprocess.run(
-            [sys.executable, "-m", "processor.cli", "generate", "--entries", "300", "--seed", str(seed)],
+            [sys.executable, "-m", "recurrence.processor.cli", "generate", "--entries", "300", "--seed", str(seed)],
             capture_output=True,
             check=True,
         ).stdout

@@ -3,8 +3,8 @@
 import hashlib
 import json
 
-from processor.engine import EngineConfig
-from schemas.records import DeadLetterRecord, MatchRecord, ObservationRecord
+from recurrence.processor.engine import EngineConfig
+from recurrence.schemas.records import DeadLetterRecord, MatchRecord, ObservationRecord
 from tests.builders import (
     Journal,
     artifact_ref,

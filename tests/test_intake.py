@@ -4,10 +4,10 @@ import orjson
 import pytest
 from pydantic import ValidationError
 
-from processor import deadletters
-from processor.synthetic import JournalSpec, generate
-from schemas.journal import JOURNAL_ENTRY
-from schemas.records import DeadLetterRecord
+from recurrence.processor import deadletters
+from recurrence.processor.synthetic import JournalSpec, generate
+from recurrence.schemas.journal import JOURNAL_ENTRY
+from recurrence.schemas.records import DeadLetterRecord
 from tests.builders import SCOPE, Journal, Runner, failure_block, kinds, linked_setup, run
 
 CUE = "Generated sources are in sync"

@@ -8,9 +8,9 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from processor.embedded import replay, serialize
-from processor.store import MemoryStore, RocksStore
-from processor.synthetic import JournalSpec, generate
+from recurrence.processor.embedded import replay, serialize
+from recurrence.processor.store import MemoryStore, RocksStore
+from recurrence.processor.synthetic import JournalSpec, generate
 from tests.builders import Runner
 
 SETTINGS = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from processor.engine import EngineConfig
-from schemas.base import ArtifactRef, SourceRef
-from schemas.records import ObservationRecord, OutputRecord, ReviewProposalRecord
+from recurrence.processor.engine import EngineConfig
+from recurrence.schemas.base import ArtifactRef, SourceRef
+from recurrence.schemas.records import ObservationRecord, OutputRecord, ReviewProposalRecord
 from tests.builders import (
     Journal,
     Runner,

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from processor.digest import digest
-from schemas.base import ArtifactRef, SourceRef
-from schemas.records import MatchRecord, ObservationRecord, TaskOutcomeItemRef
+from recurrence.schemas.base import ArtifactRef, SourceRef
+from recurrence.schemas.canonical import digest
+from recurrence.schemas.records import MatchRecord, ObservationRecord, TaskOutcomeItemRef
 from tests.builders import check, claim, linked_setup, run
 
 CUE = "Generated sources are in sync"

@@ -17,8 +17,8 @@ from typing import Any
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from processor.stream.settings import KafkaConnection
-from topics.definitions import TopicSpec
+from recurrence.processor.stream.settings import KafkaConnection
+from recurrence.topics.definitions import TopicSpec
 
 _TOPIC_ALREADY_EXISTS = 36
 _UNKNOWN_TOPIC = 3

@@ -11,7 +11,7 @@ count, because a scope's journal partition is also its changelog partition and
 from dataclasses import dataclass, field
 from typing import Final
 
-from processor.stream.settings import StreamSettings
+from recurrence.processor.stream.settings import StreamSettings
 
 APPEND_ONLY: Final = {"cleanup.policy": "delete", "retention.ms": "-1"}
 

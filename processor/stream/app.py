@@ -8,7 +8,7 @@ a cancellation) ends the process at once with exit code 70 and without
 acknowledging the batch: Faust would otherwise acknowledge and commit the
 batch's offsets on the way out, and a restart is the recovery path anyway.
 
-``faust -A processor.stream.app worker`` works too: the module attribute
+``faust -A recurrence.processor.stream.app worker`` works too: the module attribute
 ``app`` is built on first access from the ``RECURRENCE_*`` / ``KAFKA_*``
 environment variables.
 """
@@ -24,13 +24,13 @@ from typing import Any, Final, cast
 import faust
 from aiokafka import TopicPartition
 
-from processor.engine import EngineConfig
-from processor.stream.journal import JournalReader
-from processor.stream.metrics import Metrics
-from processor.stream.processing import BatchProcessor, Delivered, Entry
-from processor.stream.settings import TABLE_NAME, StreamSettings
-from processor.stream.tablestore import PartitionedState, StateTable
-from processor.stream.views import ReadSurface, register
+from recurrence.processor.engine import EngineConfig
+from recurrence.processor.stream.journal import JournalReader
+from recurrence.processor.stream.metrics import Metrics
+from recurrence.processor.stream.processing import BatchProcessor, Delivered, Entry
+from recurrence.processor.stream.settings import TABLE_NAME, StreamSettings
+from recurrence.processor.stream.tablestore import PartitionedState, StateTable
+from recurrence.processor.stream.views import ReadSurface, register
 
 log = logging.getLogger("recurrence.stream")
 
@@ -376,11 +376,11 @@ def create_app(settings: StreamSettings) -> Any:
 
 
 def __getattr__(name: str) -> Any:
-    # ``faust -A processor.stream.app worker``: build the app from the environment on first access.
+    # ``faust -A recurrence.processor.stream.app worker``: build the app from the environment on first access.
     if name == "app":
         import argparse  # noqa: PLC0415
 
-        from processor.stream.settings import settings_from_args  # noqa: PLC0415
+        from recurrence.processor.stream.settings import settings_from_args  # noqa: PLC0415
 
         empty = argparse.Namespace(
             bootstrap_servers=None,

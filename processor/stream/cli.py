@@ -13,15 +13,15 @@ import sys
 from pathlib import Path
 from typing import IO, Any, Final
 
-from processor.cliargs import EXIT_OK, EXIT_UNUSABLE, non_negative_int, positive_int
-from processor.constants import RECURRENCE_REVIEW_STREAK_THRESHOLD
-from processor.stream.settings import (
+from recurrence.processor.cliargs import EXIT_OK, EXIT_UNUSABLE, non_negative_int, positive_int
+from recurrence.processor.stream.settings import (
     StreamSettings,
     add_connection_arguments,
     add_layout_arguments,
     add_topic_arguments,
     settings_from_args,
 )
+from recurrence.schemas.constants import RECURRENCE_REVIEW_STREAK_THRESHOLD
 
 EXIT_DRIFT: Final = 3  # topics exist but differ from their definitions
 
@@ -37,8 +37,8 @@ def _settings(args: argparse.Namespace) -> StreamSettings | None:
 
 
 def _apply(settings: StreamSettings, create: bool, report: IO[str] = sys.stderr) -> int:
-    from topics.apply import apply_topics  # noqa: PLC0415
-    from topics.definitions import topic_specs  # noqa: PLC0415
+    from recurrence.topics.apply import apply_topics  # noqa: PLC0415
+    from recurrence.topics.definitions import topic_specs  # noqa: PLC0415
 
     try:
         result = asyncio.run(apply_topics(settings.kafka, topic_specs(settings), create=create))
@@ -72,7 +72,7 @@ def _cmd_topics_apply(args: argparse.Namespace) -> int:
 
 
 def _cmd_topics_show(args: argparse.Namespace) -> int:
-    from topics.definitions import topic_specs  # noqa: PLC0415
+    from recurrence.topics.definitions import topic_specs  # noqa: PLC0415
 
     settings = _settings(args)
     if settings is None:
@@ -85,7 +85,7 @@ def _cmd_topics_show(args: argparse.Namespace) -> int:
 
 
 def _cmd_publish(args: argparse.Namespace) -> int:
-    from processor.stream.publish import publish  # noqa: PLC0415
+    from recurrence.processor.stream.publish import publish  # noqa: PLC0415
 
     if args.journal != "-" and not Path(args.journal).is_file():
         print(f"recurrence publish: cannot read journal {args.journal}", file=sys.stderr)
@@ -104,7 +104,7 @@ def _cmd_publish(args: argparse.Namespace) -> int:
 
 
 def _cmd_ledger_dump(args: argparse.Namespace) -> int:
-    from processor.stream.dump import dump  # noqa: PLC0415
+    from recurrence.processor.stream.dump import dump  # noqa: PLC0415
 
     settings = _settings(args)
     if settings is None:
@@ -136,7 +136,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 
     import faust  # noqa: PLC0415
 
-    from processor.stream.app import RecurrenceService  # noqa: PLC0415
+    from recurrence.processor.stream.app import RecurrenceService  # noqa: PLC0415
 
     service = RecurrenceService(settings)
     worker = faust.Worker(service.app, loglevel=args.loglevel, quiet=True, redirect_stdouts=False)

@@ -27,9 +27,9 @@ from typing import IO, Any
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from processor.digest import digest
-from processor.stream.processing import SOURCE_HEADER
-from processor.stream.settings import KafkaConnection
+from recurrence.processor.stream.processing import SOURCE_HEADER
+from recurrence.processor.stream.settings import KafkaConnection
+from recurrence.schemas.canonical import digest
 
 _NO_SOURCE = (sys.maxsize, sys.maxsize, sys.maxsize)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from processor.stream.settings import KafkaConnection
+from recurrence.processor.stream.settings import KafkaConnection
 
 FETCH_TIMEOUT = 60.0
 

@@ -36,14 +36,14 @@ from typing import Final, Protocol
 
 import orjson
 
-from processor.embedded import serialize
-from processor.engine import Engine, EngineConfig
-from processor.store import StateStore, Transaction
-from processor.stream import changeset
-from processor.stream.metrics import Metrics
-from processor.stream.settings import TopicNames
-from processor.stream.tablestore import PartitionedState
-from schemas.records import DeadLetterRecord, OutputRecord
+from recurrence.processor.embedded import serialize
+from recurrence.processor.engine import Engine, EngineConfig
+from recurrence.processor.store import StateStore, Transaction
+from recurrence.processor.stream import changeset
+from recurrence.processor.stream.metrics import Metrics
+from recurrence.processor.stream.settings import TopicNames
+from recurrence.processor.stream.tablestore import PartitionedState
+from recurrence.schemas.records import DeadLetterRecord, OutputRecord
 
 log = logging.getLogger("recurrence.stream")
 

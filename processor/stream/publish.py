@@ -17,8 +17,8 @@ from typing import IO, Any, Final
 import orjson
 from aiokafka import AIOKafkaProducer
 
-from processor.journalfile import JournalReader, Progress
-from processor.stream.settings import KafkaConnection
+from recurrence.processor.journalfile import JournalReader, Progress
+from recurrence.processor.stream.settings import KafkaConnection
 
 UNKEYED_PARTITION: Final = 0
 _WINDOW: Final = 2000  # records in flight before waiting for acknowledgements

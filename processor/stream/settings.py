@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from processor.cliargs import positive_int
-from processor.constants import RECURRENCE_REVIEW_STREAK_THRESHOLD
+from recurrence.processor.cliargs import positive_int
+from recurrence.schemas.constants import RECURRENCE_REVIEW_STREAK_THRESHOLD
 
 DEFAULT_BOOTSTRAP: Final = "127.0.0.1:39092"
 DEFAULT_PREFIX: Final = "recurrence"

@@ -31,8 +31,8 @@ from faust.stores import rocksdb as faust_rocksdb
 from rocksdict import WriteBatch
 from yarl import URL
 
-from processor.store import MemoryStore, StateStore, write_batch
-from processor.stream import changeset
+from recurrence.processor.store import MemoryStore, StateStore, write_batch
+from recurrence.processor.stream import changeset
 
 OFFSET_KEY = faust_rocksdb.Store.offset_key
 

@@ -27,11 +27,11 @@ import aiohttp
 import orjson
 from aiokafka.partitioner import murmur2
 
-from processor.constants import DEFAULT_TOP_REVISIONS
-from processor.engine import Engine, EngineConfig
-from processor.store import Transaction
-from processor.stream.metrics import Metrics
-from processor.stream.tablestore import PartitionedState
+from recurrence.processor.engine import Engine, EngineConfig
+from recurrence.processor.store import Transaction
+from recurrence.processor.stream.metrics import Metrics
+from recurrence.processor.stream.tablestore import PartitionedState
+from recurrence.schemas.constants import DEFAULT_TOP_REVISIONS
 
 log = logging.getLogger("recurrence.stream.web")
 

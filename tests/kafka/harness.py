@@ -25,17 +25,17 @@ from typing import Any
 
 import orjson
 
-from processor.embedded import replay, statistics
-from processor.store import MemoryStore
-from processor.stream.dump import read_records, record_id
-from processor.stream.settings import KafkaConnection
+from recurrence.processor.embedded import replay, statistics
+from recurrence.processor.store import MemoryStore
+from recurrence.processor.stream.dump import read_records, record_id
+from recurrence.processor.stream.settings import KafkaConnection
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def recurrence_command() -> list[str]:
     script = Path(sys.executable).parent / "recurrence"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "processor.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "recurrence.processor.cli"]
 
 
 def free_port() -> int:

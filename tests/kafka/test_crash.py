@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from processor.synthetic import JournalSpec, generate
+from recurrence.processor.synthetic import JournalSpec, generate
 
 from .harness import Deployment, Oracle, dedupe, wait_for, write_journal
 from .test_end_to_end import check_statistics, scopes_of

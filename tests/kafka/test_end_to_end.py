@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 import pytest
 
-from processor.synthetic import JournalSpec, generate
+from recurrence.processor.synthetic import JournalSpec, generate
 
 from .harness import REPO, Deployment, Oracle, Worker, by_scope, dedupe, quote, wait_for, write_journal
 

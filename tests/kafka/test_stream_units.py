@@ -16,15 +16,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processor.engine import EngineConfig
-from processor.store import MemoryStore, Transaction
-from processor.stream import changeset
-from processor.stream.processing import SOURCE_HEADER, BatchProcessor, Entry, Overlay
-from processor.stream.publish import scope_key
-from processor.stream.settings import StreamSettings
-from processor.stream.views import partition_for
-from processor.synthetic import JournalSpec, generate
-from topics.definitions import topic_specs
+from recurrence.processor.engine import EngineConfig
+from recurrence.processor.store import MemoryStore, Transaction
+from recurrence.processor.stream import changeset
+from recurrence.processor.stream.processing import SOURCE_HEADER, BatchProcessor, Entry, Overlay
+from recurrence.processor.stream.publish import scope_key
+from recurrence.processor.stream.settings import StreamSettings
+from recurrence.processor.stream.views import partition_for
+from recurrence.processor.synthetic import JournalSpec, generate
+from recurrence.topics.definitions import topic_specs
 
 from .harness import Oracle, by_scope, write_journal
 

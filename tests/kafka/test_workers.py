@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from processor.synthetic import JournalSpec, generate
+from recurrence.processor.synthetic import JournalSpec, generate
 
 from .harness import Deployment, Oracle, Worker, wait_for, write_journal
 from .test_end_to_end import check_statistics, scopes_of
