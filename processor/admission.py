@@ -6,13 +6,16 @@ its decision is). Rule 5 only ever warns. Candidates without a failure block
 pass the gate unchanged.
 """
 
-from collections.abc import Iterable
+from collections.abc import Iterator
 from fractions import Fraction
 from typing import Any
 
+import orjson
 from pydantic import ValidationError
 
-from recurrence.processor.state import State
+from recurrence.processor import records
+from recurrence.processor.records import Emitted
+from recurrence.processor.state import State, artifact_json
 from recurrence.schemas.base import ArtifactRef
 from recurrence.schemas.constants import (
     EXPERIENCE_FAMILY,
@@ -23,7 +26,8 @@ from recurrence.schemas.constants import (
 from recurrence.schemas.journal import CandidateBody
 from recurrence.schemas.normalize import bigram_overlap, normalize
 from recurrence.schemas.powercontext import ExperienceContent
-from recurrence.schemas.records import AdmissionRecord, NearTwinWarning, Violation
+
+Violation = dict[str, str]
 
 # Stable rule ids (docs/admission.md lists them with their meaning).
 RULE_WELL_FORMED = "well_formed_proposal"
@@ -50,13 +54,17 @@ def _rule_for(location: tuple[int | str, ...]) -> str:
     return RULE_WELL_FORMED
 
 
+def violation(rule: str, message: str) -> Violation:
+    return {"rule": rule, "message": message}
+
+
 def _schema_violations(error: ValidationError) -> list[Violation]:
     violations: dict[tuple[str, str], Violation] = {}
     for detail in error.errors(include_input=False, include_url=False):
         location = tuple(detail["loc"])
         rule = _rule_for(location)
         message = f"{'.'.join(str(p) for p in location) or 'proposal'}: {detail['msg']}"
-        violations.setdefault((rule, message), Violation(rule=rule, message=message))
+        violations.setdefault((rule, message), violation(rule, message))
     return list(violations.values())
 
 
@@ -72,9 +80,9 @@ class AdmissionGate:
     def __init__(self, state: State) -> None:
         self.state = state
 
-    def decide(self, scope_id: str, candidate: CandidateBody) -> AdmissionRecord:
+    def decide(self, scope_id: str, candidate: CandidateBody) -> Emitted:
         violations: list[Violation] = []
-        warnings: list[NearTwinWarning] = []
+        warnings: list[dict[str, Any]] = []
         proposal = candidate.proposal
         has_failure = proposal.get("failure") is not None
         try:
@@ -90,77 +98,68 @@ class AdmissionGate:
             cue_key = normalize(cue) if cue is not None else ""
             outcome = proposal.get("outcome")
             if cue_key and isinstance(outcome, str) and cue_key == normalize(outcome):
-                violations.append(
-                    Violation(rule=RULE_CUE, message="recall_cue restates the outcome field; name the situation")
-                )
+                violations.append(violation(RULE_CUE, "recall_cue restates the outcome field; name the situation"))
             violations.extend(self._provenance(scope_id, candidate))
             if cue_key:
                 warnings.extend(self._near_twins(scope_id, cue_key, candidate.target))
-        return AdmissionRecord(
-            scope_id=scope_id,
-            candidate_id=candidate.candidate_id,
-            decision="dropped" if violations else "admitted",
-            violations=tuple(violations),
-            warnings=tuple(warnings),
-        )
+        return records.admission(scope_id, candidate.candidate_id, violations, warnings)
 
     # Rule 1: a cited failing observation.
     def _failing_observation(self, scope_id: str, candidate: CandidateBody) -> list[Violation]:
         for ref in candidate.sources:
-            stored = self.state.source(scope_id, ref)
+            stored = self.state.source(scope_id, (ref.source_type, ref.source_id))
             if stored is not None and stored.kind == TASK_OUTCOME_SOURCE_KIND and stored.failure_evidence:
                 return []
         return [
-            Violation(
-                rule=RULE_FAILING_OBSERVATION,
-                message=(
-                    "no cited Source is a Task Outcome in this scope with verified failure evidence "
-                    "(a failed/blocked outcome with a verified observation, or a verified "
-                    "failed/timed_out/unavailable check)"
-                ),
+            violation(
+                RULE_FAILING_OBSERVATION,
+                "no cited Source is a Task Outcome in this scope with verified failure evidence "
+                "(a failed/blocked outcome with a verified observation, or a verified "
+                "failed/timed_out/unavailable check)",
             )
         ]
 
     # Rule 5: no silent near-twin. Warns, never drops, never links.
-    def _near_twins(self, scope_id: str, cue: str, target: ArtifactRef | None) -> Iterable[NearTwinWarning]:
-        for ref, row in self.state.heads(scope_id, EXPERIENCE_FAMILY):
-            signature_key = row.signature_key
-            if signature_key is None:
-                continue
-            if target is not None and (target.family, target.artifact_id) == (ref.family, ref.artifact_id):
+    def _near_twins(self, scope_id: str, cue: str, target: ArtifactRef | None) -> Iterator[dict[str, Any]]:
+        # The failure heads are exactly the heads with a signature key; warnings name them
+        # in the order of their head rows (by encoded artifact id).
+        heads = sorted(self.state.failure_heads(scope_id).heads, key=lambda h: orjson.dumps(h.artifact_id))
+        for head in heads:
+            signature_key = head.signature_key
+            if target is not None and (target.family, target.artifact_id) == (EXPERIENCE_FAMILY, head.artifact_id):
                 continue  # revising that very record is what the warning would suggest
             overlap = bigram_overlap(cue, signature_key)
             if Fraction(overlap) >= _NEAR_TWIN or cue == signature_key:
-                yield NearTwinWarning(
-                    artifact_ref=ref,
-                    signature_key=signature_key,
-                    overlap=overlap,
-                    message=(
-                        f"recall_cue overlaps {ref.family}/{ref.artifact_id} revision {ref.revision} "
+                yield {
+                    "rule": RULE_NEAR_TWIN,
+                    "artifact_ref": artifact_json((EXPERIENCE_FAMILY, head.artifact_id, head.revision)),
+                    "signature_key": signature_key,
+                    "overlap": overlap,
+                    "message": (
+                        f"recall_cue overlaps {EXPERIENCE_FAMILY}/{head.artifact_id} revision {head.revision} "
                         f"at {overlap:.2f}; consider revising that record instead"
                     ),
-                )
+                }
 
     # Rule 6: provenance through the existing evidence model.
     def _provenance(self, scope_id: str, candidate: CandidateBody) -> list[Violation]:
         out = []
         if not 1 <= len(candidate.sources) <= MAX_CANDIDATE_EVIDENCE:
             out.append(
-                Violation(
-                    rule=RULE_PROVENANCE,
-                    message=(
-                        f"a candidate cites 1..{MAX_CANDIDATE_EVIDENCE} exact Sources, got {len(candidate.sources)}"
-                    ),
+                violation(
+                    RULE_PROVENANCE,
+                    f"a candidate cites 1..{MAX_CANDIDATE_EVIDENCE} exact Sources, got {len(candidate.sources)}",
                 )
             )
-        missing = [ref for ref in candidate.sources if self.state.source(scope_id, ref) is None]
+        state = self.state
+        missing = [ref for ref in candidate.sources if state.source(scope_id, (ref.source_type, ref.source_id)) is None]
         cited = [*candidate.artifacts, *([candidate.target] if candidate.target is not None else [])]
-        missing_artifacts = [ref for ref in cited if self.state.artifact(scope_id, ref) is None]
+        missing_artifacts = [
+            ref for ref in cited if state.artifact(scope_id, (ref.family, ref.artifact_id, ref.revision)) is None
+        ]
         if missing or missing_artifacts:
             names = [f"{r.source_type}/{r.source_id}" for r in missing] + [
                 f"{r.family}/{r.artifact_id}@{r.revision}" for r in missing_artifacts
             ]
-            out.append(
-                Violation(rule=RULE_PROVENANCE, message=f"citations not resolvable in this scope: {', '.join(names)}")
-            )
+            out.append(violation(RULE_PROVENANCE, f"citations not resolvable in this scope: {', '.join(names)}"))
         return out

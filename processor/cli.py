@@ -14,9 +14,9 @@ from pathlib import Path
 import orjson
 
 from recurrence.processor.cliargs import EXIT_OK, EXIT_UNUSABLE, non_negative_int, positive_int, ratio
-from recurrence.processor.embedded import DEFAULT_BATCH, ConfigMismatchError, open_state, replay, statistics
+from recurrence.processor.embedded import DEFAULT_BATCH, open_state, replay, statistics
 from recurrence.processor.engine import EngineConfig
-from recurrence.processor.store import StateDirError
+from recurrence.processor.exceptions import RecurrenceError
 from recurrence.processor.synthetic import JournalSpec, generate
 from recurrence.schemas.constants import DEFAULT_TOP_REVISIONS, RECURRENCE_REVIEW_STREAK_THRESHOLD
 
@@ -112,9 +112,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         code: int = args.func(args)
-    except (StateDirError, ConfigMismatchError) as error:
+    except RecurrenceError as error:
         print(f"recurrence {args.command}: {error}", file=sys.stderr)
-        return EXIT_UNUSABLE
+        return error.exit_code
     except BrokenPipeError:
         return EXIT_OK
     except OSError as error:

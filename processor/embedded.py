@@ -19,10 +19,11 @@ from typing import IO, Any
 import orjson
 
 from recurrence.processor.engine import Engine, EngineConfig
+from recurrence.processor.exceptions import ConfigMismatchError, StateDirError
 from recurrence.processor.journalfile import JournalReader, Progress
-from recurrence.processor.state import key
-from recurrence.processor.store import RocksStore, StateDirError, StateStore, Transaction
-from recurrence.schemas.records import DeadLetterRecord, OutputRecord
+from recurrence.processor.state import FORMAT_KEY, STATE_FORMAT, key, row_cache
+from recurrence.processor.store.base import StateStore, Transaction
+from recurrence.processor.store.rocksdb import RocksStore
 
 log = logging.getLogger("recurrence.embedded")
 
@@ -30,12 +31,17 @@ DEFAULT_BATCH = 1000
 _CONFIG_KEY = key("config")
 
 
-class ConfigMismatchError(RuntimeError):
-    """The state directory was built with a different engine configuration."""
-
-
-def serialize(record: OutputRecord) -> bytes:
-    return orjson.dumps(record.model_dump(mode="json", by_alias=True)) + b"\n"
+def check_format(store: StateStore) -> None:
+    """Refuse a state written in another row layout; stamp a new one."""
+    stamped = store.get(FORMAT_KEY)
+    if stamped == STATE_FORMAT:
+        return
+    if stamped is not None or next(store.iterate_prefix(b""), None) is not None:
+        raise StateDirError(
+            f"the state was written by another version of recurrence (layout {stamped!r}, this one reads "
+            f"{STATE_FORMAT!r}); rebuild it: replay the journal into a fresh --state with a fresh --out"
+        )
+    store.apply({FORMAT_KEY: STATE_FORMAT})
 
 
 def bind_config(store: StateStore, config: EngineConfig | None) -> EngineConfig:
@@ -101,12 +107,14 @@ def replay(
     batch_size: int = DEFAULT_BATCH,
     progress_stream: IO[str] | None = None,
 ) -> RunSummary:
+    check_format(store)
     config = bind_config(store, config)
     summary = RunSummary(truncated_bytes=_recover_ledger(store, out))
     started = time.monotonic()
     reader = JournalReader(journal)
     progress = Progress(reader.total_bytes, progress_stream)
-    txn = Transaction(store)
+    cache = row_cache()
+    txn = Transaction(store, cache)
     engine = Engine(txn, config)
     pending: list[bytes] = []
     in_batch = 0
@@ -115,7 +123,7 @@ def replay(
         with reader, out.open("ab") as ledger:
 
             def flush() -> None:
-                nonlocal in_batch
+                nonlocal in_batch, txn, engine
                 if pending:
                     ledger.write(b"".join(pending))
                     pending.clear()
@@ -123,16 +131,18 @@ def replay(
                 os.fsync(ledger.fileno())
                 txn.put(_ledger_key(out), orjson.dumps(ledger.tell()))
                 txn.commit()
+                txn = Transaction(store, cache)
+                engine = Engine(txn, config)
                 in_batch = 0
 
-            for entry in reader:
+            for line_number, entry in reader:
                 summary.entries += 1
-                for record in engine.process(entry):
-                    pending.append(serialize(record))
+                for record in engine.process(entry, {"line": line_number}):
+                    pending.append(record.line + b"\n")
                     summary.records[record.record] += 1
-                    if isinstance(record, DeadLetterRecord):
+                    if record.error is not None:
                         summary.dead_letters[record.error] += 1
-                        log.debug("dead letter %s at position %s", record.error, record.position)
+                        log.debug("dead letter %s at line %d", record.error, line_number)
                 in_batch += 1
                 if in_batch >= batch_size:
                     flush()
@@ -147,6 +157,8 @@ def replay(
 
 
 def statistics(store: StateStore, scope_id: str | None, top: int | None) -> list[dict[str, Any]]:
+    if store.get(FORMAT_KEY) not in (None, STATE_FORMAT):
+        raise StateDirError("the state was written by another version of recurrence; rebuild it")
     config = bind_config(store, None)
     engine = Engine(Transaction(store), config)
     return [s.model_dump(mode="json") for s in engine.statistics(scope_id, top)]
@@ -155,4 +167,4 @@ def statistics(store: StateStore, scope_id: str | None, top: int | None) -> list
 def open_state(path: Path, must_exist: bool = False, read_only: bool = False) -> RocksStore:
     if must_exist and not path.is_dir():
         raise StateDirError(f"no state directory at {path}; run 'recurrence replay' first")
-    return RocksStore(path, read_only=read_only)
+    return RocksStore.open(path, read_only=read_only)

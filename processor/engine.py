@@ -1,16 +1,26 @@
 """The pure, deterministic engine: (state, next journal entry) -> output records + state changes.
 
-No I/O, no clock, no randomness. The embedded runner and the Faust agent both
+No I/O, no clock, no randomness. The embedded runner and the Kafka worker both
 drive exactly this class; only the store behind the ``Transaction`` differs.
 
 Idempotence rests on one rule: an entry changes state only when its position is
 above the scope's last accepted position, and that position is recorded in the
 same transaction as the entry's effects. A re-delivered entry is recognised by
 the digest stored for its position and produces nothing.
+
+Pydantic is the boundary: an entry (and a Source's content) is validated once;
+from there on the engine works on plain values whose invariants it keeps, and
+builds its records directly as ledger lines (``records``).
+
+No entry can stop the stream: each runs inside an entry savepoint, and any
+exception while applying it discards everything the entry staged and becomes
+an ``internal_error`` dead letter naming only the exception's class.
 """
 
+import hashlib
+import logging
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any
 
 import orjson
 from pydantic import ValidationError
@@ -18,11 +28,17 @@ from pydantic import ValidationError
 from recurrence.processor import deadletters
 from recurrence.processor.admission import AdmissionGate
 from recurrence.processor.ledger import OutcomeLedger, handoff_cites
-from recurrence.processor.state import ScopeMeta, State, StoredArtifact, StoredSource, ref_json
+from recurrence.processor.records import Emitted, Origin
+from recurrence.processor.state import (
+    FailureHead,
+    ScopeMeta,
+    State,
+    StoredArtifact,
+    StoredSource,
+)
 from recurrence.processor.statistics import scope_statistics
-from recurrence.processor.store import Transaction
-from recurrence.schemas.base import ArtifactRef
-from recurrence.schemas.canonical import digest
+from recurrence.processor.store.base import Transaction
+from recurrence.schemas.canonical import canonical_json, digest
 from recurrence.schemas.constants import (
     DEFAULT_TOP_REVISIONS,
     EXPERIENCE_FAMILY,
@@ -38,14 +54,12 @@ from recurrence.schemas.journal import (
     ExperienceArtifact,
     HandoffArtifact,
     SourceEntry,
-    artifact_ref,
 )
 from recurrence.schemas.normalize import normalize
 from recurrence.schemas.powercontext import HandoffReceipt, TaskOutcome
-from recurrence.schemas.records import DeadLetterRecord, OutputRecord
 from recurrence.schemas.statistics import ScopeStatistics
 
-_Content = TypeVar("_Content", TaskOutcome, HandoffReceipt)
+log = logging.getLogger("recurrence.engine")
 
 _EXPECTED_SCHEMA = {
     TASK_OUTCOME_SOURCE_KIND: "powercontext.task-outcome.v1",
@@ -72,6 +86,13 @@ class _RejectedEntryError(Exception):
         super().__init__(code)
         self.code = code
         self.detail = detail
+        self.scope_id: str | None = None
+        self.position: int | None = None
+
+
+def _entry_digest(scope_id: str, position: int, kind: str, identity: object, body_digest: str) -> bytes:
+    """Internal identity of an accepted entry: equal exactly when the validated entries are equal."""
+    return hashlib.sha256(canonical_json([scope_id, position, kind, identity, body_digest])).digest()
 
 
 class Engine:
@@ -82,60 +103,117 @@ class Engine:
         self.ledger = OutcomeLedger(self.state, self.config.review_threshold)
         self.admission = AdmissionGate(self.state)
 
-    def process(self, raw: bytes) -> list[OutputRecord]:
-        """Apply one raw journal entry; changes stay pending in the transaction."""
+    def process(self, raw: bytes, origin: Origin) -> list[Emitted]:
+        """Apply one raw journal entry; its changes join the transaction only if it is applied whole."""
+        txn = self.txn
+        txn.begin_entry()
+        try:
+            records = self._apply(raw)
+        except _RejectedEntryError as rejected:
+            txn.abort_entry()
+            return [self._rejected(raw, origin, rejected)]
+        except Exception as error:
+            txn.abort_entry()
+            # The class only: an exception's text may quote the entry.
+            log.error("internal error %s applying the entry from %s; dead-lettered", type(error).__name__, origin)
+            return [
+                deadletters.rejected(
+                    raw,
+                    origin,
+                    deadletters.INTERNAL_ERROR,
+                    f"{type(error).__name__} while applying the entry; none of its effects were kept",
+                )
+            ]
+        txn.end_entry()
+        return records
+
+    @staticmethod
+    def _rejected(raw: bytes, origin: Origin, rejected: _RejectedEntryError) -> Emitted:
+        return deadletters.rejected(raw, origin, rejected.code, rejected.detail, rejected.scope_id, rejected.position)
+
+    def _apply(self, raw: bytes) -> list[Emitted]:
         try:
             raw.decode("utf-8")
         except UnicodeDecodeError:
-            return [deadletters.dead_letter(raw, deadletters.INVALID_ENCODING, "entry is not UTF-8; raw is base64")]
+            raise _RejectedEntryError(deadletters.INVALID_ENCODING, "entry is not UTF-8; raw is base64") from None
+        try:
+            # NaN, Infinity and numbers that overflow a double are not JSON (contract,
+            # "Numbers"); the validating parser would accept them in free-form places.
+            orjson.loads(raw)
+        except orjson.JSONDecodeError as error:
+            raise _RejectedEntryError(deadletters.INVALID_JSON, deadletters.not_json(error)) from None
         try:
             entry = JOURNAL_ENTRY.validate_json(raw)
         except ValidationError as error:
-            return [deadletters.dead_letter(raw, deadletters.classify(error), deadletters.describe(error))]
+            raise _RejectedEntryError(deadletters.classify(error), deadletters.describe(error)) from None
 
         scope_id, position = entry.scope_id, entry.position
-        meta = self.state.scope(scope_id)
-        entry_digest = digest(entry.model_dump(mode="json", by_alias=True))
-        if position <= meta.last_position:
-            prior = self.state.entry_digest(scope_id, position)
+        try:
+            return self._accept(entry, scope_id, position)
+        except _RejectedEntryError as rejected:
+            rejected.scope_id, rejected.position = scope_id, position
+            raise
+
+    def _accept(
+        self, entry: SourceEntry | ArtifactEntry | CandidateEntry, scope_id: str, position: int
+    ) -> list[Emitted]:
+        state = self.state
+        current = state.scope(scope_id)
+        last = 0 if current is None else current.last_position
+        if isinstance(entry, SourceEntry):
+            body = entry.source
+            ref = (entry.source_ref.source_type, entry.source_ref.source_id)
+            body_digest = digest(
+                {"name": body.name, "materialization": body.materialization, "metadata": body.metadata,
+                 "content": body.content}
+            )
+            identity: object = ref
+        elif isinstance(entry, ArtifactEntry):
+            art = entry.artifact
+            body_dump = art.model_dump(mode="json", by_alias=True)
+            body_digest = digest(body_dump)
+            identity = (art.family, art.artifact_id, art.revision)
+        else:
+            cand = entry.candidate
+            body_digest = digest(cand.model_dump(mode="json", by_alias=True))
+            identity = cand.candidate_id
+        entry_digest = _entry_digest(scope_id, position, entry.type, identity, body_digest)
+
+        if position <= last:
+            prior = state.entry_digest(scope_id, position)
             if prior == entry_digest:
                 return []  # re-delivery of an applied entry
-            code = deadletters.POSITION_OUT_OF_ORDER if prior is None else deadletters.POSITION_CONFLICT
-            detail = (
-                f"position {position} was never accepted and the scope is at {meta.last_position}"
-                if prior is None
-                else f"position {position} was accepted with different content"
+            if prior is None:
+                raise _RejectedEntryError(
+                    deadletters.POSITION_OUT_OF_ORDER,
+                    f"position {position} was never accepted and the scope is at {last}",
+                )
+            raise _RejectedEntryError(
+                deadletters.POSITION_CONFLICT, f"position {position} was accepted with different content"
             )
-            return [deadletters.dead_letter(raw, code, detail, scope_id, position)]
 
-        # Every rejection is raised before the handler writes anything, so a
-        # rejected entry leaves the transaction untouched.
-        try:
-            if isinstance(entry, SourceEntry):
-                records = self._source(entry, meta)
-            elif isinstance(entry, ArtifactEntry):
-                records = self._artifact(entry)
-            else:
-                records = self._candidate(entry)
-        except _RejectedEntryError as rejected:
-            return [deadletters.dead_letter(raw, rejected.code, rejected.detail, scope_id, position)]
+        meta = state.scope_for_update(scope_id)
+        if isinstance(entry, SourceEntry):
+            records = self._source(entry, meta, body_digest)
+        elif isinstance(entry, ArtifactEntry):
+            records = self._artifact(entry, body_digest, body_dump)
+        else:
+            records = self._candidate(entry, body_digest)
         meta.last_position = position
-        self.state.put_scope(scope_id, meta)
-        self.state.put_entry_digest(scope_id, position, entry_digest)
+        state.put_entry_digest(scope_id, position, entry_digest)
         return records
 
     # -- Sources -------------------------------------------------------------------
-    def _source(self, entry: SourceEntry, meta: ScopeMeta) -> list[OutputRecord]:
-        scope_id, ref, body = entry.scope_id, entry.source_ref, entry.source
-        body_digest = digest(body.model_dump(mode="json", by_alias=True))
+    def _source(self, entry: SourceEntry, meta: ScopeMeta, body_digest: str) -> list[Emitted]:
+        scope_id, body = entry.scope_id, entry.source
+        ref = (entry.source_ref.source_type, entry.source_ref.source_id)
         existing = self.state.source(scope_id, ref)
         if existing is not None:
             if existing.digest == body_digest:
                 return []  # the same immutable Source re-sent: no-op
             raise _RejectedEntryError(
                 deadletters.IMMUTABLE_CONFLICT,
-                f"source {ref.source_type}/{ref.source_id} was accepted at position {existing.position} "
-                "with different content",
+                f"this source_ref was accepted at position {existing.position} with different content",
             )
         kind = body.kind()
         expected = _EXPECTED_SCHEMA.get(kind or "")
@@ -152,12 +230,13 @@ class Engine:
             return records
         if kind == HANDOFF_RECEIPT_SOURCE_KIND:
             receipt = self._parse(HandoffReceipt, body.content)
+            selected = receipt.selected_revision
             linkable = (
-                ref_json(receipt.selected_revision)
+                (selected.family, selected.artifact_id, selected.revision)
                 if receipt.status == "accepted"
                 and receipt.selection == "exact"
-                and receipt.selected_revision is not None
-                and receipt.selected_revision.family == HANDOFF_FAMILY
+                and selected is not None
+                and selected.family == HANDOFF_FAMILY
                 else None
             )
             self.state.put_source(scope_id, ref, StoredSource(entry.position, kind, body_digest, False, linkable))
@@ -166,7 +245,7 @@ class Engine:
         return []
 
     @staticmethod
-    def _parse(model: type[_Content], content: str) -> _Content:
+    def _parse(model: type[TaskOutcome] | type[HandoffReceipt], content: str) -> Any:
         try:
             return model.model_validate_json(content)
         except ValidationError as error:
@@ -175,18 +254,16 @@ class Engine:
             ) from None
 
     # -- Artifact revisions ----------------------------------------------------------
-    def _artifact(self, entry: ArtifactEntry) -> list[OutputRecord]:
+    def _artifact(self, entry: ArtifactEntry, body_digest: str, body_dump: dict[str, Any]) -> list[Emitted]:
         scope_id, body = entry.scope_id, entry.artifact
-        ref = artifact_ref(body)
-        body_digest = digest(body.model_dump(mode="json", by_alias=True))
+        ref = (body.family, body.artifact_id, body.revision)
         existing = self.state.artifact(scope_id, ref)
         if existing is not None:
             if existing.digest == body_digest:
                 return []
             raise _RejectedEntryError(
                 deadletters.IMMUTABLE_CONFLICT,
-                f"revision {ref.family}/{ref.artifact_id}@{ref.revision} was accepted at position "
-                f"{existing.position} with different content",
+                f"this revision was accepted at position {existing.position} with different content",
             )
         stored = StoredArtifact(entry.position, body_digest)
         if isinstance(body, ExperienceArtifact):
@@ -199,57 +276,51 @@ class Engine:
                     repair_surface=failure.repair_surface,
                     condition_key=normalize(failure.verification.condition),
                     check_key=normalize(failure.verification.check_subject),
-                    content=body.content.model_dump(mode="json", by_alias=True),
+                    content=body_dump["content"],
                 )
         elif isinstance(body, HandoffArtifact):
             stored = StoredArtifact(
                 entry.position, body_digest, cites=handoff_cites(body.content.experience_citations())
             )
-        self.state.put_artifact(scope_id, ref, stored)
-        head = self.state.head(scope_id, ref.family, ref.artifact_id)
-        if head is None or ref.revision > head:
-            self.state.put_head(scope_id, ref, stored)
-            if ref.family == EXPERIENCE_FAMILY:
-                self._index_failure_head(scope_id, ref, stored)
+        state = self.state
+        state.put_artifact(scope_id, ref, stored)
+        head = state.head(scope_id, ref[0], ref[1])
+        if head is None or ref[2] > head:
+            state.put_head(scope_id, ref)
+            if ref[0] == EXPERIENCE_FAMILY:
+                self._index_failure_head(scope_id, ref[1], ref[2], stored)
         return []
 
-    def _index_failure_head(self, scope_id: str, ref: ArtifactRef, stored: StoredArtifact) -> None:
-        rows = [row for row in orjson.loads(self.state.failure_heads(scope_id)) if row[0] != ref.artifact_id]
+    def _index_failure_head(self, scope_id: str, artifact_id: str, revision: int, stored: StoredArtifact) -> None:
+        head = None
         if stored.signature_key is not None:
-            rows.append(
-                [
-                    ref.artifact_id,
-                    ref.revision,
-                    stored.signature_key,
-                    stored.repair_surface,
-                    stored.condition_key,
-                    stored.check_key,
-                ]
+            assert stored.repair_surface and stored.condition_key and stored.check_key
+            head = FailureHead(
+                artifact_id, revision, stored.signature_key, stored.repair_surface, stored.condition_key,
+                stored.check_key,
             )
-        self.state.put_failure_heads(scope_id, rows)
+        current = self.state.failure_heads(scope_id)
+        if head is None and all(h.artifact_id != artifact_id for h in current.heads):
+            return  # a failure-free head replacing a failure-free head: the index is unchanged
+        self.state.put_failure_heads(scope_id, current.replace(artifact_id, head))
 
     # -- Candidates ------------------------------------------------------------------
-    def _candidate(self, entry: CandidateEntry) -> list[OutputRecord]:
+    def _candidate(self, entry: CandidateEntry, body_digest: str) -> list[Emitted]:
         scope_id, candidate = entry.scope_id, entry.candidate
-        body_digest = digest(candidate.model_dump(mode="json", by_alias=True))
         existing = self.state.candidate_digest(scope_id, candidate.candidate_id)
+        encoded = body_digest.encode()
         if existing is not None:
-            if existing == body_digest:
+            if existing == encoded:
                 return []
             raise _RejectedEntryError(
-                deadletters.IMMUTABLE_CONFLICT,
-                f"candidate {candidate.candidate_id} was already decided with different content",
+                deadletters.IMMUTABLE_CONFLICT, "this candidate_id was already decided with different content"
             )
-        self.state.put_candidate_digest(scope_id, candidate.candidate_id, body_digest)
+        self.state.put_candidate_digest(scope_id, candidate.candidate_id, encoded)
         return [self.admission.decide(scope_id, candidate)]
 
     # -- Read surface -------------------------------------------------------------------
     def statistics(self, scope_id: str | None = None, top: int | None = None) -> list[ScopeStatistics]:
         limit = self.config.top_revisions if top is None else top
         scopes = [scope_id] if scope_id is not None else sorted(self.state.scope_ids())
-        known = [s for s in scopes if self.state.scope(s).last_position > 0]
+        known = [s for s in scopes if (meta := self.state.scope(s)) is not None and meta.last_position > 0]
         return [scope_statistics(self.state, s, self.config.review_threshold, limit) for s in known]
-
-
-def is_dead_letter(record: OutputRecord) -> bool:
-    return isinstance(record, DeadLetterRecord)

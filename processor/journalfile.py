@@ -45,7 +45,7 @@ class Progress:
 
 
 class JournalReader:
-    """Yields non-blank journal lines without their line ending."""
+    """Yields ``(line number, entry)`` for non-blank journal lines, without their line ending."""
 
     def __init__(self, journal: str) -> None:
         if journal == "-":
@@ -58,14 +58,14 @@ class JournalReader:
         self.read_bytes = 0
         self.blank_lines = 0
 
-    def __iter__(self) -> Iterator[bytes]:
-        for line in self._source:
+    def __iter__(self) -> Iterator[tuple[int, bytes]]:
+        for number, line in enumerate(self._source, start=1):
             self.read_bytes += len(line)
             entry = line.rstrip(b"\r\n")
             if not entry.strip():
                 self.blank_lines += 1
                 continue
-            yield entry
+            yield number, entry
 
     def close(self) -> None:
         if self._source is not sys.stdin.buffer:

@@ -5,47 +5,124 @@ the same inputs always give the same decision, which is what lets a replay
 resolve a match instead of choosing again.
 """
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from recurrence.schemas.base import ArtifactRef, SourceRef
+from recurrence.processor.state import ArtifactKey, FailureHeads, artifact_json
 from recurrence.schemas.canonical import digest
-from recurrence.schemas.constants import FAILURE_CHECK_STATUSES, FAILURE_OUTCOME_STATUSES
+from recurrence.schemas.constants import EXPERIENCE_FAMILY, FAILURE_CHECK_STATUSES, FAILURE_OUTCOME_STATUSES
 from recurrence.schemas.normalize import normalize
-from recurrence.schemas.powercontext import HandoffCitation, TaskCheck, TaskOutcome, WorkClaim
-from recurrence.schemas.records import CandidateSetMode, ItemKind, MatchRecord, MatchResult, TaskOutcomeItemRef
+from recurrence.schemas.powercontext import (
+    HandoffArtifactCitation,
+    HandoffCitation,
+    HandoffSourceCitation,
+    TaskCheck,
+    TaskOutcome,
+    WorkClaim,
+)
 
 # Resolves a citation to "accepted in this scope at an earlier position".
 CitationResolver = Callable[[HandoffCitation], bool]
 
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Candidate:
     """A failure-bearing Experience revision in a frozen candidate set."""
 
-    ref: ArtifactRef
+    ref: ArtifactKey
+    ref_json: dict[str, Any]
     signature_key: str
     repair_surface: str
     condition_key: str
     check_key: str
 
 
-@dataclass(frozen=True)
-class Item:
-    """One Task Outcome item with its locator and comparison key."""
+@dataclass(frozen=True, slots=True)
+class CandidateSet:
+    """A frozen, sorted snapshot with its serialized ``candidate_refs`` and their digest."""
 
-    ref: TaskOutcomeItemRef
+    mode: str
+    candidates: tuple[Candidate, ...]
+    refs_json: list[dict[str, Any]]
+    digest: str
+
+
+def freeze(mode: str, candidates: Iterable[Candidate]) -> CandidateSet:
+    ordered = tuple(sorted(candidates, key=lambda c: c.ref))
+    refs_json = [c.ref_json for c in ordered]
+    return CandidateSet(mode, ordered, refs_json, digest(refs_json))
+
+
+def scope_heads(heads: FailureHeads) -> CandidateSet:
+    """The scope-heads candidate set, built once per heads row (memoized on it)."""
+    frozen: CandidateSet | None = heads.derived
+    if frozen is None:
+        frozen = freeze(
+            "scope_heads",
+            (
+                Candidate(
+                    (EXPERIENCE_FAMILY, h.artifact_id, h.revision),
+                    artifact_json((EXPERIENCE_FAMILY, h.artifact_id, h.revision)),
+                    h.signature_key,
+                    h.repair_surface,
+                    h.condition_key,
+                    h.check_key,
+                )
+                for h in heads.heads
+            ),
+        )
+        heads.derived = frozen
+    return frozen
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One verified Task Outcome item: its locator (TaskOutcomeItemRef) and comparison key."""
+
+    ref_json: dict[str, Any]
     key: str
     status: str  # TaskCheck.status; "" for observations
 
 
-def item_ref(outcome_ref: SourceRef, kind: ItemKind, index: int, item: WorkClaim | TaskCheck) -> TaskOutcomeItemRef:
-    return TaskOutcomeItemRef(
-        task_outcome_ref=outcome_ref,
-        item_kind=kind,
-        item_index=index,
-        item_digest=digest(item.model_dump(mode="json", by_alias=True)),
-    )
+def citation_json(citation: HandoffCitation) -> dict[str, Any]:
+    if isinstance(citation, HandoffSourceCitation):
+        ref = citation.source_ref
+        return {"kind": "source", "source_ref": {"source_type": ref.source_type, "source_id": ref.source_id}}
+    if isinstance(citation, HandoffArtifactCitation):
+        art = citation.artifact_ref
+        return {
+            "kind": "artifact",
+            "artifact_ref": {"family": art.family, "artifact_id": art.artifact_id, "revision": art.revision},
+        }
+    memory = citation.memory_citation
+    mref = memory.memory_ref
+    return {
+        "kind": "memory",
+        "memory_citation": {
+            "memory_ref": {"family": mref.family, "artifact_id": mref.artifact_id, "revision": mref.revision},
+            "entry_id": memory.entry_id,
+            "entry_version_id": memory.entry_version_id,
+        },
+    }
+
+
+def check_json(check: TaskCheck) -> dict[str, Any]:
+    """The validated TaskCheck as ``model_dump(mode="json")`` gives it (the item digest's input)."""
+    return {
+        "name": check.name,
+        "status": check.status,
+        "details": check.details,
+        "basis": check.basis,
+        "evidence": [citation_json(c) for c in check.evidence],
+    }
+
+
+def claim_json(claim: WorkClaim) -> dict[str, Any]:
+    return {"text": claim.text, "basis": claim.basis, "evidence": [citation_json(c) for c in claim.evidence]}
+
+
+def _item_ref(outcome_ref: dict[str, str], kind: str, index: int, item: dict[str, Any]) -> dict[str, Any]:
+    return {"task_outcome_ref": outcome_ref, "item_kind": kind, "item_index": index, "item_digest": digest(item)}
 
 
 def is_verified(item: WorkClaim | TaskCheck, resolves: CitationResolver) -> bool:
@@ -53,17 +130,19 @@ def is_verified(item: WorkClaim | TaskCheck, resolves: CitationResolver) -> bool
     return item.basis == "verified" and bool(item.evidence) and all(resolves(c) for c in item.evidence)
 
 
-def verified_checks(outcome: TaskOutcome, outcome_ref: SourceRef, resolves: CitationResolver) -> list[Item]:
+def verified_checks(outcome: TaskOutcome, outcome_ref: dict[str, str], resolves: CitationResolver) -> list[Item]:
     return [
-        Item(item_ref(outcome_ref, "check", i, check), normalize(check.name), check.status)
+        Item(_item_ref(outcome_ref, "check", i, check_json(check)), normalize(check.name), check.status)
         for i, check in enumerate(outcome.checks)
         if is_verified(check, resolves)
     ]
 
 
-def verified_observations(outcome: TaskOutcome, outcome_ref: SourceRef, resolves: CitationResolver) -> list[Item]:
+def verified_observations(
+    outcome: TaskOutcome, outcome_ref: dict[str, str], resolves: CitationResolver
+) -> list[Item]:
     return [
-        Item(item_ref(outcome_ref, "observation", i, claim), normalize(claim.text), "")
+        Item(_item_ref(outcome_ref, "observation", i, claim_json(claim)), normalize(claim.text), "")
         for i, claim in enumerate(outcome.observations)
         if is_verified(claim, resolves)
     ]
@@ -80,37 +159,12 @@ def failure_items(checks: Sequence[Item], observations: Sequence[Item], outcome_
     return failing_checks + failing_observations
 
 
-def decide(item: Item, candidates: Sequence[Candidate]) -> tuple[MatchResult, Candidate | None]:
+def decide(item: Item, candidates: Sequence[Candidate]) -> tuple[str, Candidate | None]:
     """Deterministic eligibility: zero is unmatched, one matched, more ambiguous."""
     eligible = [c for c in candidates if c.signature_key == item.key]
     if len(eligible) == 1:
         return "matched", eligible[0]
     return ("ambiguous" if eligible else "unmatched"), None
-
-
-def match_record(
-    *,
-    scope_id: str,
-    outcome_ref: SourceRef,
-    position: int,
-    item: Item,
-    mode: CandidateSetMode,
-    candidates: Sequence[Candidate],
-    candidate_refs: tuple[ArtifactRef, ...],
-) -> tuple[MatchRecord, Candidate | None]:
-    result, target = decide(item, candidates)
-    record = MatchRecord.build(
-        scope_id=scope_id,
-        task_outcome_ref=outcome_ref,
-        task_outcome_position=position,
-        failure_ref=item.ref,
-        candidate_set_mode=mode,
-        candidate_refs=candidate_refs,
-        result=result,
-        artifact_ref=None if target is None else target.ref,
-        signature_key=None if target is None else target.signature_key,
-    )
-    return record, target
 
 
 def avoided_evidence(

@@ -1,19 +1,33 @@
-"""The engine's aggregate state, one scope at a time, as typed records over a store.
+"""The engine's aggregate state, one scope at a time, as typed rows over a ``Transaction``.
 
 Keys are JSON arrays ``[namespace, scope_id, ...]`` so every part is
 unambiguous and a (namespace, scope) prefix selects exactly one scope's rows.
-Values are small JSON objects. Nothing here grows in RAM with the journal: each
-entry touches a bounded number of keys.
+Values are compact JSON arrays. Rows are decoded once and then served from
+the transaction's row cache; rows that change (a scope's counters, a group)
+are copied before the engine touches them, so an entry that fails halfway
+cannot leave a half-updated row behind in the cache.
+
+Refs inside the engine are plain tuples, ``(family, artifact_id, revision)``
+and ``(source_type, source_id)``: they are validated once at the boundary.
+
+Nothing here grows in RAM with the journal: each entry touches a bounded
+number of rows, and the row cache is bounded.
 """
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
-from recurrence.processor.store import Transaction
-from recurrence.schemas.base import ArtifactRef, SourceRef
+from recurrence.processor.store.base import RowCache, Transaction
+
+# Layout version of the rows below; a store written by another layout is refused.
+STATE_FORMAT: Final = b"2"
+FORMAT_KEY: Final = b'["format"]'
+
+ArtifactKey = tuple[str, str, int]
+SourceKey = tuple[str, str]
 
 
 def key(*parts: str | int) -> bytes:
@@ -25,19 +39,23 @@ def prefix(*parts: str | int) -> bytes:
     return orjson.dumps(parts)[:-1] + b","
 
 
-def _load(raw: bytes | None) -> Any:
-    return None if raw is None else orjson.loads(raw)
+def artifact_json(ref: ArtifactKey) -> dict[str, Any]:
+    return {"family": ref[0], "artifact_id": ref[1], "revision": ref[2]}
 
 
-def ref_json(ref: ArtifactRef) -> list[Any]:
-    return [ref.family, ref.artifact_id, ref.revision]
+def source_json(ref: SourceKey) -> dict[str, str]:
+    return {"source_type": ref[0], "source_id": ref[1]}
 
 
-def ref_from_json(value: list[Any]) -> ArtifactRef:
-    return ArtifactRef.model_construct(family=value[0], artifact_id=value[1], revision=value[2])
+# Rows written once per entry or per Source and rarely read back stay out of the row cache.
+_UNCACHED: Final = (b'["pos",', b'["cand",')
 
 
-@dataclass
+def row_cache(capacity: int = 50_000) -> RowCache:
+    return RowCache(capacity, _UNCACHED)
+
+
+@dataclass(slots=True)
 class ScopeMeta:
     last_position: int = 0
     selected: int = 0
@@ -45,8 +63,18 @@ class ScopeMeta:
     avoided: int = 0
     unknown: int = 0
 
+    def encode(self) -> bytes:
+        return orjson.dumps([self.last_position, self.selected, self.recurred, self.avoided, self.unknown])
 
-@dataclass(frozen=True)
+    @classmethod
+    def decode(cls, raw: bytes) -> "ScopeMeta":
+        return cls(*orjson.loads(raw))
+
+    def copy(self) -> "ScopeMeta":
+        return ScopeMeta(self.last_position, self.selected, self.recurred, self.avoided, self.unknown)
+
+
+@dataclass(frozen=True, slots=True)
 class StoredSource:
     position: int
     kind: str | None
@@ -54,10 +82,20 @@ class StoredSource:
     # task-outcome: does it carry failure evidence (admission rule 1)?
     failure_evidence: bool = False
     # handoff-receipt: the Handoff revision an accepted, exact receipt selected.
-    linkable_handoff: list[Any] | None = None
+    linkable_handoff: ArtifactKey | None = None
+
+    def encode(self) -> bytes:
+        return orjson.dumps(
+            [self.position, self.kind, self.digest, self.failure_evidence, self.linkable_handoff]
+        )
+
+    @classmethod
+    def decode(cls, raw: bytes) -> "StoredSource":
+        position, kind, digest, failure_evidence, linkable = orjson.loads(raw)
+        return cls(position, kind, digest, failure_evidence, None if linkable is None else tuple(linkable))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class StoredArtifact:
     position: int
     digest: str
@@ -67,20 +105,86 @@ class StoredArtifact:
     condition_key: str | None = None
     check_key: str | None = None
     content: dict[str, Any] | None = None
-    # handoff: exact Experience revisions cited in state[] and next_action.
-    cites: list[list[Any]] | None = None
+    # handoff: exact Experience revisions cited in state[] and next_action, first-seen order.
+    cites: tuple[ArtifactKey, ...] | None = None
+
+    def encode(self) -> bytes:
+        return orjson.dumps(
+            [
+                self.position,
+                self.digest,
+                self.signature_key,
+                self.repair_surface,
+                self.condition_key,
+                self.check_key,
+                self.content,
+                self.cites,
+            ]
+        )
+
+    @classmethod
+    def decode(cls, raw: bytes) -> "StoredArtifact":
+        position, digest, signature_key, surface, condition_key, check_key, content, cites = orjson.loads(raw)
+        return cls(
+            position,
+            digest,
+            signature_key,
+            surface,
+            condition_key,
+            check_key,
+            content,
+            None if cites is None else tuple(tuple(c) for c in cites),
+        )
 
 
-@dataclass(frozen=True)
-class HeadRow:
+@dataclass(frozen=True, slots=True)
+class FailureHead:
+    """A failure-bearing Experience head: what scope-heads matching needs of it."""
+
+    artifact_id: str
     revision: int
-    signature_key: str | None = None
-    repair_surface: str | None = None
-    condition_key: str | None = None
-    check_key: str | None = None
+    signature_key: str
+    repair_surface: str
+    condition_key: str
+    check_key: str
 
 
-@dataclass
+class FailureHeads:
+    """The scope's failure-bearing Experience heads, sorted by (artifact_id, revision): one row.
+
+    Every unlinked Task Outcome with a failure item freezes this set, while it
+    changes only when an Experience head does; whatever is derived from it
+    (the frozen candidate set, its serialized refs and digest) is memoized on
+    the object, so it is built once per heads change.
+    """
+
+    __slots__ = ("derived", "heads")
+
+    def __init__(self, heads: tuple[FailureHead, ...]) -> None:
+        self.heads = heads
+        self.derived: Any = None
+
+    def encode(self) -> bytes:
+        return orjson.dumps(
+            [[h.artifact_id, h.revision, h.signature_key, h.repair_surface, h.condition_key, h.check_key]
+             for h in self.heads]
+        )
+
+    @classmethod
+    def decode(cls, raw: bytes) -> "FailureHeads":
+        return cls(tuple(FailureHead(*row) for row in orjson.loads(raw)))
+
+    def replace(self, artifact_id: str, head: FailureHead | None) -> "FailureHeads":
+        heads = [h for h in self.heads if h.artifact_id != artifact_id]
+        if head is not None:
+            heads.append(head)
+        return FailureHeads(tuple(sorted(heads, key=lambda h: (h.artifact_id, h.revision))))
+
+
+_NO_HEADS: Final = FailureHeads(())
+
+
+@dataclass(slots=True)
 class Group:
     """Derived per-(revision, signature key) view: counts and the terminal streak."""
 
@@ -91,6 +195,20 @@ class Group:
     # Task Outcomes of the current streak's recurrences, newest last (<= 32 kept).
     streak_sources: list[list[str]] = field(default_factory=list)
 
+    def encode(self) -> bytes:
+        return orjson.dumps([self.selected, self.recurred, self.avoided, self.streak, self.streak_sources])
+
+    @classmethod
+    def decode(cls, raw: bytes) -> "Group":
+        return cls(*orjson.loads(raw))
+
+    def copy(self) -> "Group":
+        return Group(self.selected, self.recurred, self.avoided, self.streak, list(self.streak_sources))
+
+
+def _int(raw: bytes | None) -> int | None:
+    return None if raw is None else int(raw)
+
 
 class State:
     """Typed access to one transaction's view of the store."""
@@ -99,95 +217,83 @@ class State:
         self.txn = txn
 
     # -- per-scope bookkeeping ----------------------------------------------------
-    def scope(self, scope_id: str) -> ScopeMeta:
-        raw = _load(self.txn.get(key("scope", scope_id)))
-        return ScopeMeta(**raw) if raw else ScopeMeta()
+    def scope(self, scope_id: str) -> ScopeMeta | None:
+        meta: ScopeMeta | None = self.txn.get(key("scope", scope_id), ScopeMeta.decode)
+        return meta
 
-    def put_scope(self, scope_id: str, meta: ScopeMeta) -> None:
-        self.txn.put(key("scope", scope_id), orjson.dumps(meta.__dict__))
+    def scope_for_update(self, scope_id: str) -> ScopeMeta:
+        """A private copy of the scope's row, staged in the current entry."""
+        row_key = key("scope", scope_id)
+        current: ScopeMeta | None = self.txn.get(row_key, ScopeMeta.decode)
+        meta = ScopeMeta() if current is None else current.copy()
+        self.txn.put(row_key, meta)
+        return meta
 
     def scope_ids(self) -> Iterator[str]:
         for raw_key, _ in self.txn.iterate_prefix(b'["scope",'):
             yield orjson.loads(raw_key)[1]
 
-    def entry_digest(self, scope_id: str, position: int) -> str | None:
-        raw = self.txn.get(key("pos", scope_id, position))
-        return None if raw is None else raw.decode()
+    def entry_digest(self, scope_id: str, position: int) -> bytes | None:
+        digest: bytes | None = self.txn.get(key("pos", scope_id, position))
+        return digest
 
-    def put_entry_digest(self, scope_id: str, position: int, entry_digest: str) -> None:
-        self.txn.put(key("pos", scope_id, position), entry_digest.encode())
+    def put_entry_digest(self, scope_id: str, position: int, entry_digest: bytes) -> None:
+        self.txn.put(key("pos", scope_id, position), entry_digest)
 
     # -- Sources ----------------------------------------------------------------
-    def source(self, scope_id: str, ref: SourceRef) -> StoredSource | None:
-        raw = _load(self.txn.get(key("src", scope_id, ref.source_type, ref.source_id)))
-        return None if raw is None else StoredSource(**raw)
+    def source(self, scope_id: str, ref: SourceKey) -> StoredSource | None:
+        stored: StoredSource | None = self.txn.get(key("src", scope_id, *ref), StoredSource.decode)
+        return stored
 
-    def put_source(self, scope_id: str, ref: SourceRef, stored: StoredSource) -> None:
-        self.txn.put(key("src", scope_id, ref.source_type, ref.source_id), orjson.dumps(stored.__dict__))
+    def put_source(self, scope_id: str, ref: SourceKey, stored: StoredSource) -> None:
+        self.txn.put(key("src", scope_id, *ref), stored)
 
     # -- Artifact revisions and heads ----------------------------------------------
-    def artifact(self, scope_id: str, ref: ArtifactRef) -> StoredArtifact | None:
-        raw = _load(self.txn.get(key("art", scope_id, ref.family, ref.artifact_id, ref.revision)))
-        return None if raw is None else StoredArtifact(**raw)
+    def artifact(self, scope_id: str, ref: ArtifactKey) -> StoredArtifact | None:
+        stored: StoredArtifact | None = self.txn.get(key("art", scope_id, *ref), StoredArtifact.decode)
+        return stored
 
-    def put_artifact(self, scope_id: str, ref: ArtifactRef, stored: StoredArtifact) -> None:
-        self.txn.put(key("art", scope_id, ref.family, ref.artifact_id, ref.revision), orjson.dumps(stored.__dict__))
+    def put_artifact(self, scope_id: str, ref: ArtifactKey, stored: StoredArtifact) -> None:
+        self.txn.put(key("art", scope_id, *ref), stored)
 
     def head(self, scope_id: str, family: str, artifact_id: str) -> int | None:
-        raw = _load(self.txn.get(key("head", scope_id, family, artifact_id)))
-        return None if raw is None else int(raw["revision"])
+        return _int(self.txn.get(key("head", scope_id, family, artifact_id)))
 
-    def put_head(self, scope_id: str, ref: ArtifactRef, stored: StoredArtifact) -> None:
-        # The head row carries the failure bindings so scope-heads matching is one scan.
-        value = {
-            "revision": ref.revision,
-            "signature_key": stored.signature_key,
-            "repair_surface": stored.repair_surface,
-            "condition_key": stored.condition_key,
-            "check_key": stored.check_key,
-        }
-        self.txn.put(key("head", scope_id, ref.family, ref.artifact_id), orjson.dumps(value))
+    def put_head(self, scope_id: str, ref: ArtifactKey) -> None:
+        self.txn.put(key("head", scope_id, ref[0], ref[1]), str(ref[2]).encode())
 
-    def heads(self, scope_id: str, family: str) -> Iterator[tuple[ArtifactRef, HeadRow]]:
+    def heads(self, scope_id: str, family: str) -> Iterator[ArtifactKey]:
         for raw_key, raw_value in self.txn.iterate_prefix(prefix("head", scope_id, family)):
-            artifact_id = orjson.loads(raw_key)[3]
-            row = HeadRow(**orjson.loads(raw_value))
-            # Rows were validated on the way in; rebuilding refs unvalidated keeps scans cheap.
-            yield ArtifactRef.model_construct(family=family, artifact_id=artifact_id, revision=row.revision), row
+            yield family, orjson.loads(raw_key)[3], int(raw_value)
 
-    # -- Failure-bearing Experience heads, one sorted index row per scope -----------------
-    def failure_heads(self, scope_id: str) -> bytes:
-        """``[[artifact_id, revision, key, surface, condition_key, check_key], ...]`` sorted.
+    def failure_heads(self, scope_id: str) -> FailureHeads:
+        heads: FailureHeads | None = self.txn.get(key("xheads", scope_id), FailureHeads.decode)
+        return _NO_HEADS if heads is None else heads
 
-        One row instead of a scan: every unlinked Task Outcome with a failure item
-        freezes this set, while it changes only when an Experience head does.
-        """
-        return self.txn.get(key("xheads", scope_id)) or b"[]"
-
-    def put_failure_heads(self, scope_id: str, rows: list[list[Any]]) -> None:
-        self.txn.put(key("xheads", scope_id), orjson.dumps(sorted(rows, key=lambda row: (row[0], row[1]))))
+    def put_failure_heads(self, scope_id: str, heads: FailureHeads) -> None:
+        self.txn.put(key("xheads", scope_id), heads)
 
     # -- Candidates -----------------------------------------------------------------
-    def candidate_digest(self, scope_id: str, candidate_id: str) -> str | None:
-        raw = self.txn.get(key("cand", scope_id, candidate_id))
-        return None if raw is None else raw.decode()
+    def candidate_digest(self, scope_id: str, candidate_id: str) -> bytes | None:
+        digest: bytes | None = self.txn.get(key("cand", scope_id, candidate_id))
+        return digest
 
-    def put_candidate_digest(self, scope_id: str, candidate_id: str, value: str) -> None:
-        self.txn.put(key("cand", scope_id, candidate_id), value.encode())
+    def put_candidate_digest(self, scope_id: str, candidate_id: str, value: bytes) -> None:
+        self.txn.put(key("cand", scope_id, candidate_id), value)
 
     # -- Derived groups -----------------------------------------------------------------
-    def group(self, scope_id: str, ref: ArtifactRef, signature_key: str) -> Group:
-        raw = _load(self.txn.get(key("grp", scope_id, *ref_json(ref), signature_key)))
-        return Group(**raw) if raw else Group()
+    def group(self, scope_id: str, ref: ArtifactKey, signature_key: str) -> Group | None:
+        group: Group | None = self.txn.get(key("grp", scope_id, *ref, signature_key), Group.decode)
+        return group
 
-    def put_group(self, scope_id: str, ref: ArtifactRef, signature_key: str, group: Group) -> None:
-        self.txn.put(key("grp", scope_id, *ref_json(ref), signature_key), orjson.dumps(group.__dict__))
+    def group_for_update(self, scope_id: str, ref: ArtifactKey, signature_key: str) -> Group:
+        row_key = key("grp", scope_id, *ref, signature_key)
+        current: Group | None = self.txn.get(row_key, Group.decode)
+        group = Group() if current is None else current.copy()
+        self.txn.put(row_key, group)
+        return group
 
-    def groups(self, scope_id: str) -> Iterator[tuple[ArtifactRef, str, Group]]:
-        for raw_key, raw_value in self.txn.iterate_prefix(prefix("grp", scope_id)):
+    def groups(self, scope_id: str) -> Iterator[tuple[ArtifactKey, str, Group]]:
+        for raw_key, group in self.txn.iterate_prefix(prefix("grp", scope_id), Group.decode):
             _, _, family, artifact_id, revision, signature_key = orjson.loads(raw_key)
-            yield (
-                ArtifactRef(family=family, artifact_id=artifact_id, revision=revision),
-                signature_key,
-                Group(**orjson.loads(raw_value)),
-            )
+            yield (family, artifact_id, revision), signature_key, group

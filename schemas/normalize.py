@@ -6,6 +6,7 @@ text that NFKC would fold again, and a key that changes when normalized twice
 would make replay disagree with itself.
 """
 
+import functools
 import unicodedata
 
 _EDGE_CATEGORIES = frozenset({"C", "P", "Z"})
@@ -26,8 +27,20 @@ def _round(value: str) -> str:
     return _strip_edges(" ".join(folded.split()))
 
 
+# Cues, conditions and check names repeat across a journal; short ones are memoized
+# (bounded: at most _MEMO_SIZE texts of at most _MEMO_MAX_CHARS characters).
+_MEMO_SIZE = 16_384
+_MEMO_MAX_CHARS = 256
+
+
 def normalize(value: str) -> str:
     """Return the comparison key of ``value``; the empty string means blank."""
+    if len(value) <= _MEMO_MAX_CHARS:
+        return _memoized(value)
+    return _normalize(value)
+
+
+def _normalize(value: str) -> str:
     current = value
     for _ in range(_MAX_ROUNDS):
         following = _round(current)
@@ -35,6 +48,9 @@ def normalize(value: str) -> str:
             return current
         current = following
     return current
+
+
+_memoized = functools.lru_cache(maxsize=_MEMO_SIZE)(_normalize)
 
 
 def is_blank(value: str) -> bool:

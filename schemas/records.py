@@ -7,13 +7,13 @@ matrix before it reaches persistence").
 
 import functools
 import re
-from typing import Annotated, Any, Final, Literal, Self
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import Field, ValidationInfo, model_validator
+from pydantic import Field, model_validator
 
 from recurrence.schemas.base import ArtifactRef, Position, ScopeId, SourceRef, Value
 from recurrence.schemas.canonical import digest
-from recurrence.schemas.constants import MAX_CANDIDATE_EVIDENCE
+from recurrence.schemas.constants import MAX_CANDIDATE_EVIDENCE, MAX_POSITION
 from recurrence.schemas.normalize import normalize
 from recurrence.schemas.powercontext import ExperienceContent
 
@@ -38,7 +38,7 @@ def _require(condition: bool, message: str) -> None:
 class TaskOutcomeItemRef(Value):
     task_outcome_ref: SourceRef
     item_kind: ItemKind
-    item_index: Annotated[int, Field(ge=0)]
+    item_index: Annotated[int, Field(ge=0, le=MAX_POSITION)]
     item_digest: Digest
 
 
@@ -47,16 +47,6 @@ def candidate_set_digest(refs: tuple[ArtifactRef, ...]) -> str:
     """Digest of the ``candidate_refs`` list; memoized because one Outcome's
     failure items all share one frozen set."""
     return digest([r.model_dump(mode="json") for r in refs])
-
-
-# ``build`` derives a record's own id from exactly the fields it validates, so
-# re-deriving it in the validator would only repeat the same computation; a
-# record read from anywhere else (a topic, a file) is always re-checked.
-_BUILT: Final = {"id_derived_by_build": True}
-
-
-def _derived_by_build(info: ValidationInfo) -> bool:
-    return bool(info.context and info.context.get("id_derived_by_build"))
 
 
 def self_digest(model: Value, *exclude: str) -> str:
@@ -79,7 +69,7 @@ class MatchRecord(Value):
     match_digest: Digest
 
     @model_validator(mode="after")
-    def _matrix(self, info: ValidationInfo) -> Self:
+    def _matrix(self) -> Self:
         _require(
             self.failure_ref.task_outcome_ref == self.task_outcome_ref, "failure_ref must locate this Task Outcome"
         )
@@ -101,8 +91,7 @@ class MatchRecord(Value):
                 self.artifact_ref is None and self.signature_key is None,
                 "unmatched and ambiguous decisions carry no target",
             )
-        if not _derived_by_build(info):
-            _require(self.match_digest == self_digest(self, "match_digest"), "match_digest must be the record's digest")
+        _require(self.match_digest == self_digest(self, "match_digest"), "match_digest must be the record's digest")
         return self
 
     @classmethod
@@ -110,7 +99,7 @@ class MatchRecord(Value):
         fields["candidate_set_digest"] = candidate_set_digest(fields["candidate_refs"])
         draft = cls.model_construct(**fields, match_digest="")
         data = {**fields, "match_digest": self_digest(draft, "match_digest")}
-        return cls.model_validate(data, context=_BUILT)
+        return cls.model_validate(data)
 
 
 class ObservationRecord(Value):
@@ -131,7 +120,7 @@ class ObservationRecord(Value):
     recurrence_match_digest: Digest | None = None
 
     @model_validator(mode="after")
-    def _matrix(self, info: ValidationInfo) -> Self:
+    def _matrix(self) -> Self:
         _require(normalize(self.signature_key) == self.signature_key, "signature_key must already be normalized")
         for ref in (self.condition_ref, self.check_ref, self.failure_ref):
             if ref is not None:
@@ -168,18 +157,17 @@ class ObservationRecord(Value):
                 self.handoff_receipt_ref is None and self.handoff_ref is None,
                 "recurred is provenance of the failure item, not of a Handoff",
             )
-        if not _derived_by_build(info):
-            _require(
-                self.observation_id == self_digest(self, "observation_id"),
-                "observation_id must be derived from the event's evidence",
-            )
+        _require(
+            self.observation_id == self_digest(self, "observation_id"),
+            "observation_id must be derived from the event's evidence",
+        )
         return self
 
     @classmethod
     def build(cls, **fields: Any) -> "ObservationRecord":
         draft = cls.model_construct(**fields, observation_id="")
         data = {**fields, "observation_id": self_digest(draft, "observation_id")}
-        return cls.model_validate(data, context=_BUILT)
+        return cls.model_validate(data)
 
 
 class ReviewProposalRecord(Value):
@@ -219,13 +207,37 @@ class AdmissionRecord(Value):
         return self
 
 
+class LineOrigin(Value):
+    """Where a journal file's entry came from: its 1-based line."""
+
+    line: Annotated[int, Field(ge=1)]
+
+
+class KafkaOrigin(Value):
+    """Where a journal topic's entry came from."""
+
+    topic: Annotated[str, Field(min_length=1)]
+    partition: Annotated[int, Field(ge=0)]
+    offset: Annotated[int, Field(ge=0)]
+
+
 class DeadLetterRecord(Value):
     record: Literal["dead_letter"] = "dead_letter"
+    dead_letter_id: Digest
+    origin: LineOrigin | KafkaOrigin
     scope_id: str | None = None
     position: int | None = None
     error: str
     detail: str
     raw: str
+
+    @model_validator(mode="after")
+    def _identity(self) -> Self:
+        _require(
+            self.dead_letter_id == self_digest(self, "dead_letter_id"),
+            "dead_letter_id must be the digest of the record",
+        )
+        return self
 
 
 OutputRecord = MatchRecord | ObservationRecord | ReviewProposalRecord | AdmissionRecord | DeadLetterRecord

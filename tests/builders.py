@@ -10,7 +10,10 @@ from typing import Any
 import orjson
 
 from recurrence.processor.engine import Engine, EngineConfig
-from recurrence.processor.store import MemoryStore, StateStore, Transaction
+from recurrence.processor.records import Emitted
+from recurrence.processor.state import row_cache
+from recurrence.processor.store.base import StateStore, Transaction
+from recurrence.processor.store.memory import MemoryStore
 from recurrence.schemas.records import OutputRecord
 
 SCOPE = "team-a"
@@ -238,19 +241,39 @@ def linked_setup(
 
 
 class Runner:
-    """A fresh engine over a store; feeds raw lines and commits after each."""
+    """A fresh engine over a store; feeds raw lines and commits after each.
+
+    Every record the engine emits is validated against its pydantic model on
+    the way out (matrix and own id re-checked), so every test that feeds
+    entries also checks that the engine builds only valid records.
+    """
 
     def __init__(self, store: StateStore | None = None, config: EngineConfig | None = None) -> None:
         self.store = store or MemoryStore()
-        self.txn = Transaction(self.store)
-        self.engine = Engine(self.txn, config or EngineConfig())
+        self.config = config or EngineConfig()
+        self.cache = row_cache()
+        self.lines_fed = 0
+        self._begin()
+
+    def _begin(self) -> None:
+        self.txn = Transaction(self.store, self.cache)
+        self.engine = Engine(self.txn, self.config)
+
+    def emit(self, lines: list[bytes]) -> list[Emitted]:
+        out: list[Emitted] = []
+        for line in lines:
+            self.lines_fed += 1
+            out.extend(self.engine.process(line, {"line": self.lines_fed}))
+            self.txn.commit()
+            self._begin()
+        return out
 
     def feed(self, lines: list[bytes]) -> list[OutputRecord]:
-        out: list[OutputRecord] = []
-        for line in lines:
-            out.extend(self.engine.process(line))
-            self.txn.commit()
-        return out
+        return [emitted.model() for emitted in self.emit(lines)]
+
+    def last_position(self, scope: str = SCOPE) -> int:
+        meta = self.engine.state.scope(scope)
+        return 0 if meta is None else meta.last_position
 
     def stats(self, scope: str = SCOPE, top: int | None = None) -> dict[str, Any]:
         result = self.engine.statistics(scope, top)

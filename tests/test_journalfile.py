@@ -15,7 +15,7 @@ def test_reader_strips_line_endings_and_skips_blank_lines(tmp_path: Path) -> Non
     journal = tmp_path / "j.jsonl"
     journal.write_bytes(b'{"a": 1}\r\n\n   \n{"b": 2}\n{"c": 3}')
     with JournalReader(str(journal)) as reader:
-        assert list(reader) == [b'{"a": 1}', b'{"b": 2}', b'{"c": 3}']
+        assert list(reader) == [(1, b'{"a": 1}'), (4, b'{"b": 2}'), (5, b'{"c": 3}')]
         assert reader.blank_lines == 2
         assert reader.read_bytes == reader.total_bytes == journal.stat().st_size
 

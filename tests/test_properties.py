@@ -8,8 +8,9 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from recurrence.processor.embedded import replay, serialize
-from recurrence.processor.store import MemoryStore, RocksStore
+from recurrence.processor.embedded import replay
+from recurrence.processor.store.memory import MemoryStore
+from recurrence.processor.store.rocksdb import RocksStore
 from recurrence.processor.synthetic import JournalSpec, generate
 from tests.builders import Runner
 
@@ -25,7 +26,7 @@ journals = st.builds(
 
 
 def ledger(runner: Runner, lines: list[bytes]) -> list[bytes]:
-    return [serialize(r) for r in runner.feed(lines) if r.record != "dead_letter"]
+    return [r.line + b"\n" for r in runner.emit(lines) if r.record != "dead_letter"]
 
 
 def by_scope(lines: list[bytes]) -> dict[str, list[bytes]]:
@@ -85,11 +86,11 @@ def test_memory_and_rocksdb_backends_and_batching_agree(
 ) -> None:
     lines = list(generate(spec))
     memory = Runner()
-    expected = [serialize(r) for r in memory.feed(lines)]
+    expected = [r.line + b"\n" for r in memory.emit(lines)]
     base = Path(tmp_path_factory.mktemp("rocks"))  # type: ignore[attr-defined]
     journal = base / "journal.jsonl"
     journal.write_bytes(b"".join(line + b"\n" for line in lines))
-    store = RocksStore(base / "state")
+    store = RocksStore.open(base / "state")
     try:
         replay(str(journal), store, base / "ledger.jsonl", batch_size=batch)
         assert (base / "ledger.jsonl").read_bytes().splitlines(keepends=True) == expected

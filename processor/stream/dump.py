@@ -41,6 +41,8 @@ def record_id(value: bytes) -> str:
         return f"observation:{record['observation_id']}"
     if kind == "match":
         return f"match:{record['match_digest']}"
+    if kind == "dead_letter":
+        return f"dead_letter:{record['dead_letter_id']}"
     return f"{kind}:{digest(record)}"
 
 

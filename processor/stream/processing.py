@@ -27,23 +27,22 @@ is lost; duplicates are identical and deduplicated by id.
 """
 
 import asyncio
-import bisect
 import logging
 import time
-from collections.abc import Awaitable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
 
 import orjson
 
-from recurrence.processor.embedded import serialize
 from recurrence.processor.engine import Engine, EngineConfig
-from recurrence.processor.store import StateStore, Transaction
+from recurrence.processor.records import Emitted
+from recurrence.processor.state import row_cache
+from recurrence.processor.store.base import RowCache, StateStore, Transaction
 from recurrence.processor.stream import changeset
 from recurrence.processor.stream.metrics import Metrics
 from recurrence.processor.stream.settings import TopicNames
 from recurrence.processor.stream.tablestore import PartitionedState
-from recurrence.schemas.records import DeadLetterRecord, OutputRecord
 
 log = logging.getLogger("recurrence.stream")
 
@@ -96,47 +95,7 @@ class Sink(Protocol):
         ...
 
 
-class Overlay:
-    """A sorted, uncommitted layer over one partition's state, shared by the entries of a batch."""
-
-    def __init__(self, base: StateStore) -> None:
-        self.base = base
-        self.changes: dict[bytes, bytes | None] = {}
-        self._keys: list[bytes] = []
-        self.position: int | None = None  # next journal offset once this batch is durable
-
-    def get(self, key: bytes) -> bytes | None:
-        if key in self.changes:
-            return self.changes[key]
-        return self.base.get(key)
-
-    def iterate_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
-        start = bisect.bisect_left(self._keys, prefix)
-        stop = start
-        while stop < len(self._keys) and self._keys[stop].startswith(prefix):
-            stop += 1
-        if start == stop:
-            yield from self.base.iterate_prefix(prefix)
-            return
-        merged = dict(self.base.iterate_prefix(prefix))
-        for key in self._keys[start:stop]:
-            merged[key] = self.changes[key]  # type: ignore[assignment]  # None marks a delete, dropped below
-        for key in sorted(merged):
-            value = merged[key]
-            if value is not None:
-                yield key, value
-
-    def apply(self, changes: Mapping[bytes, bytes | None]) -> None:
-        for key, value in changes.items():
-            if key not in self.changes:
-                bisect.insort(self._keys, key)
-            self.changes[key] = value
-
-    def close(self) -> None:
-        return None
-
-
-def route(topics: TopicNames, record: OutputRecord) -> str:
+def route(topics: TopicNames, record: Emitted) -> str:
     if record.record in ("match", "observation"):
         return topics.ledger
     if record.record in ("review_proposal", "admission"):
@@ -166,6 +125,14 @@ def read_position(state: StateStore) -> int | None:
     return None if raw is None else int(raw)
 
 
+@dataclass(frozen=True)
+class _PartitionBatch:
+    txn: Transaction
+    engine: Engine
+    recorded: int | None  # the journal position the state held when the batch began
+    next_offset: int  # the position once this batch is durable
+
+
 @dataclass
 class BatchResult:
     entries: int = 0
@@ -193,6 +160,8 @@ class BatchProcessor:
         self.config = config
         self.metrics = metrics or Metrics()
         self._lock = asyncio.Lock()
+        self._caches: dict[int, RowCache] = {}
+        self._generations: dict[int, int] = {}
 
     def position(self, partition: int) -> int | None:
         """The next journal offset this partition's state expects (None before the first entry)."""
@@ -221,7 +190,19 @@ class BatchProcessor:
             self.metrics.filled += len(records)
             return result
 
-    async def _plan(self, entries: Sequence[Entry], overlays: dict[int, Overlay]) -> tuple[list[Entry], BatchResult]:
+    def _transaction(self, partition: int) -> Transaction:
+        """A new batch transaction over the partition, sharing the partition's row cache."""
+        cache = self._caches.get(partition)
+        generation = self.state.generation(partition)
+        if cache is None or self._generations.get(partition) != generation:
+            # The partition was (re)assigned or restored: its store changed behind the cache.
+            cache = self._caches[partition] = row_cache()
+            self._generations[partition] = generation
+        return Transaction(self.state.partition_state(partition), cache, position_key=POSITION_KEY)
+
+    async def _plan(
+        self, entries: Sequence[Entry], batches: dict[int, _PartitionBatch]
+    ) -> tuple[list[Entry], BatchResult]:
         """Entries to run, in order: each partition continues exactly at its recorded position."""
         by_partition: dict[int, list[Entry]] = {}
         for entry in entries:
@@ -229,10 +210,9 @@ class BatchProcessor:
         plan: list[Entry] = []
         result = BatchResult()
         for partition, delivered in by_partition.items():
-            overlay = overlays[partition] = Overlay(self.state.partition_state(partition))
-            expected = read_position(overlay)
-            if expected is None:
-                expected = await self.source.log_start(partition)
+            txn = self._transaction(partition)
+            recorded = txn.recorded_position()
+            expected = recorded if recorded is not None else await self.source.log_start(partition)
             for entry in sorted(delivered, key=lambda e: e.offset):
                 if entry.offset < expected:
                     result.skipped += 1
@@ -247,58 +227,48 @@ class BatchProcessor:
                     plan.extend(Entry(partition, offset, value) for offset, value in missing)
                 plan.append(entry)
                 expected = entry.offset + 1
-            overlay.position = expected
+            batches[partition] = _PartitionBatch(txn, Engine(txn, self.config), recorded, expected)
         return plan, result
 
     async def _process(self, entries: Sequence[Entry]) -> BatchResult:
         started = time.perf_counter()
-        overlays: dict[int, Overlay] = {}
-        plan, result = await self._plan(entries, overlays)
-        await self.sink.begin(sorted(overlays))
+        batches: dict[int, _PartitionBatch] = {}
+        plan, result = await self._plan(entries, batches)
+        await self.sink.begin(sorted(batches))
         try:
-            return await self._run(plan, result, overlays, started)
+            return await self._run(plan, result, batches, started)
         finally:
             self.sink.end()
 
     async def _run(
-        self, plan: list[Entry], result: BatchResult, overlays: dict[int, Overlay], started: float
+        self, plan: list[Entry], result: BatchResult, batches: dict[int, _PartitionBatch], started: float
     ) -> BatchResult:
         result.entries = len(plan)
-        change_sets: list[tuple[int, dict[bytes, bytes | None]]] = []
         deliveries: list[Awaitable[Delivered]] = []
-        kinds: list[OutputRecord] = []
+        emitted: list[Emitted] = []
+        journal = self.topics.journal
 
         for entry in plan:
-            overlay = overlays[entry.partition]
-            txn = Transaction(overlay)
-            records = Engine(txn, self.config).process(entry.value)
-            for index, record in enumerate(records):
+            engine = batches[entry.partition].engine
+            origin: dict[str, str | int] = {"topic": journal, "partition": entry.partition, "offset": entry.offset}
+            for index, record in enumerate(engine.process(entry.value, origin)):
                 scope_id = record.scope_id
                 key = scope_id.encode() if scope_id else None
                 # Unkeyed dead letters stay beside their source partition (same partition counts).
                 partition = None if key is not None else entry.partition
                 headers = [(SOURCE_HEADER, f"{entry.partition}:{entry.offset}:{index}".encode())]
-                value = serialize(record)[:-1]  # the oracle's ledger line without its newline
                 topic = route(self.topics, record)
-                deliveries.append(await self.sink.send(topic, key, value, partition, headers, entry.partition))
-                kinds.append(record)
-            if txn.pending:
-                change_sets.append((entry.partition, dict(txn.pending)))
-                txn.commit()  # into the batch overlay only
+                deliveries.append(await self.sink.send(topic, key, record.line, partition, headers, entry.partition))
+                emitted.append(record)
 
-        # The journal position travels with the state: in the partition's last change set.
+        # One change set per partition per batch; the journal position travels inside it.
+        change_sets: list[tuple[int, dict[bytes, bytes | None]]] = []
         next_offsets: dict[int, int] = {}
-        for partition, overlay in overlays.items():
-            if overlay.position is None or overlay.position == read_position(overlay.base):
+        for partition, batch in batches.items():
+            if batch.next_offset == batch.recorded and not batch.txn.staged:
                 continue
-            encoded = str(overlay.position).encode()
-            next_offsets[partition] = overlay.position
-            overlay.apply({POSITION_KEY: encoded})
-            last = next((changes for p, changes in reversed(change_sets) if p == partition), None)
-            if last is None:
-                change_sets.append((partition, {POSITION_KEY: encoded}))
-            else:
-                last[POSITION_KEY] = encoded
+            change_sets.append((partition, batch.txn.prepare(batch.next_offset)))
+            next_offsets[partition] = batch.next_offset
 
         # (2) every output record is durable before any state that records it.
         await asyncio.gather(*deliveries)
@@ -310,26 +280,23 @@ class BatchProcessor:
             for partition, changes in change_sets
         ]
         delivered = await asyncio.gather(*pending_changelog)
-        last_offset: dict[int, int] = {}
-        for (partition, _), meta in zip(change_sets, delivered, strict=True):
-            last_offset[partition] = max(meta.offset, last_offset.get(partition, -1))
         if next_offsets:
             await self.sink.commit(next_offsets)
         # (4) local state, atomically with the changelog offset recovery resumes from.
-        for partition, overlay in overlays.items():
-            if overlay.changes:
-                self.state.apply_local(partition, overlay.changes, last_offset.get(partition))
+        for (partition, _), meta in zip(change_sets, delivered, strict=True):
+            self.state.flush_local(partition, batches[partition].txn, meta.offset)
 
-        result.records = len(kinds)
+        result.records = len(emitted)
         result.change_sets = len(change_sets)
-        self._count(plan, kinds, overlays, result, time.perf_counter() - started)
+        self._count(plan, emitted, change_sets, next_offsets, result, time.perf_counter() - started)
         return result
 
     def _count(
         self,
         entries: Sequence[Entry],
-        records: Sequence[OutputRecord],
-        overlays: Mapping[int, Overlay],
+        records: Sequence[Emitted],
+        change_sets: Sequence[tuple[int, Mapping[bytes, bytes | None]]],
+        next_offsets: Mapping[int, int],
         result: BatchResult,
         seconds: float,
     ) -> None:
@@ -341,19 +308,16 @@ class BatchProcessor:
         m.filled += result.filled
         for record in records:
             m.records[record.record] += 1
-            if isinstance(record, DeadLetterRecord):
+            if record.error is not None:
                 m.dead_letters[record.error] += 1
-                log.debug("dead letter %s at scope position %s", record.error, record.position)
         m.changelog_records += result.change_sets
-        m.state_changes += sum(len(o.changes) for o in overlays.values())
-        for partition, overlay in overlays.items():
-            if overlay.position is not None:
-                m.positions[partition] = overlay.position
+        m.state_changes += sum(len(changes) for _, changes in change_sets)
+        m.positions.update(next_offsets)
         if entries:
             log.debug(
                 "batch of %d entries (%s) durable in %.3fs: %d records",
                 len(entries),
-                ", ".join(f"p{p}" for p in sorted(overlays)),
+                ", ".join(f"p{p}" for p in sorted(next_offsets)),
                 seconds,
                 len(records),
             )

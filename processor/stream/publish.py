@@ -74,7 +74,7 @@ async def publish(
     await producer.start()
     try:
         in_flight: list[asyncio.Future[Any]] = []
-        for entry in reader:
+        for _, entry in reader:
             key = scope_key(entry)
             if key is None:
                 summary.unkeyed += 1

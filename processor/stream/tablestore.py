@@ -22,7 +22,7 @@ partition's database holds whole scopes and the engine never needs a key from
 another partition.
 """
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 import faust
@@ -31,7 +31,9 @@ from faust.stores import rocksdb as faust_rocksdb
 from rocksdict import WriteBatch
 from yarl import URL
 
-from recurrence.processor.store import MemoryStore, StateStore, write_batch
+from recurrence.processor.store.base import StateStore, Transaction
+from recurrence.processor.store.memory import MemoryStore
+from recurrence.processor.store.rocksdb import RocksStore
 from recurrence.processor.stream import changeset
 
 OFFSET_KEY = faust_rocksdb.Store.offset_key
@@ -48,39 +50,13 @@ class PartitionedState(Protocol):
         """The state of a partition only if it is already open here (read surface)."""
         ...
 
-    def apply_local(self, partition: int, changes: Mapping[bytes, bytes | None], changelog_offset: int | None) -> None:
-        """Write changes that are already durable in the changelog, atomically with its offset."""
+    def generation(self, partition: int) -> int:
+        """Changes whenever the partition's data changed outside ``flush_local`` (restore, standby)."""
         ...
 
-
-class RocksPartition:
-    """``StateStore`` over one rocksdict database of Faust's RocksDB store."""
-
-    def __init__(self, db: Any) -> None:
-        self._db = db
-
-    def get(self, key: bytes) -> bytes | None:
-        value = self._db.get(key)
-        return None if value is None else bytes(value)
-
-    def iterate_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
-        for key, value in self._db.items(from_key=prefix):
-            if not key.startswith(prefix):
-                break
-            if key != OFFSET_KEY:
-                yield bytes(key), bytes(value)
-
-    def apply(self, changes: Mapping[bytes, bytes | None]) -> None:
-        self.write(changes, None)
-
-    def write(self, changes: Mapping[bytes, bytes | None], changelog_offset: int | None) -> None:
-        batch = write_batch(changes)
-        if changelog_offset is not None:
-            batch.put(OFFSET_KEY, str(changelog_offset).encode())
-        self._db.write(batch)
-
-    def close(self) -> None:
-        return None  # Faust owns the database handle
+    def flush_local(self, partition: int, txn: Transaction, changelog_offset: int) -> None:
+        """Write a prepared batch that is durable in the changelog, atomically with its offset."""
+        ...
 
 
 def _expand(value: bytes | None, key: bytes) -> Iterable[tuple[bytes, bytes | None]]:
@@ -94,14 +70,22 @@ class ChangeSetRocksStore(faust_rocksdb.Store):
     """Faust's RocksDB table store, plus prefix scans and change-set changelog records."""
 
     def partition_state(self, partition: int) -> StateStore:
-        return RocksPartition(self._db_for_partition(partition))
+        return RocksStore(self._db_for_partition(partition), owned=False)
 
     def open_partition_state(self, partition: int) -> StateStore | None:
         db = self._dbs.get(partition)
-        return None if db is None else RocksPartition(db)
+        return None if db is None else RocksStore(db, owned=False)
 
-    def apply_local(self, partition: int, changes: Mapping[bytes, bytes | None], changelog_offset: int | None) -> None:
-        RocksPartition(self._db_for_partition(partition)).write(changes, changelog_offset)
+    def generation(self, partition: int) -> int:
+        generations: dict[int, int] = self.__dict__.setdefault("_generations", {})
+        return generations.get(partition, 0)
+
+    def _changed(self, partition: int) -> None:
+        generations: dict[int, int] = self.__dict__.setdefault("_generations", {})
+        generations[partition] = generations.get(partition, 0) + 1
+
+    def flush_local(self, partition: int, txn: Transaction, changelog_offset: int) -> None:
+        txn.flush({OFFSET_KEY: str(changelog_offset).encode()})
 
     def apply_changelog_batch(
         self,
@@ -126,6 +110,12 @@ class ChangeSetRocksStore(faust_rocksdb.Store):
         for partition, write in batches.items():
             write.put(OFFSET_KEY, str(offsets[partition]).encode())
             self._db_for_partition(partition).write(write)
+            self._changed(partition)
+
+    def _db_for_partition(self, partition: int) -> Any:
+        if partition not in self._dbs:
+            self._changed(partition)  # a newly opened database: nothing cached about it can hold
+        return super()._db_for_partition(partition)
 
 
 class ChangeSetMemoryStore(faust_memory.Store[bytes, bytes]):
@@ -134,6 +124,7 @@ class ChangeSetMemoryStore(faust_memory.Store[bytes, bytes]):
     def __post_init__(self) -> None:
         super().__post_init__()
         self._partitions: dict[int, MemoryStore] = {}
+        self._generations: dict[int, int] = {}
 
     def partition_state(self, partition: int) -> StateStore:
         state = self._partitions.get(partition)
@@ -144,8 +135,11 @@ class ChangeSetMemoryStore(faust_memory.Store[bytes, bytes]):
     def open_partition_state(self, partition: int) -> StateStore | None:
         return self._partitions.get(partition)
 
-    def apply_local(self, partition: int, changes: Mapping[bytes, bytes | None], changelog_offset: int | None) -> None:
-        self.partition_state(partition).apply(changes)
+    def generation(self, partition: int) -> int:
+        return self._generations.get(partition, 0)
+
+    def flush_local(self, partition: int, txn: Transaction, changelog_offset: int) -> None:
+        txn.flush()
 
     def apply_changelog_batch(
         self,
@@ -156,6 +150,7 @@ class ChangeSetMemoryStore(faust_memory.Store[bytes, bytes]):
         for event in batch:
             message = event.message
             self.partition_state(message.partition).apply(dict(_expand(message.value, message.key)))
+            self._generations[message.partition] = self._generations.get(message.partition, 0) + 1
 
 
 class StateTable(faust.Table[bytes, bytes]):

@@ -28,7 +28,7 @@ import orjson
 from aiokafka.partitioner import murmur2
 
 from recurrence.processor.engine import Engine, EngineConfig
-from recurrence.processor.store import Transaction
+from recurrence.processor.store.base import Transaction
 from recurrence.processor.stream.metrics import Metrics
 from recurrence.processor.stream.tablestore import PartitionedState
 from recurrence.schemas.constants import DEFAULT_TOP_REVISIONS

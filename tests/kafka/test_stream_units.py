@@ -13,13 +13,14 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from recurrence.processor.engine import EngineConfig
-from recurrence.processor.store import MemoryStore, Transaction
+from recurrence.processor.store.base import Transaction
+from recurrence.processor.store.memory import MemoryStore
 from recurrence.processor.stream import changeset
-from recurrence.processor.stream.processing import SOURCE_HEADER, BatchProcessor, Entry, Overlay
+from recurrence.processor.stream.processing import SOURCE_HEADER, BatchProcessor, Entry
 from recurrence.processor.stream.publish import scope_key
 from recurrence.processor.stream.settings import StreamSettings
 from recurrence.processor.stream.views import partition_for
@@ -44,9 +45,12 @@ class Partitions:
     def open_partition_state(self, partition: int) -> MemoryStore | None:
         return self.stores.get(partition)
 
-    def apply_local(self, partition: int, changes: Mapping[bytes, bytes | None], offset: int | None) -> None:
+    def generation(self, partition: int) -> int:
+        return 0
+
+    def flush_local(self, partition: int, txn: Transaction, changelog_offset: int) -> None:
         self.log.append(("local", partition))
-        self.partition_state(partition).apply(changes)
+        txn.flush()
 
 
 class RecordingSink:
@@ -216,36 +220,6 @@ def test_entries_the_stream_skipped_are_read_directly(tmp_path: Path) -> None:
     assert by_scope(_outputs_in_source_order(sink)) == oracle.grouped
     for partition, values in journal.by_partition.items():
         assert processor.position(partition) == max(values) + 1
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    base=st.dictionaries(st.binary(min_size=1, max_size=4), st.binary(max_size=3), max_size=20),
-    layers=st.lists(
-        st.dictionaries(st.binary(min_size=1, max_size=4), st.one_of(st.none(), st.binary(max_size=3)), max_size=8),
-        max_size=4,
-    ),
-    prefix=st.binary(max_size=2),
-)
-def test_overlay_matches_a_store_with_the_changes_applied(
-    base: dict[bytes, bytes], layers: list[dict[bytes, bytes | None]], prefix: bytes
-) -> None:
-    store, expected = MemoryStore(), MemoryStore()
-    store.apply(base)
-    expected.apply(base)
-    overlay = Overlay(store)
-    for layer in layers:
-        txn = Transaction(overlay)
-        for key, value in layer.items():
-            if value is None:
-                txn.delete(key)
-            else:
-                txn.put(key, value)
-        txn.commit()
-        expected.apply(layer)
-    assert list(overlay.iterate_prefix(prefix)) == list(expected.iterate_prefix(prefix))
-    for key in {*base, *(k for layer in layers for k in layer)}:
-        assert overlay.get(key) == expected.get(key)
 
 
 @given(st.dictionaries(st.binary(max_size=40), st.one_of(st.none(), st.binary(max_size=40)), max_size=30))

@@ -1,0 +1,132 @@
+"""Output records as the engine emits them: the exact ledger line, its id and what a runner routes by.
+
+The pydantic models in ``recurrence.schemas.records`` define every record and
+enforce the RFC's validation matrix on records read from outside (a topic, a
+file). Inside the engine the invariants hold by construction, so records are
+built here as plain dicts in the models' field order and serialized once:
+the line is byte for byte what ``model_dump(mode="json")`` would serialize,
+and each id is the canonical digest the contract defines. The test suite
+validates every record the engine builds against the models
+(``Emitted.model``).
+"""
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+import orjson
+from pydantic import TypeAdapter
+
+from recurrence.schemas.canonical import canonical_json, digest, digest_bytes, dumps
+from recurrence.schemas.records import OUTPUT_RECORD_TYPES, OutputRecord
+
+Origin = Mapping[str, str | int]
+
+_SORTED: Final = orjson.OPT_SORT_KEYS
+_OUTPUT: TypeAdapter[OutputRecord] = TypeAdapter(OutputRecord)
+assert len(OUTPUT_RECORD_TYPES) == 5
+
+
+@dataclass(frozen=True, slots=True)
+class Emitted:
+    """One output record: ``line`` is the JSON ledger line without its newline."""
+
+    record: str
+    scope_id: str | None
+    record_id: str
+    line: bytes
+    error: str | None = None  # dead letters: the stable code
+
+    def data(self) -> dict[str, Any]:
+        value: dict[str, Any] = orjson.loads(self.line)
+        return value
+
+    def model(self) -> OutputRecord:
+        """The record validated against its pydantic model (matrix and own id re-checked)."""
+        return _OUTPUT.validate_json(self.line)
+
+
+def _sha(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def match(fields: dict[str, Any]) -> Emitted:
+    """``fields`` in MatchRecord order without ``record`` and ``match_digest``."""
+    match_digest = _sha(orjson.dumps(fields, option=_SORTED))
+    line = orjson.dumps({"record": "match", **fields, "match_digest": match_digest})
+    return Emitted("match", fields["scope_id"], match_digest, line)
+
+
+def observation(fields: dict[str, Any]) -> Emitted:
+    """``fields`` in ObservationRecord order without ``record`` and ``observation_id``."""
+    observation_id = _sha(orjson.dumps(fields, option=_SORTED))
+    line = orjson.dumps({"record": "observation", "observation_id": observation_id, **fields})
+    return Emitted("observation", fields["scope_id"], observation_id, line)
+
+
+def _plain(kind: str, body: dict[str, Any]) -> Emitted:
+    # Review proposals and admissions carry no id field; their id is their canonical digest.
+    data = {"record": kind, **body}
+    return Emitted(kind, body["scope_id"], digest(data), dumps(data))
+
+
+def review_proposal(
+    scope_id: str,
+    target: dict[str, Any],
+    proposal: dict[str, Any],
+    sources: list[dict[str, str]],
+    reason: str,
+    streak: int,
+) -> Emitted:
+    return _plain(
+        "review_proposal",
+        {
+            "scope_id": scope_id,
+            "target": target,
+            "proposal": proposal,
+            "sources": sources,
+            "reason": reason,
+            "streak": streak,
+        },
+    )
+
+
+def admission(
+    scope_id: str,
+    candidate_id: str,
+    violations: list[dict[str, str]],
+    warnings: list[dict[str, Any]],
+) -> Emitted:
+    return _plain(
+        "admission",
+        {
+            "scope_id": scope_id,
+            "candidate_id": candidate_id,
+            "decision": "dropped" if violations else "admitted",
+            "violations": violations,
+            "warnings": warnings,
+        },
+    )
+
+
+def dead_letter(
+    origin: Origin,
+    scope_id: str | None,
+    position: int | None,
+    error: str,
+    detail: str,
+    raw: str,
+) -> Emitted:
+    """Contract: ``dead_letter_id`` is the digest of the record without ``record`` and itself."""
+    fields = {
+        "origin": dict(origin),
+        "scope_id": scope_id,
+        "position": position,
+        "error": error,
+        "detail": detail,
+        "raw": raw,
+    }
+    dead_letter_id = digest_bytes(canonical_json(fields))
+    line = dumps({"record": "dead_letter", "dead_letter_id": dead_letter_id, **fields})
+    return Emitted("dead_letter", scope_id, dead_letter_id, line, error)

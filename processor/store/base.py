@@ -1,0 +1,226 @@
+"""The state store interface and the one transaction every runner uses.
+
+A ``StateStore`` is four byte-level operations (get, ordered prefix scan,
+atomic apply, close); backends live beside this module (``memory``,
+``rocksdb``) and the Kafka path adapts Faust's per-partition databases to the
+same interface. Nothing here imports a backend.
+
+A ``Transaction`` is one batch of changes over a store, in the style of Quix
+Streams' ``PartitionTransaction``: reads see the batch's own writes; each
+journal entry runs inside an entry savepoint (``begin_entry`` /
+``end_entry`` / ``abort_entry``) so an entry that fails halfway leaves no
+trace; ``prepare`` turns the staged rows into the byte change set (the thing a
+runner makes durable first: a ledger file, a changelog topic) and records the
+tracking position, refusing to move it backwards; ``flush`` then writes the
+change set to the store in one atomic batch.
+
+Rows are staged as decoded objects (anything with ``encode() -> bytes``, or
+raw ``bytes``) and encoded once per batch, however often an entry touches
+them. A ``RowCache`` keeps decoded committed rows between batches, bounded, so
+hot rows (a scope's counters, its failure heads, cited evidence) are neither
+read from the backend nor decoded again on every entry.
+"""
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Final, Literal, Protocol
+
+from recurrence.processor.exceptions import PositionRegressionError, TransactionStateError
+
+
+class StateStore(Protocol):
+    def get(self, key: bytes) -> bytes | None: ...
+
+    def iterate_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """Yield (key, value) for keys starting with ``prefix``, in byte order."""
+        ...
+
+    def apply(self, changes: Mapping[bytes, bytes | None]) -> None:
+        """Write all changes atomically; ``None`` deletes."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Row(Protocol):
+    def encode(self) -> bytes: ...
+
+
+Staged = Row | bytes | None
+Decoder = Callable[[bytes], Any]
+Status = Literal["open", "prepared", "flushed", "failed"]
+
+
+def identity(raw: bytes) -> bytes:
+    return raw
+
+
+def encode(value: Row | bytes) -> bytes:
+    return value if isinstance(value, bytes) else value.encode()
+
+
+_MISSING: Final = object()
+_ABSENT: Final = object()
+
+
+class RowCache:
+    """Decoded rows of committed state, at most ``capacity`` of them.
+
+    Eviction drops the older half by insertion order when full: cheaper than
+    an LRU on every hit, and a hot row simply comes back on its next read.
+    Keys under ``uncached`` prefixes (rows written once and rarely read again)
+    are never kept. Only a transaction's ``flush`` and the backend's own
+    readers fill it, so it never holds a value the store does not.
+    """
+
+    def __init__(self, capacity: int = 50_000, uncached: tuple[bytes, ...] = ()) -> None:
+        self.capacity = capacity
+        self.uncached = uncached
+        self._rows: dict[bytes, Any] = {}
+
+    def lookup(self, key: bytes) -> Any:
+        """The cached value, ``None`` for a cached absence, or ``_MISSING``."""
+        value = self._rows.get(key, _MISSING)
+        return None if value is _ABSENT else value
+
+    def keep(self, key: bytes, value: Any) -> None:
+        if self.capacity <= 0 or (self.uncached and key.startswith(self.uncached)):
+            return
+        rows = self._rows
+        if len(rows) >= self.capacity and key not in rows:
+            for old in list(rows)[: max(1, self.capacity // 2)]:
+                del rows[old]
+        rows[key] = _ABSENT if value is None else value
+
+    def clear(self) -> None:
+        """Forget everything (the store changed behind the cache, e.g. a restore)."""
+        self._rows.clear()
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+
+class Transaction:
+    """One batch of staged changes over a store; see the module docstring for the protocol."""
+
+    def __init__(
+        self, store: StateStore, cache: RowCache | None = None, *, position_key: bytes | None = None
+    ) -> None:
+        self.store = store
+        self.cache = cache if cache is not None else RowCache(0)
+        self.position_key = position_key
+        self.status: Status = "open"
+        self._changes: dict[bytes, Staged] = {}
+        self._entry: dict[bytes, Staged] | None = None
+        self._prepared: dict[bytes, bytes | None] | None = None
+
+    # -- reads -------------------------------------------------------------------------
+    def get(self, key: bytes, decode: Decoder = identity) -> Any:
+        """The value as staged (decoded form), else as committed (decoded with ``decode``)."""
+        entry = self._entry
+        if entry is not None and key in entry:
+            return entry[key]
+        changes = self._changes
+        if key in changes:
+            return changes[key]
+        cached = self.cache.lookup(key)
+        if cached is not _MISSING:
+            return cached
+        raw = self.store.get(key)
+        value = None if raw is None else decode(raw)
+        self.cache.keep(key, value)
+        return value
+
+    def iterate_prefix(self, prefix: bytes, decode: Decoder = identity) -> Iterator[tuple[bytes, Any]]:
+        """Committed rows merged with staged ones, in key order (a read path, not a hot one)."""
+        staged = {k: v for k, v in self._changes.items() if k.startswith(prefix)}
+        if self._entry:
+            staged.update((k, v) for k, v in self._entry.items() if k.startswith(prefix))
+        if not staged:
+            for key, raw in self.store.iterate_prefix(prefix):
+                yield key, decode(raw)
+            return
+        merged: dict[bytes, Any] = {key: decode(raw) for key, raw in self.store.iterate_prefix(prefix)}
+        merged.update(staged)
+        for key in sorted(merged):
+            value = merged[key]
+            if value is not None:
+                yield key, value
+
+    # -- writes ------------------------------------------------------------------------
+    def put(self, key: bytes, value: Row | bytes) -> None:
+        self._stage(key, value)
+
+    def delete(self, key: bytes) -> None:
+        self._stage(key, None)
+
+    def _stage(self, key: bytes, value: Staged) -> None:
+        if self.status != "open":
+            raise TransactionStateError(f"cannot write to a {self.status} transaction")
+        if self._entry is not None:
+            self._entry[key] = value
+        else:
+            self._changes[key] = value
+
+    # -- entry savepoints --------------------------------------------------------------
+    def begin_entry(self) -> None:
+        self._entry = {}
+
+    def end_entry(self) -> None:
+        """The entry succeeded: its changes join the batch."""
+        if self._entry:
+            self._changes.update(self._entry)
+        self._entry = None
+
+    def abort_entry(self) -> None:
+        """The entry failed: drop everything it staged."""
+        self._entry = None
+
+    @property
+    def staged(self) -> int:
+        return len(self._changes)
+
+    # -- prepare / flush ---------------------------------------------------------------
+    def recorded_position(self) -> int | None:
+        if self.position_key is None:
+            return None
+        raw = self.store.get(self.position_key)
+        return None if raw is None else int(raw)
+
+    def prepare(self, position: int | None = None) -> dict[bytes, bytes | None]:
+        """The batch as a byte change set, with the tracking position; nothing is written yet."""
+        if self.status != "open" or self._entry is not None:
+            raise TransactionStateError(f"cannot prepare a {self.status} transaction inside an entry")
+        changes = {key: None if value is None else encode(value) for key, value in self._changes.items()}
+        if position is not None:
+            if self.position_key is None:
+                raise TransactionStateError("this transaction records no position")
+            recorded = self.recorded_position()
+            if recorded is not None and position < recorded:
+                self.status = "failed"
+                raise PositionRegressionError(f"tracking position would go back from {recorded} to {position}")
+            changes[self.position_key] = str(position).encode()
+        self._prepared = changes
+        self.status = "prepared"
+        return changes
+
+    def flush(self, extra: Mapping[bytes, bytes | None] | None = None) -> None:
+        """Write the prepared change set (plus ``extra``, e.g. a changelog offset) atomically."""
+        if self.status != "prepared" or self._prepared is None:
+            raise TransactionStateError(f"cannot flush a {self.status} transaction; prepare it first")
+        changes = self._prepared if not extra else {**self._prepared, **extra}
+        if changes:
+            try:
+                self.store.apply(changes)
+            except BaseException:
+                self.status = "failed"
+                raise
+        keep = self.cache.keep
+        for key, value in self._changes.items():
+            keep(key, value)
+        self.status = "flushed"
+
+    def commit(self, position: int | None = None) -> dict[bytes, bytes | None]:
+        """``prepare`` then ``flush``, for runners with nothing to make durable in between."""
+        changes = self.prepare(position)
+        self.flush()
+        return changes
