@@ -14,9 +14,12 @@ from recurrence.processor.records import Emitted
 from recurrence.processor.state import row_cache
 from recurrence.processor.store.base import StateStore, Transaction
 from recurrence.processor.store.memory import MemoryStore
+from recurrence.schemas.canonical import dumps
 from recurrence.schemas.records import OutputRecord
 
 SCOPE = "team-a"
+CUE = "Generated sources are in sync"  # failure_block()'s default cue and check_subject
+CONDITION = "openapi.yaml was edited"  # failure_block()'s default condition
 
 
 def source_ref(source_id: str) -> dict[str, str]:
@@ -32,8 +35,8 @@ def cite(source_id: str) -> list[dict[str, Any]]:
 
 
 def failure_block(
-    cue: str = "Generated sources are in sync",
-    condition: str = "openapi.yaml was edited",
+    cue: str = CUE,
+    condition: str = CONDITION,
     check_subject: str | None = None,
     surface: str = "experience_content",
 ) -> dict[str, Any]:
@@ -225,7 +228,7 @@ class Journal:
         return self._add(body, scope, position)
 
     def lines(self) -> list[bytes]:
-        return [orjson.dumps(entry) for entry in self.entries]
+        return [dumps(entry) for entry in self.entries]
 
 
 def linked_setup(

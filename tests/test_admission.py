@@ -26,6 +26,7 @@ from recurrence.schemas.constants import MAX_CANDIDATE_EVIDENCE, MAX_FAILURE_CUE
 from recurrence.schemas.normalize import bigram_overlap, bigrams, normalize
 from recurrence.schemas.records import AdmissionRecord, DeadLetterRecord, OutputRecord
 from tests.builders import (
+    CUE,
     SCOPE,
     Journal,
     Runner,
@@ -40,7 +41,6 @@ from tests.builders import (
     source_ref,
 )
 
-CUE = "Generated sources are in sync"
 OUTCOME = "The client build broke after the contract changed"
 
 

@@ -6,6 +6,8 @@ import json
 from recurrence.processor.engine import EngineConfig
 from recurrence.schemas.records import DeadLetterRecord, MatchRecord, ObservationRecord
 from tests.builders import (
+    CONDITION,
+    CUE,
     Journal,
     artifact_ref,
     check,
@@ -15,9 +17,6 @@ from tests.builders import (
     linked_setup,
     run,
 )
-
-CUE = "Generated sources are in sync"
-CONDITION = "openapi.yaml was edited"
 
 
 def matches(records: list) -> list[MatchRecord]:  # type: ignore[type-arg]

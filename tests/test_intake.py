@@ -10,8 +10,6 @@ from recurrence.schemas.journal import JOURNAL_ENTRY
 from recurrence.schemas.records import DeadLetterRecord
 from tests.builders import SCOPE, Journal, Runner, failure_block, kinds, linked_setup, run
 
-CUE = "Generated sources are in sync"
-
 
 def dead(records: list) -> list[DeadLetterRecord]:  # type: ignore[type-arg]
     return [r for r in records if isinstance(r, DeadLetterRecord)]

@@ -19,6 +19,8 @@ from recurrence.processor.engine import EngineConfig
 from recurrence.schemas.base import ArtifactRef, SourceRef
 from recurrence.schemas.records import ObservationRecord, OutputRecord, ReviewProposalRecord
 from tests.builders import (
+    CONDITION,
+    CUE,
     Journal,
     Runner,
     check,
@@ -30,8 +32,6 @@ from tests.builders import (
     run,
 )
 
-CUE = "Generated sources are in sync"  # failure_block()'s default cue and check_subject
-CONDITION = "openapi.yaml was edited"  # failure_block()'s default condition
 E7 = ArtifactRef(family="experience", artifact_id="E7", revision=1)
 SURFACES_WITHOUT_CONTENT_REPAIR = ["working_state", "recall_policy", "acceptance_check"]
 

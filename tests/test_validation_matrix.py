@@ -13,10 +13,7 @@ from pydantic import ValidationError
 from recurrence.schemas.base import ArtifactRef, SourceRef
 from recurrence.schemas.canonical import digest
 from recurrence.schemas.records import MatchRecord, ObservationRecord, TaskOutcomeItemRef
-from tests.builders import check, claim, linked_setup, run
-
-CUE = "Generated sources are in sync"
-CONDITION = "openapi.yaml was edited"
+from tests.builders import CONDITION, CUE, check, claim, linked_setup, run
 
 
 def _records() -> dict[str, Any]:
