@@ -1,105 +1,292 @@
-"""Embedded-runner benchmark: entries/s and peak RSS at growing journal sizes.
+"""Embedded-replay benchmark: each figure beside its reference, measured in the same run.
 
-Each size runs ``recurrence replay`` in a fresh process on a seeded synthetic
-journal (fresh state dir), so peak RSS is the whole process's. Memory that
-stays flat while the journal grows 10x is the "bounded memory" claim; the
-numbers land in bench/results/replay.json and are quoted in docs/performance.md.
+1. Throughput: ``recurrence replay`` entries/s on seeded journals made by
+   ``recurrence generate`` (bounded working set) and on a mixed journal
+   (garbage, conflicts, unresolved evidence), each beside the project's own
+   validation limit on the same journal (entry + content through the same
+   pydantic models and nothing else, ``bench/validate_only.py``) and the
+   orjson decode limit. Medians of ``--repeat`` fresh processes.
+2. Output check: the ledger equals the pre-change engine's on the same journal
+   (``--baseline REV``: that commit's engine, run from ``git archive``),
+   record for record; dead letters compared by scope, position, code and raw,
+   since their shape grew ``origin`` and ``dead_letter_id``.
+3. Flat cost: one replay of ``--curve-entries`` (default 1M) fed through a
+   pipe; µs per entry over the 10k entries before each checkpoint, and the
+   process's peak RSS. Drawn to ``out/replay-curve.png``.
 
-    python bench/replay_bench.py [--sizes 10000,100000] [--scopes 50] [--garbage 0.01]
+Results go to ``bench/results/replay.json`` (untracked) and the tables in
+docs/performance.md between the ``bench:replay`` markers are regenerated.
+
+    python bench/replay_bench.py [--quick] [--sizes 50000,100000] [--curve-entries 1000000]
 """
 
 import argparse
 import json
+import os
 import platform
+import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
+from io import BytesIO
 from pathlib import Path
+from typing import Any
 
-from recurrence.processor.synthetic import JournalSpec, write
+import orjson
 
 ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+DOC = ROOT / "docs" / "performance.md"
+PYTHON = sys.executable
+EXPERIENCES_PER_SCOPE = 40
+SCOPES = 50
+WINDOW = 10_000
 
 
-def _ledger_records(path: Path) -> int:
-    with path.open("rb") as handle:
-        return sum(1 for line in handle if not line.startswith(b'{"record":"dead_letter"'))
+def recurrence(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([PYTHON, "-m", "recurrence.processor.cli", *args], check=True, capture_output=True, **kwargs)
 
 
-def run_once(entries: int, scopes: int, garbage: float, cap: int | None, workdir: Path) -> dict[str, float]:
-    journal = workdir / f"journal-{entries}.jsonl"
-    spec = JournalSpec(entries=entries, scopes=scopes, seed=42, garbage_ratio=garbage, experiences_per_scope=cap)
-    write(spec, str(journal))
-    state, out = workdir / f"state-{entries}", workdir / f"ledger-{entries}.jsonl"
+def generate(path: Path, entries: int, seed: int, mixed: bool) -> Path:
+    if not path.exists():
+        extra = ["--garbage-ratio", "0.02", "--conflict-ratio", "0.02"] if mixed else []
+        args = ["generate", "--entries", str(entries), "--scopes", str(SCOPES), "--seed", str(seed)]
+        args += ["--experiences-per-scope", str(EXPERIENCES_PER_SCOPE), *extra]
+        with path.open("wb") as out:
+            subprocess.run([PYTHON, "-m", "recurrence.processor.cli", *args], check=True, stdout=out)
+    return path
+
+
+def timed_child(argv: list[str], stdin: Any = None) -> tuple[float, float, bytes]:
+    """Seconds and peak RSS (MiB) of one child process, and its stderr."""
     started = time.perf_counter()
-    # /usr/bin/time-free RSS: run in a child and read its own getrusage.
-    code = (
-        "import resource, sys; from recurrence.processor.cli import main; rc = main(sys.argv[1:]); "
-        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr); sys.exit(rc)"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code, "replay", str(journal), "--state", str(state), "--out", str(out)],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    proc = subprocess.Popen(argv, stdin=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, stderr = proc.communicate()
     seconds = time.perf_counter() - started
-    peak_kib = int(done.stderr.strip().splitlines()[-1])
-    records = _ledger_records(out)
-    again = subprocess.run(
-        [sys.executable, "-m", "recurrence.processor.cli", "replay", str(journal), "--state", str(state),
-         "--out", str(out)],
-        capture_output=True,
-        text=True,
-        check=True,
+    if proc.returncode != 0:
+        raise RuntimeError(f"{argv[:4]} exited {proc.returncode}: {stderr.decode(errors='replace')[-2000:]}")
+    return seconds, _peak_rss_mib(stderr), stderr
+
+
+_RSS_PROBE = (
+    "import resource, runpy, sys; sys.argv = sys.argv[1:]; "
+    "code = 0\n"
+    "try:\n    runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)\n"
+    "except SystemExit as e:\n    code = e.code or 0\n"
+    "print('peak_rss_kib', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
+    "sys.exit(code)"
+)
+
+
+def _peak_rss_mib(stderr: bytes) -> float:
+    for line in reversed(stderr.decode(errors="replace").splitlines()):
+        if line.startswith("peak_rss_kib "):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def module(name: str, *args: str) -> list[str]:
+    return [PYTHON, "-c", _RSS_PROBE, name, *args]
+
+
+def reference(journal: Path, decode: bool) -> float:
+    out = subprocess.run(
+        [PYTHON, str(ROOT / "bench" / "validate_only.py"), str(journal), *(["--decode"] if decode else [])],
+        check=True, capture_output=True,
+    ).stdout
+    return float(json.loads(out)["entries_per_s"])
+
+
+def replay_once(journal: Path, workdir: Path, tag: str) -> tuple[float, float, Path]:
+    state, ledger = workdir / f"state-{tag}", workdir / f"ledger-{tag}.jsonl"
+    subprocess.run(["rm", "-rf", str(state), str(ledger)], check=True)
+    seconds, rss, _ = timed_child(
+        module("recurrence.processor.cli", "replay", str(journal), "--state", str(state), "--out", str(ledger))
     )
-    # Dead letters are diagnostics and may be written again; ledger records may not.
-    assert _ledger_records(out) == records, "a second replay appended ledger records"
-    del again
-    return {
-        "entries": entries,
-        "seconds": round(seconds, 2),
-        "entries_per_s": round(entries / seconds),
-        "peak_rss_mib": round(peak_kib / 1024, 1),
-        "ledger_records": records,
-        "journal_mib": round(journal.stat().st_size / 2**20, 1),
-    }
+    return seconds, rss, ledger
+
+
+def count_lines(path: Path) -> int:
+    with path.open("rb") as handle:
+        return sum(1 for _ in handle)
+
+
+# -- the pre-change engine, for the output check ---------------------------------------------
+def baseline_ledger(rev: str, journal: Path, workdir: Path) -> Path:
+    """The ledger the engine at ``rev`` writes for ``journal`` (its top-level packages, same venv)."""
+    tree = workdir / f"baseline-{rev}"
+    if not tree.exists():
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "processor", "schemas"],
+                                 check=True, capture_output=True).stdout
+        tree.mkdir()
+        with tarfile.open(fileobj=BytesIO(archive)) as tar:
+            tar.extractall(tree, filter="data")
+    ledger = workdir / f"baseline-{journal.stem}.jsonl"
+    if not ledger.exists():
+        state = workdir / f"baseline-state-{journal.stem}"
+        code = (
+            f"import sys; sys.path.insert(0, {str(tree)!r}); from processor.cli import main; "
+            "sys.exit(main(sys.argv[1:]))"
+        )
+        subprocess.run([PYTHON, "-c", code, "replay", str(journal), "--state", str(state), "--out", str(ledger)],
+                       check=True, capture_output=True, cwd=tree)
+    return ledger
+
+
+def _comparable(line: bytes) -> bytes:
+    record = orjson.loads(line)
+    if record.get("record") != "dead_letter":
+        return line
+    return orjson.dumps([record["scope_id"], record["position"], record["error"], record["raw"]])
+
+
+def same_output(ours: Path, theirs: Path) -> bool:
+    with ours.open("rb") as a, theirs.open("rb") as b:
+        for left, right in zip(a, b, strict=False):
+            if _comparable(left.rstrip(b"\n")) != _comparable(right.rstrip(b"\n")):
+                return False
+    return count_lines(ours) == count_lines(theirs)
+
+
+# -- flat cost --------------------------------------------------------------------------------
+def curve(journal: Path, workdir: Path, checkpoints: list[int]) -> dict[str, Any]:
+    """Feed the journal through a pipe and time the 10k entries before each checkpoint."""
+    state, ledger = workdir / "state-curve", workdir / "ledger-curve.jsonl"
+    subprocess.run(["rm", "-rf", str(state), str(ledger)], check=True)
+    argv = module("recurrence.processor.cli", "replay", "-", "--state", str(state), "--out", str(ledger))
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert proc.stdin is not None
+    stamps: dict[int, float] = {}
+    wanted = set(checkpoints) | {c - WINDOW for c in checkpoints if c > WINDOW}
+    started = time.perf_counter()
+    count = 0
+    with journal.open("rb") as handle:
+        for line in handle:
+            proc.stdin.write(line)
+            count += 1
+            if count in wanted:
+                proc.stdin.flush()
+                stamps[count] = time.perf_counter() - started
+    proc.stdin.close()
+    _, stderr = proc.communicate()
+    total = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise RuntimeError(stderr.decode(errors="replace")[-2000:])
+    points = []
+    for checkpoint in checkpoints:
+        before = stamps.get(checkpoint - WINDOW, 0.0) if checkpoint > WINDOW else 0.0
+        window = min(WINDOW, checkpoint)
+        points.append({"entries": checkpoint, "us_per_entry": round((stamps[checkpoint] - before) / window * 1e6, 1)})
+    return {"entries": count, "seconds": round(total, 1), "peak_rss_mib": round(_peak_rss_mib(stderr), 1),
+            "points": points}
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    import matplotlib  # noqa: PLC0415 - only the bench draws
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    xs = [p["entries"] for p in result["points"]]
+    ys = [p["us_per_entry"] for p in result["points"]]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot(xs, ys, marker="o")
+    ax.set_xscale("log")
+    ax.set_ylim(0, max(ys) * 1.3)
+    ax.set_xlabel("entries replayed so far")
+    ax.set_ylabel("µs per entry (last 10k)")
+    ax.set_title(f"recurrence replay: cost per entry, peak RSS {result['peak_rss_mib']:.0f} MiB")
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+
+
+# -- report -------------------------------------------------------------------------------------
+def table(rows: list[dict[str, Any]]) -> str:
+    head = ("| journal | replay entries/s | validation limit | replay / limit | orjson decode | peak RSS | "
+            "same ledger as before |\n|---|---:|---:|---:|---:|---:|---|\n")
+    body = "".join(
+        f"| {r['journal']} | {r['replay_per_s']:,.0f} | {r['validate_per_s']:,.0f} | {r['ratio']:.0%} | "
+        f"{r['decode_per_s']:,.0f} | {r['peak_rss_mib']:.0f} MiB | {r['same_as_baseline']} |\n"
+        for r in rows
+    )
+    return head + body
+
+
+def curve_table(result: dict[str, Any]) -> str:
+    first = result["points"][0]["us_per_entry"]
+    head = "| entries so far | µs per entry (last 10k) | vs first 10k |\n|---:|---:|---:|\n"
+    body = "".join(
+        f"| {p['entries']:,} | {p['us_per_entry']:.1f} | {p['us_per_entry'] / first:.2f}x |\n" for p in result["points"]
+    )
+    return head + body + f"\nPeak RSS of the whole {result['entries']:,}-entry run: {result['peak_rss_mib']:.0f} MiB.\n"
+
+
+def update_doc(section: str, text: str) -> None:
+    start, end = f"<!-- bench:{section}:start -->", f"<!-- bench:{section}:end -->"
+    doc = DOC.read_text(encoding="utf-8")
+    if start not in doc:
+        return
+    before, rest = doc.split(start, 1)
+    _, after = rest.split(end, 1)
+    DOC.write_text(f"{before}{start}\n{text}{end}{after}", encoding="utf-8")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="10000,100000")
-    parser.add_argument("--scopes", type=int, default=50)
-    parser.add_argument("--garbage", type=float, default=0.01)
-    parser.add_argument(
-        "--experiences-per-scope",
-        type=int,
-        default=40,
-        help="cap on distinct Experiences per scope (0: unbounded, every scope's candidate set keeps growing)",
-    )
-    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "replay.json"))
+    parser.add_argument("--sizes", default="50000,100000")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--curve-entries", type=int, default=1_000_000)
+    parser.add_argument("--baseline", default="b6b64ac", help="commit of the pre-change engine ('' to skip)")
+    parser.add_argument("--quick", action="store_true", help="10k journals, 1 repeat, a 100k curve")
+    parser.add_argument("--workdir", help="keep journals and ledgers here (default: a temporary directory)")
     args = parser.parse_args()
-    results = []
+    if args.quick:
+        args.sizes, args.repeat, args.curve_entries = "10000", 1, 100_000
+    sizes = [int(s) for s in args.sizes.split(",")]
+    checkpoints = [c for c in (10_000, 100_000, 300_000, 1_000_000) if c <= args.curve_entries]
     with tempfile.TemporaryDirectory(prefix="recurrence-bench-") as tmp:
-        for size in (int(s) for s in args.sizes.split(",")):
-            cap = args.experiences_per_scope or None
-            result = run_once(size, args.scopes, args.garbage, cap, Path(tmp))
-            print(json.dumps(result), flush=True)
-            results.append(result)
+        workdir = Path(args.workdir or tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
+        rows = []
+        for size in sizes:
+            for mixed in (False, True):
+                name = f"{'mixed' if mixed else 'generate'}-{size // 1000}k"
+                journal = generate(workdir / f"{name}.jsonl", size, 42 if not mixed else 43, mixed)
+                runs = [replay_once(journal, workdir, f"{name}-{i}") for i in range(args.repeat)]
+                seconds = statistics.median(r[0] for r in runs)
+                validate = statistics.median(reference(journal, False) for _ in range(args.repeat))
+                decode = statistics.median(reference(journal, True) for _ in range(args.repeat))
+                same = "not checked"
+                if args.baseline:
+                    same = "yes" if same_output(runs[0][2], baseline_ledger(args.baseline, journal, workdir)) else "NO"
+                entries = count_lines(journal)
+                row = {
+                    "journal": name, "entries": entries, "replay_per_s": entries / seconds,
+                    "validate_per_s": validate, "decode_per_s": decode, "ratio": entries / seconds / validate,
+                    "peak_rss_mib": max(r[1] for r in runs), "same_as_baseline": same,
+                }
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+        curve_journal = generate(workdir / f"curve-{args.curve_entries}.jsonl", args.curve_entries, 7, False)
+        flat = curve(curve_journal, workdir, checkpoints)
+        print(json.dumps(flat), flush=True)
     report = {
-        "machine": {
-            "python": platform.python_version(),
-            "cpus": __import__("os").cpu_count(),
-            "platform": platform.platform(),
-        },
-        "scopes": args.scopes,
-        "garbage_ratio": args.garbage,
-        "experiences_per_scope": args.experiences_per_scope or None,
-        "runs": results,
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
+        "scopes": SCOPES, "experiences_per_scope": EXPERIENCES_PER_SCOPE, "repeat": args.repeat,
+        "throughput": rows, "curve": flat,
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "replay.json").write_text(json.dumps(report, indent=2) + "\n")
+    plot(flat, ROOT / "out" / "replay-curve.png")
+    print(table(rows))
+    print(curve_table(flat))
+    if not args.quick:
+        update_doc("replay", table(rows))
+        update_doc("curve", curve_table(flat))
     return 0
 
 

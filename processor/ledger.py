@@ -18,7 +18,7 @@ from recurrence.processor.matching import (
     avoided_evidence,
     decide,
     failure_items,
-    freeze,
+    handoff_citations,
     scope_heads,
     verified_checks,
     verified_observations,
@@ -88,7 +88,7 @@ def candidate_set(state: State, scope_id: str, link: Link | None) -> CandidateSe
     if link is None:
         return scope_heads(state.failure_heads(scope_id))
     found = (candidate(ref, state.artifact(scope_id, ref)) for ref in link.cited)
-    return freeze("handoff_citations", (c for c in found if c is not None))
+    return handoff_citations(c for c in found if c is not None)
 
 
 class OutcomeLedger:

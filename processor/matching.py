@@ -5,6 +5,7 @@ the same inputs always give the same decision, which is what lets a replay
 resolve a match instead of choosing again.
 """
 
+import functools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -51,6 +52,20 @@ def freeze(mode: str, candidates: Iterable[Candidate]) -> CandidateSet:
     ordered = tuple(sorted(candidates, key=lambda c: c.ref))
     refs_json = [c.ref_json for c in ordered]
     return CandidateSet(mode, ordered, refs_json, digest(refs_json))
+
+
+@functools.lru_cache(maxsize=4096)
+def _cited(candidates: tuple[tuple[ArtifactKey, str, str, str, str], ...]) -> CandidateSet:
+    return freeze(
+        "handoff_citations", (Candidate(ref, artifact_json(ref), *bindings) for ref, *bindings in candidates)
+    )
+
+
+def handoff_citations(candidates: Iterable[Candidate]) -> CandidateSet:
+    """The handoff-citations candidate set; the same cited revisions freeze to one shared object."""
+    return _cited(
+        tuple((c.ref, c.signature_key, c.repair_surface, c.condition_key, c.check_key) for c in candidates)
+    )
 
 
 def scope_heads(heads: FailureHeads) -> CandidateSet:

@@ -48,6 +48,11 @@ class JournalSpec:
     # cap, later Experience entries are new revisions, so a scope's working set
     # stops growing while the journal keeps going.
     experiences_per_scope: int | None = None
+    # Share of entries that re-send an earlier entry of the scope: identical (a
+    # silent re-delivery), or changed at its old position (position_conflict) or
+    # at a new one (immutable_conflict). 0 draws nothing, so the journal is the
+    # same as without the field.
+    conflict_ratio: float = 0.0
 
 
 def _ref(family: str, artifact_id: str, revision: int) -> dict[str, Any]:
@@ -87,6 +92,7 @@ class _Scope:
         self.receipts: list[str] = []
         self.outcomes: list[str] = []
         self.counter = 0
+        self.sent: list[dict[str, Any]] = []  # a bounded sample of earlier entries, for conflicts
 
     def next_position(self) -> int:
         # Occasional gaps: positions need only increase.
@@ -235,6 +241,30 @@ class _Scope:
         }
         return _source(self.name, self.next_position(), source_id, "task-outcome", _OUTCOME_SCHEMA, content)
 
+    def remember(self, entry: dict[str, Any]) -> None:
+        if len(self.sent) < 64:
+            self.sent.append(entry)
+        else:
+            self.sent[self.rng.randrange(64)] = entry
+
+    def conflict(self) -> dict[str, Any]:
+        """An earlier entry again: identical, changed at its position, or changed at a new position."""
+        rng = self.rng
+        earlier: dict[str, Any] = orjson.loads(orjson.dumps(rng.choice(self.sent)))
+        how = rng.random()
+        if how < 0.4:
+            return earlier  # a re-delivery: a silent no-op
+        body = earlier.get("source") or earlier.get("candidate") or earlier["artifact"]
+        if "content" in body and isinstance(body["content"], str):
+            body["content"] = body["content"][:-1] + ' }'  # same JSON, other text: different content
+        else:
+            body["reason" if "candidate_id" in body else "lineage"] = (
+                "changed" if "candidate_id" in body else {"sources": [], "artifacts": [_ref("skill", "x", 1)]}
+            )
+        if how >= 0.7:
+            earlier["position"] = self.next_position()  # immutable_conflict at a new position
+        return earlier
+
     def candidate(self) -> dict[str, Any]:
         rng = self.rng
         index = rng.randrange(len(_CUES))
@@ -285,10 +315,13 @@ def generate(spec: JournalSpec) -> Iterator[bytes]:
             yield rng.choice(_GARBAGE)
             continue
         scope = rng.choice(scopes)
-        if scope.outcomes and rng.random() < spec.candidate_ratio:
-            yield orjson.dumps(scope.candidate())
-        else:
-            yield orjson.dumps(scope.entry())
+        if spec.conflict_ratio and scope.sent and rng.random() < spec.conflict_ratio:
+            yield orjson.dumps(scope.conflict())
+            continue
+        entry = scope.candidate() if scope.outcomes and rng.random() < spec.candidate_ratio else scope.entry()
+        if spec.conflict_ratio:
+            scope.remember(entry)
+        yield orjson.dumps(entry)
 
 
 def write(spec: JournalSpec, path: str) -> int:

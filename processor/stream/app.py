@@ -27,9 +27,10 @@ from aiokafka import TopicPartition
 from recurrence.processor.engine import EngineConfig
 from recurrence.processor.stream.journal import JournalReader
 from recurrence.processor.stream.metrics import Metrics
-from recurrence.processor.stream.processing import BatchProcessor, Delivered, Entry
-from recurrence.processor.stream.settings import TABLE_NAME, StreamSettings
-from recurrence.processor.stream.tablestore import PartitionedState, StateTable
+from recurrence.processor.stream.processing import BatchProcessor
+from recurrence.processor.stream.settings import TABLE_NAME, KafkaConnection, StreamSettings
+from recurrence.processor.stream.tablestore import StateTable
+from recurrence.processor.stream.types import Delivered, Entry, PartitionedState
 from recurrence.processor.stream.views import ReadSurface, register
 
 log = logging.getLogger("recurrence.stream")
@@ -39,6 +40,21 @@ AGENT_NAME: Final = "recurrence-engine"
 REPORT_INTERVAL: Final = 15.0
 CATCH_UP_INTERVAL: Final = 2.0
 STALL_SECONDS: Final = 4.0
+
+
+def faust_credentials(connection: KafkaConnection) -> Any:
+    """``broker_credentials`` for faust.App, or None for PLAINTEXT."""
+    context = connection.ssl_context()
+    if connection.uses_sasl:
+        return faust.SASLCredentials(
+            username=connection.sasl_username,
+            password=connection.sasl_password,
+            mechanism=connection.sasl_mechanism,
+            ssl_context=context,
+        )
+    if context is not None:
+        return faust.SSLCredentials(context)
+    return None
 
 
 class FaustSink:
@@ -136,7 +152,7 @@ class RecurrenceService:
         self.app = faust.App(
             settings.group_id,
             broker=settings.kafka.faust_broker(),
-            broker_credentials=settings.kafka.faust_credentials(),
+            broker_credentials=faust_credentials(settings.kafka),
             store="rocksdb://",
             datadir=str(settings.datadir),
             processing_guarantee=settings.processing_guarantee,

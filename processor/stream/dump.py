@@ -27,8 +27,8 @@ from typing import IO, Any
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from recurrence.processor.stream.processing import SOURCE_HEADER
 from recurrence.processor.stream.settings import KafkaConnection
+from recurrence.processor.stream.types import SOURCE_HEADER
 from recurrence.schemas.canonical import digest
 
 _NO_SOURCE = (sys.maxsize, sys.maxsize, sys.maxsize)

@@ -31,7 +31,7 @@ import logging
 import time
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Final
 
 import orjson
 
@@ -42,57 +42,19 @@ from recurrence.processor.store.base import RowCache, StateStore, Transaction
 from recurrence.processor.stream import changeset
 from recurrence.processor.stream.metrics import Metrics
 from recurrence.processor.stream.settings import TopicNames
-from recurrence.processor.stream.tablestore import PartitionedState
+from recurrence.processor.stream.types import (
+    SOURCE_HEADER,
+    Delivered,
+    Entry,
+    JournalSource,
+    PartitionedState,
+    Sink,
+)
 
 log = logging.getLogger("recurrence.stream")
 
-#: Header on every output record: "<journal partition>:<journal offset>:<index in the entry's output>".
-SOURCE_HEADER: Final = "recurrence-source"
 #: Per-partition key (outside every engine namespace): the next journal offset the state expects.
 POSITION_KEY: Final = b'["stream","next_offset"]'
-
-
-@dataclass(frozen=True)
-class Entry:
-    partition: int
-    offset: int
-    value: bytes
-
-
-class Delivered(Protocol):
-    @property
-    def offset(self) -> int: ...
-
-
-class Sink(Protocol):
-    async def send(
-        self,
-        topic: str,
-        key: bytes | None,
-        value: bytes,
-        partition: int | None,
-        headers: list[tuple[str, bytes]],
-        source_partition: int,
-    ) -> Awaitable[Delivered]:
-        """Hand a record to the producer; the returned awaitable resolves once it is durable.
-
-        ``source_partition`` is the journal partition whose entry produced the record (the
-        exactly-once sink sends through that partition's transactional producer).
-        """
-        ...
-
-    async def begin(self, partitions: Sequence[int]) -> None:
-        """A batch for these journal partitions starts (exactly_once: take their producers)."""
-        ...
-
-    def end(self) -> None:
-        """The batch is over, successfully or not."""
-        ...
-
-    async def commit(self, next_offsets: Mapping[int, int]) -> None:
-        """After outputs and change sets are durable: make them visible with the journal offsets
-        (one Kafka transaction per journal partition under exactly_once; nothing to do otherwise)."""
-        ...
 
 
 def route(topics: TopicNames, record: Emitted) -> str:
@@ -110,14 +72,6 @@ def _scope_of(changes: Mapping[bytes, bytes | None]) -> bytes:
         if len(parts) > 1 and isinstance(parts[1], str):
             return str(parts[1]).encode()
     return b""
-
-
-class JournalSource(Protocol):
-    """Direct reads of the journal (``journal.JournalReader``), for entries the stream skipped."""
-
-    async def log_start(self, partition: int) -> int: ...
-
-    async def fetch(self, partition: int, start: int, stop: int) -> list[tuple[int, bytes]]: ...
 
 
 def read_position(state: StateStore) -> int | None:

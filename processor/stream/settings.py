@@ -92,22 +92,6 @@ class KafkaConnection:
     def faust_broker(self) -> list[str]:
         return [f"kafka://{server}" for server in self.servers]
 
-    def faust_credentials(self) -> Any:
-        """``broker_credentials`` for faust.App, or None for PLAINTEXT."""
-        import faust  # noqa: PLC0415 - Faust is heavy; only the worker needs it
-
-        context = self.ssl_context()
-        if self.uses_sasl:
-            return faust.SASLCredentials(
-                username=self.sasl_username,
-                password=self.sasl_password,
-                mechanism=self.sasl_mechanism,
-                ssl_context=context,
-            )
-        if context is not None:
-            return faust.SSLCredentials(context)
-        return None
-
 
 @dataclass(frozen=True)
 class TopicNames:

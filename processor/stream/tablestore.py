@@ -23,7 +23,7 @@ another partition.
 """
 
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from typing import Any
 
 import faust
 from faust.stores import memory as faust_memory
@@ -37,26 +37,6 @@ from recurrence.processor.store.rocksdb import RocksStore
 from recurrence.processor.stream import changeset
 
 OFFSET_KEY = faust_rocksdb.Store.offset_key
-
-
-class PartitionedState(Protocol):
-    """What the stream path needs from the table's store."""
-
-    def partition_state(self, partition: int) -> StateStore:
-        """The state of one partition (opened on demand; the agent's partitions)."""
-        ...
-
-    def open_partition_state(self, partition: int) -> StateStore | None:
-        """The state of a partition only if it is already open here (read surface)."""
-        ...
-
-    def generation(self, partition: int) -> int:
-        """Changes whenever the partition's data changed outside ``flush_local`` (restore, standby)."""
-        ...
-
-    def flush_local(self, partition: int, txn: Transaction, changelog_offset: int) -> None:
-        """Write a prepared batch that is durable in the changelog, atomically with its offset."""
-        ...
 
 
 def _expand(value: bytes | None, key: bytes) -> Iterable[tuple[bytes, bytes | None]]:

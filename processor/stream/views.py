@@ -30,7 +30,7 @@ from aiokafka.partitioner import murmur2
 from recurrence.processor.engine import Engine, EngineConfig
 from recurrence.processor.store.base import Transaction
 from recurrence.processor.stream.metrics import Metrics
-from recurrence.processor.stream.tablestore import PartitionedState
+from recurrence.processor.stream.types import PartitionedState
 from recurrence.schemas.constants import DEFAULT_TOP_REVISIONS
 
 log = logging.getLogger("recurrence.stream.web")

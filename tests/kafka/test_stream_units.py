@@ -20,9 +20,10 @@ from recurrence.processor.engine import EngineConfig
 from recurrence.processor.store.base import Transaction
 from recurrence.processor.store.memory import MemoryStore
 from recurrence.processor.stream import changeset
-from recurrence.processor.stream.processing import SOURCE_HEADER, BatchProcessor, Entry
+from recurrence.processor.stream.processing import BatchProcessor
 from recurrence.processor.stream.publish import scope_key
 from recurrence.processor.stream.settings import StreamSettings
+from recurrence.processor.stream.types import SOURCE_HEADER, Entry
 from recurrence.processor.stream.views import partition_for
 from recurrence.processor.synthetic import JournalSpec, generate
 from recurrence.topics.definitions import topic_specs

@@ -1,0 +1,88 @@
+"""The stream path's interfaces and wire names, free of Faust and aiokafka (as faust's own ``types``).
+
+``processing`` runs batches against these protocols; ``tablestore``, ``sink``
+and ``journal`` implement them over Faust and aiokafka; tests implement them
+in memory; ``dump`` reads the header without loading Faust.
+"""
+
+from collections.abc import Awaitable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+from recurrence.processor.store.base import StateStore, Transaction
+
+#: Header on every output record: "<journal partition>:<journal offset>:<index in the entry's output>".
+SOURCE_HEADER: Final = "recurrence-source"
+
+
+@dataclass(frozen=True)
+class Entry:
+    partition: int
+    offset: int
+    value: bytes
+
+
+class Delivered(Protocol):
+    @property
+    def offset(self) -> int: ...
+
+
+class Sink(Protocol):
+    async def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes,
+        partition: int | None,
+        headers: list[tuple[str, bytes]],
+        source_partition: int,
+    ) -> Awaitable[Delivered]:
+        """Hand a record to the producer; the returned awaitable resolves once it is durable.
+
+        ``source_partition`` is the journal partition whose entry produced the record (the
+        exactly-once sink sends through that partition's transactional producer).
+        """
+        ...
+
+    async def begin(self, partitions: Sequence[int]) -> None:
+        """A batch for these journal partitions starts (exactly_once: take their producers)."""
+        ...
+
+    def end(self) -> None:
+        """The batch is over, successfully or not."""
+        ...
+
+    async def commit(self, next_offsets: Mapping[int, int]) -> None:
+        """After outputs and change sets are durable: make them visible with the journal offsets
+        (one Kafka transaction per journal partition under exactly_once; nothing to do otherwise)."""
+        ...
+
+
+class JournalSource(Protocol):
+    """Direct reads of the journal (``journal.JournalReader``), for entries the stream skipped."""
+
+    async def log_start(self, partition: int) -> int: ...
+
+    async def fetch(self, partition: int, start: int, stop: int) -> list[tuple[int, bytes]]: ...
+
+
+class PartitionedState(Protocol):
+    """What the stream path needs from the table's store."""
+
+    def partition_state(self, partition: int) -> StateStore:
+        """The state of one partition (opened on demand; the agent's partitions)."""
+        ...
+
+    def open_partition_state(self, partition: int) -> StateStore | None:
+        """The state of a partition only if it is already open here (read surface)."""
+        ...
+
+    def generation(self, partition: int) -> int:
+        """Changes whenever the partition's data changed outside ``flush_local`` (restore, standby)."""
+        ...
+
+    def flush_local(self, partition: int, txn: Transaction, changelog_offset: int) -> None:
+        """Write a prepared batch that is durable in the changelog, atomically with its offset."""
+        ...
+
+

@@ -1,0 +1,121 @@
+"""The import graph points the way docs/architecture.md says: down, never back up.
+
+schemas (the contract) <- the pure core (engine, ledger, state, store interface)
+<- the runners (embedded, stream) and the command line. Nothing in the core
+reaches a backend (rocksdict), the Kafka clients (faust, aiokafka, mode) or a
+runner, even indirectly; the stream path does not borrow from the embedded
+runner; benchmarks do not import tests. Imports inside functions count too.
+"""
+
+import ast
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = {"processor": "recurrence.processor", "schemas": "recurrence.schemas", "topics": "recurrence.topics"}
+
+CORE = [
+    "recurrence.processor.engine",
+    "recurrence.processor.ledger",
+    "recurrence.processor.matching",
+    "recurrence.processor.admission",
+    "recurrence.processor.statistics",
+    "recurrence.processor.state",
+    "recurrence.processor.records",
+    "recurrence.processor.deadletters",
+    "recurrence.processor.exceptions",
+    "recurrence.processor.store.base",
+    "recurrence.processor.store.memory",
+]
+BACKENDS = ("rocksdict", "faust", "aiokafka", "mode", "aiohttp", "yarl", "prometheus_client")
+RUNNERS = ("recurrence.processor.embedded", "recurrence.processor.stream", "recurrence.processor.cli")
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for folder, package in PACKAGES.items():
+        for path in (ROOT / folder).rglob("*.py"):
+            relative = path.relative_to(ROOT / folder).with_suffix("")
+            parts = [p for p in relative.parts if p != "__init__"]
+            found[".".join([package, *parts])] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _imports(name: str) -> Iterator[str]:
+    path = MODULES[name]
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            yield base
+            yield from (f"{base}.{alias.name}" for alias in node.names if f"{base}.{alias.name}" in MODULES)
+
+
+@cache
+def closure(name: str) -> frozenset[str]:
+    """Everything ``name`` imports, transitively through the project's own modules."""
+    seen: set[str] = set()
+    pending = [name]
+    while pending:
+        current = pending.pop()
+        for imported in _imports(current):
+            if imported in seen:
+                continue
+            seen.add(imported)
+            if imported in MODULES:
+                pending.append(imported)
+    return frozenset(seen)
+
+
+def _reaches(name: str, prefixes: tuple[str, ...]) -> list[str]:
+    return sorted(i for i in closure(name) if any(i == p or i.startswith(p + ".") for p in prefixes))
+
+
+@pytest.mark.parametrize("name", CORE)
+def test_the_core_reaches_no_backend_and_no_runner(name: str) -> None:
+    assert _reaches(name, BACKENDS) == []
+    assert _reaches(name, RUNNERS) == []
+    assert _reaches(name, ("recurrence.processor.store.rocksdb", "recurrence.topics")) == []
+
+
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if n.startswith("recurrence.schemas")))
+def test_the_contract_imports_nothing_of_the_processor(name: str) -> None:
+    assert _reaches(name, ("recurrence.processor", "recurrence.topics")) == []
+
+
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if n.startswith("recurrence.processor.stream")))
+def test_the_stream_path_does_not_borrow_from_the_embedded_runner(name: str) -> None:
+    assert _reaches(name, ("recurrence.processor.embedded",)) == []
+
+
+def test_reading_outputs_back_needs_no_faust() -> None:
+    assert _reaches("recurrence.processor.stream.dump", ("faust", "mode")) == []
+
+
+def test_benchmarks_do_not_import_tests() -> None:
+    for path in (ROOT / "bench").rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            names = (
+                [a.name for a in node.names] if isinstance(node, ast.Import)
+                else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            )
+            assert not any(n == "tests" or n.startswith("tests.") for n in names), path
+
+
+def test_the_check_sees_the_core() -> None:
+    # A guard against a vacuous pass: the engine reaches the schemas and pydantic.
+    assert _reaches("recurrence.processor.engine", ("recurrence.schemas", "pydantic"))
+    assert set(CORE) <= set(MODULES)
