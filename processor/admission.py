@@ -123,8 +123,10 @@ class AdmissionGate:
     def _near_twins(self, scope_id: str, cue: str, target: ArtifactRef | None) -> Iterator[dict[str, Any]]:
         # The failure heads are exactly the heads with a signature key; warnings name them
         # in the order of their head rows (by encoded artifact id).
-        heads = sorted(self.state.failure_heads(scope_id).heads, key=lambda h: orjson.dumps(h.artifact_id))
-        for head in heads:
+        index = self.state.failure_heads(scope_id)
+        if index.in_key_order is None:
+            index.in_key_order = tuple(sorted(index.heads, key=lambda h: orjson.dumps(h.artifact_id)))
+        for head in index.in_key_order:
             signature_key = head.signature_key
             if target is not None and (target.family, target.artifact_id) == (EXPERIENCE_FAMILY, head.artifact_id):
                 continue  # revising that very record is what the warning would suggest

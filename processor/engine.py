@@ -19,6 +19,7 @@ an ``internal_error`` dead letter naming only the exception's class.
 
 import hashlib
 import logging
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +54,7 @@ from recurrence.schemas.journal import (
     CandidateEntry,
     ExperienceArtifact,
     HandoffArtifact,
+    OtherArtifact,
     SourceEntry,
 )
 from recurrence.schemas.normalize import normalize
@@ -88,6 +90,34 @@ class _RejectedEntryError(Exception):
         self.detail = detail
         self.scope_id: str | None = None
         self.position: int | None = None
+
+
+def _require_strict_json(raw: bytes) -> None:
+    """NaN, Infinity and numbers that overflow a double are not JSON (contract, "Numbers")."""
+    try:
+        orjson.loads(raw)
+    except orjson.JSONDecodeError as error:
+        raise _RejectedEntryError(deadletters.INVALID_JSON, deadletters.not_json(error)) from None
+
+
+def _non_finite(value: Any) -> bool:
+    if type(value) is float:
+        return not math.isfinite(value)
+    if isinstance(value, dict):
+        return any(_non_finite(item) for item in value.values())
+    if isinstance(value, list):
+        return any(_non_finite(item) for item in value)
+    return False
+
+
+def _free_form_has_non_finite(entry: SourceEntry | ArtifactEntry | CandidateEntry) -> bool:
+    """The validating parser reads NaN and Infinity into the only untyped places."""
+    if isinstance(entry, SourceEntry):
+        return _non_finite(entry.source.metadata)
+    if isinstance(entry, CandidateEntry):
+        return _non_finite(entry.candidate.proposal)
+    artifact = entry.artifact
+    return isinstance(artifact, OtherArtifact) and _non_finite(artifact.content)
 
 
 def _entry_digest(scope_id: str, position: int, kind: str, identity: object, body_digest: str) -> bytes:
@@ -137,16 +167,14 @@ class Engine:
         except UnicodeDecodeError:
             raise _RejectedEntryError(deadletters.INVALID_ENCODING, "entry is not UTF-8; raw is base64") from None
         try:
-            # NaN, Infinity and numbers that overflow a double are not JSON (contract,
-            # "Numbers"); the validating parser would accept them in free-form places.
-            orjson.loads(raw)
-        except orjson.JSONDecodeError as error:
-            raise _RejectedEntryError(deadletters.INVALID_JSON, deadletters.not_json(error)) from None
-        try:
             entry = JOURNAL_ENTRY.validate_json(raw)
         except ValidationError as error:
-            raise _RejectedEntryError(deadletters.classify(error), deadletters.describe(error)) from None
-
+            code = deadletters.classify(error)
+            if code != deadletters.INVALID_JSON:
+                _require_strict_json(raw)  # a NaN in a typed field is still not JSON
+            raise _RejectedEntryError(code, deadletters.describe(error)) from None
+        if _free_form_has_non_finite(entry):
+            _require_strict_json(raw)
         scope_id, position = entry.scope_id, entry.position
         try:
             return self._accept(entry, scope_id, position)
@@ -158,7 +186,7 @@ class Engine:
         self, entry: SourceEntry | ArtifactEntry | CandidateEntry, scope_id: str, position: int
     ) -> list[Emitted]:
         state = self.state
-        current = state.scope(scope_id)
+        scope_key, current = state.scope_row(scope_id)
         last = 0 if current is None else current.last_position
         if isinstance(entry, SourceEntry):
             body = entry.source
@@ -192,7 +220,7 @@ class Engine:
                 deadletters.POSITION_CONFLICT, f"position {position} was accepted with different content"
             )
 
-        meta = state.scope_for_update(scope_id)
+        meta = state.stage_scope(scope_key, current)
         if isinstance(entry, SourceEntry):
             records = self._source(entry, meta, body_digest)
         elif isinstance(entry, ArtifactEntry):

@@ -90,13 +90,39 @@ def scope_heads(heads: FailureHeads) -> CandidateSet:
     return frozen
 
 
-@dataclass(frozen=True, slots=True)
 class Item:
-    """One verified Task Outcome item: its locator (TaskOutcomeItemRef) and comparison key."""
+    """One verified Task Outcome item: its comparison key, and its locator once a record needs it.
 
-    ref_json: dict[str, Any]
-    key: str
-    status: str  # TaskCheck.status; "" for observations
+    The locator (TaskOutcomeItemRef) carries the digest of the item's canonical
+    JSON; most verified items end up in no record, so it is computed on demand.
+    """
+
+    __slots__ = ("_content", "_index", "_kind", "_outcome_ref", "_ref_json", "key", "status")
+
+    def __init__(
+        self, outcome_ref: dict[str, str], kind: str, index: int, content: "TaskCheck | WorkClaim", key: str,
+        status: str,
+    ) -> None:
+        self._outcome_ref = outcome_ref
+        self._kind = kind
+        self._index = index
+        self._content = content
+        self._ref_json: dict[str, Any] | None = None
+        self.key = key
+        self.status = status  # TaskCheck.status; "" for observations
+
+    @property
+    def ref_json(self) -> dict[str, Any]:
+        if self._ref_json is None:
+            content = self._content
+            item = check_json(content) if isinstance(content, TaskCheck) else claim_json(content)
+            self._ref_json = {
+                "task_outcome_ref": self._outcome_ref,
+                "item_kind": self._kind,
+                "item_index": self._index,
+                "item_digest": digest(item),
+            }
+        return self._ref_json
 
 
 def citation_json(citation: HandoffCitation) -> dict[str, Any]:
@@ -136,10 +162,6 @@ def claim_json(claim: WorkClaim) -> dict[str, Any]:
     return {"text": claim.text, "basis": claim.basis, "evidence": [citation_json(c) for c in claim.evidence]}
 
 
-def _item_ref(outcome_ref: dict[str, str], kind: str, index: int, item: dict[str, Any]) -> dict[str, Any]:
-    return {"task_outcome_ref": outcome_ref, "item_kind": kind, "item_index": index, "item_digest": digest(item)}
-
-
 def is_verified(item: WorkClaim | TaskCheck, resolves: CitationResolver) -> bool:
     """Contract: basis verified, non-empty evidence, every source/artifact citation resolving."""
     return item.basis == "verified" and bool(item.evidence) and all(resolves(c) for c in item.evidence)
@@ -147,7 +169,7 @@ def is_verified(item: WorkClaim | TaskCheck, resolves: CitationResolver) -> bool
 
 def verified_checks(outcome: TaskOutcome, outcome_ref: dict[str, str], resolves: CitationResolver) -> list[Item]:
     return [
-        Item(_item_ref(outcome_ref, "check", i, check_json(check)), normalize(check.name), check.status)
+        Item(outcome_ref, "check", i, check, normalize(check.name), check.status)
         for i, check in enumerate(outcome.checks)
         if is_verified(check, resolves)
     ]
@@ -157,7 +179,7 @@ def verified_observations(
     outcome: TaskOutcome, outcome_ref: dict[str, str], resolves: CitationResolver
 ) -> list[Item]:
     return [
-        Item(_item_ref(outcome_ref, "observation", i, claim_json(claim)), normalize(claim.text), "")
+        Item(outcome_ref, "observation", i, claim, normalize(claim.text), "")
         for i, claim in enumerate(outcome.observations)
         if is_verified(claim, resolves)
     ]

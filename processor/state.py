@@ -158,11 +158,12 @@ class FailureHeads:
     the object, so it is built once per heads change.
     """
 
-    __slots__ = ("derived", "heads")
+    __slots__ = ("derived", "heads", "in_key_order")
 
     def __init__(self, heads: tuple[FailureHead, ...]) -> None:
         self.heads = heads
         self.derived: Any = None
+        self.in_key_order: tuple[FailureHead, ...] | None = None
 
     def encode(self) -> bytes:
         return orjson.dumps(
@@ -221,10 +222,14 @@ class State:
         meta: ScopeMeta | None = self.txn.get(key("scope", scope_id), ScopeMeta.decode)
         return meta
 
-    def scope_for_update(self, scope_id: str) -> ScopeMeta:
-        """A private copy of the scope's row, staged in the current entry."""
+    def scope_row(self, scope_id: str) -> tuple[bytes, ScopeMeta | None]:
+        """The scope's row key and committed row, to read before deciding to update it."""
         row_key = key("scope", scope_id)
-        current: ScopeMeta | None = self.txn.get(row_key, ScopeMeta.decode)
+        meta: ScopeMeta | None = self.txn.get(row_key, ScopeMeta.decode)
+        return row_key, meta
+
+    def stage_scope(self, row_key: bytes, current: ScopeMeta | None) -> ScopeMeta:
+        """A private copy of the scope's row (from ``scope_row``), staged in the current entry."""
         meta = ScopeMeta() if current is None else current.copy()
         self.txn.put(row_key, meta)
         return meta

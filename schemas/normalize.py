@@ -57,6 +57,7 @@ def is_blank(value: str) -> bool:
     return normalize(value) == ""
 
 
+@functools.lru_cache(maxsize=4096)
 def bigrams(key: str) -> frozenset[tuple[str, ...]]:
     """Token bigrams of an already-normalized key (a single token is its own gram)."""
     tokens = tuple(key.split())
