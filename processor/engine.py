@@ -138,7 +138,7 @@ class Engine:
         txn = self.txn
         txn.begin_entry()
         try:
-            records = self._apply(raw)
+            records = self._apply(raw, origin)
         except _RejectedEntryError as rejected:
             txn.abort_entry()
             return [self._rejected(raw, origin, rejected)]
@@ -161,7 +161,7 @@ class Engine:
     def _rejected(raw: bytes, origin: Origin, rejected: _RejectedEntryError) -> Emitted:
         return deadletters.rejected(raw, origin, rejected.code, rejected.detail, rejected.scope_id, rejected.position)
 
-    def _apply(self, raw: bytes) -> list[Emitted]:
+    def _apply(self, raw: bytes, origin: Origin) -> list[Emitted]:
         try:
             raw.decode("utf-8")
         except UnicodeDecodeError:
@@ -177,13 +177,13 @@ class Engine:
             _require_strict_json(raw)
         scope_id, position = entry.scope_id, entry.position
         try:
-            return self._accept(entry, scope_id, position)
+            return self._accept(entry, scope_id, position, origin)
         except _RejectedEntryError as rejected:
             rejected.scope_id, rejected.position = scope_id, position
             raise
 
     def _accept(
-        self, entry: SourceEntry | ArtifactEntry | CandidateEntry, scope_id: str, position: int
+        self, entry: SourceEntry | ArtifactEntry | CandidateEntry, scope_id: str, position: int, origin: Origin
     ) -> list[Emitted]:
         state = self.state
         scope_key, current = state.scope_row(scope_id)
@@ -228,7 +228,7 @@ class Engine:
         else:
             records = self._candidate(entry, body_digest)
         meta.last_position = position
-        state.put_entry_digest(scope_id, position, entry_digest)
+        state.put_entry(scope_id, position, entry_digest, origin)
         return records
 
     # -- Sources -------------------------------------------------------------------

@@ -189,16 +189,25 @@ class OutcomeLedger:
                 meta.selected += 1
                 if verdict is None:
                     meta.unknown += 1
+                    group.unknown += 1
             if verdict is not None:
                 out.append(verdict)
-                out.extend(self._apply_verdict(scope_id, meta, cand, group, avoided, outcome_ref))
+                out.extend(self._apply_verdict(scope_id, meta, cand, group, avoided, outcome_ref, position))
         return out, bool(failures)
 
     def _apply_verdict(
-        self, scope_id: str, meta: ScopeMeta, cand: Candidate, group: Group, avoided: bool, outcome_ref: SourceKey
+        self,
+        scope_id: str,
+        meta: ScopeMeta,
+        cand: Candidate,
+        group: Group,
+        avoided: bool,
+        outcome_ref: SourceKey,
+        position: int,
     ) -> list[Emitted]:
         # Outcomes arrive in strictly increasing task_outcome_position per scope,
         # so folding verdicts in arrival order is folding them in RFC order.
+        group.verdict(position, "avoided" if avoided else "recurred")
         if avoided:
             meta.avoided += 1
             group.avoided += 1
@@ -211,15 +220,18 @@ class OutcomeLedger:
         group.streak_sources = [*group.streak_sources, list(outcome_ref)][-MAX_CANDIDATE_EVIDENCE:]
         if group.streak != self.review_threshold:
             return []
-        return self._review_proposal(scope_id, cand, group)
+        return self._review_proposal(scope_id, cand, group, position)
 
-    def _review_proposal(self, scope_id: str, cand: Candidate, group: Group) -> list[Emitted]:
+    def _review_proposal(self, scope_id: str, cand: Candidate, group: Group, position: int) -> list[Emitted]:
         """RFC: only experience_content records propose a content revision, and only on the head."""
         if cand.repair_surface != "experience_content":
+            group.crossed(position, f"no proposal: repair_surface {cand.repair_surface}")
             return []
         family, artifact_id, revision = cand.ref
         if self.state.head(scope_id, family, artifact_id) != revision:
+            group.crossed(position, "no proposal: a newer revision is the head")
             return []
+        group.crossed(position, "proposed")
         stored = self.state.artifact(scope_id, cand.ref)
         assert stored is not None and stored.content is not None
         proposal: dict[str, Any] = stored.content

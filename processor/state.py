@@ -14,7 +14,7 @@ Nothing here grows in RAM with the journal: each entry touches a bounded
 number of rows, and the row cache is bounded.
 """
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -185,9 +185,14 @@ class FailureHeads:
 _NO_HEADS: Final = FailureHeads(())
 
 
+# Bounded histories kept per group for ``recurrence explain`` (the yield card).
+GROUP_HISTORY: Final = 64
+GROUP_CROSSINGS: Final = 16
+
+
 @dataclass(slots=True)
 class Group:
-    """Derived per-(revision, signature key) view: counts and the terminal streak."""
+    """Derived per-(revision, signature key) view: counts, the terminal streak, a short history."""
 
     selected: int = 0
     recurred: int = 0
@@ -195,16 +200,34 @@ class Group:
     streak: int = 0
     # Task Outcomes of the current streak's recurrences, newest last (<= 32 kept).
     streak_sources: list[list[str]] = field(default_factory=list)
+    # Linked selections that got no terminal verdict (the group's share of ``unknown``).
+    unknown: int = 0
+    # The latest terminal verdicts as [task_outcome_position, "recurred"|"avoided"], oldest first.
+    history: list[list[Any]] = field(default_factory=list)
+    # Threshold crossings as [position, outcome]: "proposed", or why no proposal was written.
+    crossings: list[list[Any]] = field(default_factory=list)
 
     def encode(self) -> bytes:
-        return orjson.dumps([self.selected, self.recurred, self.avoided, self.streak, self.streak_sources])
+        return orjson.dumps(
+            [self.selected, self.recurred, self.avoided, self.streak, self.streak_sources, self.unknown,
+             self.history, self.crossings]
+        )
 
     @classmethod
     def decode(cls, raw: bytes) -> "Group":
         return cls(*orjson.loads(raw))
 
     def copy(self) -> "Group":
-        return Group(self.selected, self.recurred, self.avoided, self.streak, list(self.streak_sources))
+        return Group(
+            self.selected, self.recurred, self.avoided, self.streak, list(self.streak_sources), self.unknown,
+            list(self.history), list(self.crossings),
+        )
+
+    def verdict(self, position: int, event: str) -> None:
+        self.history = [*self.history, [position, event]][-GROUP_HISTORY:]
+
+    def crossed(self, position: int, outcome: str) -> None:
+        self.crossings = [*self.crossings, [position, outcome]][-GROUP_CROSSINGS:]
 
 
 def _int(raw: bytes | None) -> int | None:
@@ -238,12 +261,20 @@ class State:
         for raw_key, _ in self.txn.iterate_prefix(b'["scope",'):
             yield orjson.loads(raw_key)[1]
 
+    # A position's row: the accepted entry's 32-byte digest, then where it came from (its origin).
     def entry_digest(self, scope_id: str, position: int) -> bytes | None:
-        digest: bytes | None = self.txn.get(key("pos", scope_id, position))
-        return digest
+        row: bytes | None = self.txn.get(key("pos", scope_id, position))
+        return None if row is None else row[:32]
 
-    def put_entry_digest(self, scope_id: str, position: int, entry_digest: bytes) -> None:
-        self.txn.put(key("pos", scope_id, position), entry_digest)
+    def entry_origin(self, scope_id: str, position: int) -> dict[str, Any] | None:
+        row: bytes | None = self.txn.get(key("pos", scope_id, position))
+        if row is None:
+            return None
+        origin: dict[str, Any] = orjson.loads(row[32:])
+        return origin
+
+    def put_entry(self, scope_id: str, position: int, entry_digest: bytes, origin: Mapping[str, str | int]) -> None:
+        self.txn.put(key("pos", scope_id, position), entry_digest + orjson.dumps(dict(origin)))
 
     # -- Sources ----------------------------------------------------------------
     def source(self, scope_id: str, ref: SourceKey) -> StoredSource | None:
