@@ -1,0 +1,133 @@
+"""Cross-scope failure patterns (RFC "Future possibilities"): one signature recurring in many scopes.
+
+"A signature that recurs in many scopes is a candidate for promotion from
+personal to team assets." The tracker keeps, per normalized signature key, the
+distinct scopes and Experience revisions in which a ``recurred`` observation
+named it. When a key has recurred in at least ``min_scopes`` scopes it emits
+one ``pattern`` suggestion, once. A suggestion is never a counter change and
+never an artifact write: it is a hint for a human, like a near-twin warning.
+
+The suggestion's content is the key and the threshold only, so it is the same
+whichever scopes happened to arrive first (the Kafka path sees scopes in
+partition-interleaved order, the embedded runner in file order); the scopes
+and revisions behind it are the tracker's row, listed by ``recurrence
+patterns`` and growing as more recurrences arrive.
+
+Rows live under their own namespace (``["pat", key]``), outside every scope:
+the embedded runner keeps them in its state, the Kafka path in the patterns
+agent's table, partitioned by key.
+"""
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import orjson
+
+from recurrence.processor.records import Emitted
+from recurrence.processor.store.base import Transaction
+from recurrence.schemas.canonical import digest, dumps
+
+# How many scopes and revisions a pattern row lists (counts keep going past them).
+MAX_LISTED: Final = 64
+_PREFIX: Final = b'["pat",'
+
+
+def pattern_key(signature_key: str) -> bytes:
+    return orjson.dumps(["pat", signature_key])
+
+
+@dataclass(slots=True)
+class Pattern:
+    scopes: list[str] = field(default_factory=list)  # sorted, distinct, at most MAX_LISTED
+    revisions: list[list[Any]] = field(default_factory=list)  # [scope, family, artifact_id, revision], sorted
+    recurrences: int = 0
+    suggested: bool = False
+    more: bool = False  # a scope or revision beyond the listed ones was seen
+
+    def encode(self) -> bytes:
+        return orjson.dumps([self.scopes, self.revisions, self.recurrences, self.suggested, self.more])
+
+    @classmethod
+    def decode(cls, raw: bytes) -> "Pattern":
+        return cls(*orjson.loads(raw))
+
+    def copy(self) -> "Pattern":
+        return Pattern(list(self.scopes), [list(r) for r in self.revisions], self.recurrences, self.suggested,
+                       self.more)
+
+
+def suggestion(signature_key: str, min_scopes: int) -> Emitted:
+    body = {
+        "signature_key": signature_key,
+        "min_scopes": min_scopes,
+        "reason": (
+            f"recurred in at least {min_scopes} scopes: a candidate for promotion from personal to team "
+            "assets (a suggestion only; nothing was counted or written)"
+        ),
+    }
+    pattern_id = digest(body)
+    line = dumps({"record": "pattern", "pattern_id": pattern_id, **body})
+    return Emitted("pattern", None, pattern_id, line)
+
+
+class PatternTracker:
+    def __init__(self, txn: Transaction, min_scopes: int) -> None:
+        if not 1 <= min_scopes <= MAX_LISTED:
+            raise ValueError(f"min_scopes must be between 1 and {MAX_LISTED}")
+        self.txn = txn
+        self.min_scopes = min_scopes
+
+    def observe(self, recurred: dict[str, Any]) -> Emitted | None:
+        """Fold one ``recurred`` observation (its record dict); the suggestion when the key crosses."""
+        signature_key: str = recurred["signature_key"]
+        scope_id: str = recurred["scope_id"]
+        art = recurred["artifact_ref"]
+        row_key = pattern_key(signature_key)
+        current: Pattern | None = self.txn.get(row_key, Pattern.decode)
+        pattern = Pattern() if current is None else current.copy()
+        pattern.recurrences += 1
+        if scope_id not in pattern.scopes:
+            if len(pattern.scopes) < MAX_LISTED:
+                pattern.scopes = sorted([*pattern.scopes, scope_id])
+            else:
+                pattern.more = True
+        revision = [scope_id, art["family"], art["artifact_id"], art["revision"]]
+        if revision not in pattern.revisions:
+            if len(pattern.revisions) < MAX_LISTED:
+                pattern.revisions = sorted([*pattern.revisions, revision])
+            else:
+                pattern.more = True
+        emitted = None
+        if not pattern.suggested and len(pattern.scopes) >= self.min_scopes:
+            pattern.suggested = True
+            emitted = suggestion(signature_key, self.min_scopes)
+        self.txn.put(row_key, pattern)
+        return emitted
+
+
+def patterns(txn: Transaction) -> Iterator[tuple[str, Pattern]]:
+    for raw_key, pattern in txn.iterate_prefix(_PREFIX, Pattern.decode):
+        yield orjson.loads(raw_key)[1], pattern
+
+
+def listing(txn: Transaction, min_scopes: int, suggested_only: bool = True) -> list[dict[str, Any]]:
+    """What ``recurrence patterns`` prints: keys by scope count, then key."""
+    found = sorted(
+        ((key, p) for key, p in patterns(txn) if p.suggested or not suggested_only),
+        key=lambda item: (-len(item[1].scopes), item[0]),
+    )
+    return [
+        {
+            "signature_key": key,
+            "scope_count": len(p.scopes),
+            "more_than_listed": p.more,
+            "scopes": p.scopes,
+            "revisions": [{"scope_id": r[0], "artifact_ref": {"family": r[1], "artifact_id": r[2], "revision": r[3]}}
+                          for r in p.revisions],
+            "recurrences": p.recurrences,
+            "suggested": p.suggested,
+            "min_scopes": min_scopes,
+        }
+        for key, p in found
+    ]

@@ -1,0 +1,65 @@
+"""Cross-scope failure patterns: one suggestion per signature key that recurs in K scopes."""
+
+import random
+
+import pytest
+
+from recurrence.processor.patterns import MAX_LISTED, PatternTracker, listing
+from recurrence.processor.store.base import Transaction
+from recurrence.processor.store.memory import MemoryStore
+from recurrence.schemas.canonical import digest
+
+
+def recurred(scope: str, key: str, artifact: str = "E1", revision: int = 1) -> dict[str, object]:
+    return {
+        "scope_id": scope,
+        "signature_key": key,
+        "artifact_ref": {"family": "experience", "artifact_id": artifact, "revision": revision},
+    }
+
+
+def test_a_key_recurring_in_k_scopes_is_suggested_once() -> None:
+    tracker = PatternTracker(Transaction(MemoryStore()), min_scopes=3)
+    emitted = [tracker.observe(recurred(s, "port already bound")) for s in ["a", "a", "b", "a", "c", "d", "c"]]
+    suggestions = [e for e in emitted if e is not None]
+    assert [emitted.index(e) for e in suggestions] == [4]  # the third distinct scope, and only then
+    (only,) = suggestions
+    data = only.data()
+    assert data["record"] == "pattern" and data["signature_key"] == "port already bound" and data["min_scopes"] == 3
+    assert data["pattern_id"] == digest({k: v for k, v in data.items() if k not in ("record", "pattern_id")})
+
+
+def test_the_suggestion_does_not_depend_on_arrival_order() -> None:
+    events = [recurred(f"s{i % 5}", f"key {i % 3}", f"E{i % 4}") for i in range(60)]
+    outputs = []
+    for seed in range(4):
+        shuffled = list(events)
+        random.Random(seed).shuffle(shuffled)
+        txn = Transaction(MemoryStore())
+        tracker = PatternTracker(txn, min_scopes=4)
+        lines = sorted(e.line for e in (tracker.observe(x) for x in shuffled) if e is not None)
+        outputs.append((lines, listing(txn, 4)))
+    assert all(output == outputs[0] for output in outputs)
+    assert len(outputs[0][0]) == 3
+
+
+def test_listing_names_scopes_and_revisions_and_below_the_threshold_only_on_request() -> None:
+    txn = Transaction(MemoryStore())
+    tracker = PatternTracker(txn, min_scopes=2)
+    for event in [recurred("a", "k1"), recurred("b", "k1", "E2", 3), recurred("a", "k2")]:
+        tracker.observe(event)
+    (row,) = listing(txn, 2)
+    assert row["scopes"] == ["a", "b"] and row["recurrences"] == 2
+    assert [r["artifact_ref"]["artifact_id"] for r in row["revisions"]] == ["E1", "E2"]
+    assert len(listing(txn, 2, suggested_only=False)) == 2
+
+
+def test_lists_are_bounded() -> None:
+    txn = Transaction(MemoryStore())
+    tracker = PatternTracker(txn, min_scopes=2)
+    for i in range(MAX_LISTED + 10):
+        tracker.observe(recurred(f"scope-{i:03d}", "k"))
+    (row,) = listing(txn, 2)
+    assert len(row["scopes"]) == MAX_LISTED and row["more_than_listed"] is True
+    with pytest.raises(ValueError):
+        PatternTracker(txn, min_scopes=MAX_LISTED + 1)
