@@ -32,7 +32,6 @@ from recurrence.processor.matching import (
     Candidate,
     Item,
     avoided_evidence,
-    decide,
     failure_items,
     verified_checks,
     verified_observations,
@@ -390,7 +389,7 @@ class Explainer:
         checks = verified_checks(outcome, outcome_ref, resolves)
         observations = verified_observations(outcome, outcome_ref, resolves)
         failures = failure_items(checks, observations, outcome.status)
-        eligible = [item for item in failures if decide(item, (cand,))[0] == "matched"]
+        eligible = [item for item in failures if item.key == cand.signature_key]
         if len(eligible) == 1:
             return {"verdict": "recurred", "why": ["one failure item matches the key"]}
         if len(eligible) > 1:

@@ -87,8 +87,13 @@ def candidate_set(state: State, scope_id: str, link: Link | None) -> CandidateSe
     """Freeze the candidate set: cited failure-bearing revisions, or failure-bearing scope heads."""
     if link is None:
         return scope_heads(state.failure_heads(scope_id))
-    found = (candidate(ref, state.artifact(scope_id, ref)) for ref in link.cited)
-    return handoff_citations(c for c in found if c is not None)
+    bindings = []
+    for ref in link.cited:
+        stored = state.artifact(scope_id, ref)
+        if stored is not None and stored.signature_key is not None:
+            assert stored.repair_surface and stored.condition_key and stored.check_key
+            bindings.append((ref, stored.signature_key, stored.repair_surface, stored.condition_key, stored.check_key))
+    return handoff_citations(tuple(bindings))
 
 
 class OutcomeLedger:
@@ -115,7 +120,7 @@ class OutcomeLedger:
         out: list[Emitted] = []
         matched: dict[ArtifactKey, list[tuple[Item, str]]] = {}
         for item in failures:
-            result, target = decide(item, frozen.candidates)
+            result, target = decide(item, frozen)
             match = records.match(
                 {
                     "scope_id": scope_id,
@@ -123,12 +128,13 @@ class OutcomeLedger:
                     "task_outcome_position": position,
                     "failure_ref": item.ref_json,
                     "candidate_set_mode": frozen.mode,
-                    "candidate_refs": frozen.refs_json,
+                    "candidate_refs": frozen.refs_line,
                     "candidate_set_digest": frozen.digest,
                     "result": result,
                     "artifact_ref": None if target is None else target.ref_json,
                     "signature_key": None if target is None else target.signature_key,
-                }
+                },
+                frozen.refs_canonical,
             )
             out.append(match)
             if target is not None:
@@ -165,7 +171,9 @@ class OutcomeLedger:
                 }
             )
 
-        for cand in frozen.candidates:
+        # Unlinked, only a matched candidate can get a record: skip the rest of a large heads set.
+        touched = frozen.candidates if link is not None else [c for c in frozen.candidates if c.ref in matched]
+        for cand in touched:
             verdict: Emitted | None = None
             avoided = False
             hits = matched.get(cand.ref, [])

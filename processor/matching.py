@@ -10,8 +10,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from recurrence.processor.state import ArtifactKey, FailureHeads, artifact_json
-from recurrence.schemas.canonical import digest
+from recurrence.schemas.canonical import digest, digest_bytes
 from recurrence.schemas.constants import EXPERIENCE_FAMILY, FAILURE_CHECK_STATUSES, FAILURE_OUTCOME_STATUSES
 from recurrence.schemas.normalize import normalize
 from recurrence.schemas.powercontext import (
@@ -40,32 +42,44 @@ class Candidate:
 
 @dataclass(frozen=True, slots=True)
 class CandidateSet:
-    """A frozen, sorted snapshot with its serialized ``candidate_refs`` and their digest."""
+    """A frozen, sorted snapshot, serialized once: every match record that freezes it splices these bytes.
+
+    ``refs_line`` is ``candidate_refs`` as the ledger line writes it (model field
+    order), ``refs_canonical`` as canonical JSON (sorted keys) for the match
+    digest; with them a match record costs the same whether the set holds one
+    revision or two hundred.
+    """
 
     mode: str
     candidates: tuple[Candidate, ...]
-    refs_json: list[dict[str, Any]]
+    refs_line: orjson.Fragment
+    refs_canonical: orjson.Fragment
     digest: str
+    by_key: dict[str, tuple[Candidate, ...]]
 
 
 def freeze(mode: str, candidates: Iterable[Candidate]) -> CandidateSet:
     ordered = tuple(sorted(candidates, key=lambda c: c.ref))
     refs_json = [c.ref_json for c in ordered]
-    return CandidateSet(mode, ordered, refs_json, digest(refs_json))
+    canonical = orjson.dumps(refs_json, option=orjson.OPT_SORT_KEYS)
+    by_key: dict[str, tuple[Candidate, ...]] = {}
+    for c in ordered:
+        by_key[c.signature_key] = (*by_key.get(c.signature_key, ()), c)
+    return CandidateSet(
+        mode, ordered, orjson.Fragment(orjson.dumps(refs_json)), orjson.Fragment(canonical),
+        digest_bytes(canonical), by_key,
+    )
+
+
+# A cited, failure-bearing Experience revision as a hashable tuple:
+# (ref, signature_key, repair_surface, condition_key, check_key).
+Binding = tuple[ArtifactKey, str, str, str, str]
 
 
 @functools.lru_cache(maxsize=4096)
-def _cited(candidates: tuple[tuple[ArtifactKey, str, str, str, str], ...]) -> CandidateSet:
-    return freeze(
-        "handoff_citations", (Candidate(ref, artifact_json(ref), *bindings) for ref, *bindings in candidates)
-    )
-
-
-def handoff_citations(candidates: Iterable[Candidate]) -> CandidateSet:
+def handoff_citations(bindings: tuple[Binding, ...]) -> CandidateSet:
     """The handoff-citations candidate set; the same cited revisions freeze to one shared object."""
-    return _cited(
-        tuple((c.ref, c.signature_key, c.repair_surface, c.condition_key, c.check_key) for c in candidates)
-    )
+    return freeze("handoff_citations", (Candidate(ref, artifact_json(ref), *rest) for ref, *rest in bindings))
 
 
 def scope_heads(heads: FailureHeads) -> CandidateSet:
@@ -196,9 +210,9 @@ def failure_items(checks: Sequence[Item], observations: Sequence[Item], outcome_
     return failing_checks + failing_observations
 
 
-def decide(item: Item, candidates: Sequence[Candidate]) -> tuple[str, Candidate | None]:
+def decide(item: Item, frozen: CandidateSet) -> tuple[str, Candidate | None]:
     """Deterministic eligibility: zero is unmatched, one matched, more ambiguous."""
-    eligible = [c for c in candidates if c.signature_key == item.key]
+    eligible = frozen.by_key.get(item.key, ())
     if len(eligible) == 1:
         return "matched", eligible[0]
     return ("ambiguous" if eligible else "unmatched"), None

@@ -51,9 +51,16 @@ def _sha(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def match(fields: dict[str, Any]) -> Emitted:
-    """``fields`` in MatchRecord order without ``record`` and ``match_digest``."""
+def match(fields: dict[str, Any], refs_canonical: orjson.Fragment) -> Emitted:
+    """``fields`` in MatchRecord order without ``record`` and ``match_digest``.
+
+    ``fields["candidate_refs"]`` is the frozen set's pre-serialized line form;
+    ``refs_canonical`` the same list as canonical JSON, spliced in for the digest.
+    """
+    line_refs = fields["candidate_refs"]
+    fields["candidate_refs"] = refs_canonical
     match_digest = _sha(orjson.dumps(fields, option=_SORTED))
+    fields["candidate_refs"] = line_refs
     line = orjson.dumps({"record": "match", **fields, "match_digest": match_digest})
     return Emitted("match", fields["scope_id"], match_digest, line)
 
