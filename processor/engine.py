@@ -39,7 +39,7 @@ from recurrence.processor.state import (
 )
 from recurrence.processor.statistics import scope_statistics
 from recurrence.processor.store.base import Transaction
-from recurrence.schemas.canonical import canonical_json, digest
+from recurrence.schemas.canonical import digest
 from recurrence.schemas.constants import (
     DEFAULT_TOP_REVISIONS,
     EXPERIENCE_FAMILY,
@@ -101,11 +101,14 @@ def _require_strict_json(raw: bytes) -> None:
 
 
 def _non_finite(value: Any) -> bool:
-    if type(value) is float:
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return False
+    if kind is float:
         return not math.isfinite(value)
-    if isinstance(value, dict):
+    if kind is dict:
         return any(_non_finite(item) for item in value.values())
-    if isinstance(value, list):
+    if kind is list:
         return any(_non_finite(item) for item in value)
     return False
 
@@ -120,9 +123,10 @@ def _free_form_has_non_finite(entry: SourceEntry | ArtifactEntry | CandidateEntr
     return isinstance(artifact, OtherArtifact) and _non_finite(artifact.content)
 
 
-def _entry_digest(scope_id: str, position: int, kind: str, identity: object, body_digest: str) -> bytes:
-    """Internal identity of an accepted entry: equal exactly when the validated entries are equal."""
-    return hashlib.sha256(canonical_json([scope_id, position, kind, identity, body_digest])).digest()
+def _entry_digest(kind: str, identity: object, body_digest: str) -> bytes:
+    """Internal identity of the entry accepted at a (scope, position): equal exactly when the validated
+    entries are equal (the scope and position are the row's key; identity is a str or a tuple of str/int)."""
+    return hashlib.sha256(orjson.dumps([kind, identity, body_digest])).digest()
 
 
 class Engine:
@@ -205,7 +209,7 @@ class Engine:
             cand = entry.candidate
             body_digest = digest(cand.model_dump(mode="json", by_alias=True))
             identity = cand.candidate_id
-        entry_digest = _entry_digest(scope_id, position, entry.type, identity, body_digest)
+        entry_digest = _entry_digest(entry.type, identity, body_digest)
 
         if position <= last:
             prior = state.entry_digest(scope_id, position)

@@ -277,7 +277,7 @@ def test_the_row_cache_is_bounded_and_skips_uncached_prefixes() -> None:
         cache.keep(f"k{rng.randrange(10_000)}-{i}".encode(), i)
         cache.keep(f"pos{i}".encode(), i)
         assert len(cache) <= 100
-    assert all(not key.startswith(b"pos") for key in cache._rows)
+    assert all(not key.startswith(b"pos") for key in cache.rows)
 
 
 def test_transaction_prefix_scans_merge_staged_rows_in_order() -> None:

@@ -75,17 +75,17 @@ class RowCache:
     def __init__(self, capacity: int = 50_000, uncached: tuple[bytes, ...] = ()) -> None:
         self.capacity = capacity
         self.uncached = uncached
-        self._rows: dict[bytes, Any] = {}
+        self.rows: dict[bytes, Any] = {}
 
     def lookup(self, key: bytes) -> Any:
         """The cached value, ``None`` for a cached absence, or ``_MISSING``."""
-        value = self._rows.get(key, _MISSING)
+        value = self.rows.get(key, _MISSING)
         return None if value is _ABSENT else value
 
     def keep(self, key: bytes, value: Any) -> None:
         if self.capacity <= 0 or (self.uncached and key.startswith(self.uncached)):
             return
-        rows = self._rows
+        rows = self.rows
         if len(rows) >= self.capacity and key not in rows:
             for old in list(rows)[: max(1, self.capacity // 2)]:
                 del rows[old]
@@ -93,10 +93,10 @@ class RowCache:
 
     def clear(self) -> None:
         """Forget everything (the store changed behind the cache, e.g. a restore)."""
-        self._rows.clear()
+        self.rows.clear()
 
     def __len__(self) -> int:
-        return len(self._rows)
+        return len(self.rows)
 
 
 class Transaction:
@@ -122,9 +122,9 @@ class Transaction:
         changes = self._changes
         if key in changes:
             return changes[key]
-        cached = self.cache.lookup(key)
+        cached = self.cache.rows.get(key, _MISSING)  # RowCache.lookup inlined: the hottest read
         if cached is not _MISSING:
-            return cached
+            return None if cached is _ABSENT else cached
         raw = self.store.get(key)
         value = None if raw is None else decode(raw)
         self.cache.keep(key, value)
