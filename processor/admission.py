@@ -102,7 +102,15 @@ class AdmissionGate:
             violations.extend(self._provenance(scope_id, candidate))
             if cue_key:
                 warnings.extend(self._near_twins(scope_id, cue_key, candidate.target))
-        return records.admission(scope_id, candidate.candidate_id, violations, warnings)
+        target = candidate.target
+        return records.admission(
+            scope_id,
+            candidate.candidate_id,
+            violations,
+            warnings,
+            None if target is None else artifact_json((target.family, target.artifact_id, target.revision)),
+            _raw_cue(proposal),
+        )
 
     # Rule 1: a cited failing observation.
     def _failing_observation(self, scope_id: str, candidate: CandidateBody) -> list[Violation]:

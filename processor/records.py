@@ -104,6 +104,8 @@ def admission(
     candidate_id: str,
     violations: list[dict[str, str]],
     warnings: list[dict[str, Any]],
+    target: dict[str, Any] | None,
+    recall_cue: str | None,
 ) -> Emitted:
     return _plain(
         "admission",
@@ -113,6 +115,8 @@ def admission(
             "decision": "dropped" if violations else "admitted",
             "violations": violations,
             "warnings": warnings,
+            "target": target,
+            "recall_cue": recall_cue,
         },
     )
 

@@ -200,6 +200,10 @@ class AdmissionRecord(Value):
     decision: Literal["admitted", "dropped"]
     violations: tuple[Violation, ...] = ()
     warnings: tuple[NearTwinWarning, ...] = ()
+    # Enough of the candidate that a Review service need not read the journal
+    # (an extension of the contract's fields; docs/decisions.md).
+    target: ArtifactRef | None = None
+    recall_cue: str | None = None
 
     @model_validator(mode="after")
     def _decision(self) -> Self:

@@ -735,3 +735,15 @@ def test_a_malformed_proposal_still_gets_its_near_twin_warning() -> None:
     record = decide(_with_existing_record(), proposal(cue=TWIN_AT_080, surface="nope"))
     assert_dropped_by(record, RULE_REPAIR_SURFACE)
     assert [w.rule for w in record.warnings] == [RULE_NEAR_TWIN]
+
+
+def test_an_admission_names_its_target_and_cue_so_review_need_not_read_the_journal() -> None:
+    journal = base_journal()
+    journal.experience("E1", 1, failure_block(cue="an older cue"))
+    entry = journal.candidate("c1", proposal(cue="Port already bound in the sandbox"), ["O1"])
+    entry["candidate"]["target"] = {"family": "experience", "artifact_id": "E1", "revision": 1}
+    journal.candidate("c2", proposal(failure={"signature": "not an object"}), ["O1"])
+    first, second = admissions(run(journal)[0])
+    assert first.target is not None and first.target.artifact_id == "E1"
+    assert first.recall_cue == "Port already bound in the sandbox"
+    assert second.target is None and second.recall_cue is None
