@@ -35,7 +35,7 @@ def clean(tmp_path_factory: pytest.TempPathFactory) -> Clean:
     base = tmp_path_factory.mktemp("clean")
     path = journal(base / "journal.jsonl", entries=450)
     ledgers = []
-    sources = [("all", path), ("100", head(path, base / "100.jsonl", 100)), ("150", head(path, base / "150.jsonl", 150))]
+    sources = [("all", path)] + [(str(n), head(path, base / f"{n}.jsonl", n)) for n in (100, 150)]
     for name, source in sources:
         out = base / f"{name}.jsonl.out"
         assert replay(source, base / f"state-{name}", out).returncode == 0
