@@ -90,12 +90,17 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     state, out = Path(args.state), Path(args.out)
     check_paths(args.journal, state, out)
     config = EngineConfig(review_threshold=args.review_threshold)
+    stopped: ReplayInterrupted | None = None
     with _state(state) as store, StopSignals() as stop:
         try:
             summary = replay(args.journal, store, out, config, batch_size=args.batch, stop=stop)
-        except ReplayInterrupted as stopped:
-            _report(stopped.summary)
-            raise
+        except ReplayInterrupted as error:
+            stopped = error
+    # Reported once the handlers are restored and the state is closed: a further signal is then an
+    # ordinary interrupt, never a half-written report.
+    if stopped is not None:
+        _report(stopped.summary)
+        raise stopped
     _report(summary)
     return EXIT_OK
 

@@ -360,12 +360,16 @@ class StopSignals:
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
+        self._restore()
+
+    def _restore(self) -> None:
         for number, handler in self._previous.items():
             signal.signal(number, handler)
         self._previous.clear()
 
     def _handle(self, number: int, frame: FrameType | None) -> None:
         if self.received is not None:
+            self._restore()  # a third signal gets the default behaviour, wherever it lands
             raise _Abandon(number)
         self.received = number
         log.info("signal %d: stopping after the entry in progress", number)
@@ -535,7 +539,7 @@ def replay(
             reader.before_wait = stop.check
             progress = Progress(reader.total_bytes, progress_stream)
             try:
-                _run(store, config, ledger, reader, batch_size, progress, summary)
+                completed = _run(store, config, ledger, reader, batch_size, progress, summary)
             finally:
                 summary.blank_lines = reader.blank_lines
                 progress.update(summary.entries, reader.read_bytes, force=True)
@@ -544,7 +548,7 @@ def replay(
         summary.seconds = time.monotonic() - started
         raise ReplayInterrupted(abandoned.signal_number, summary, abandoned=True) from None
     summary.seconds = time.monotonic() - started
-    if stop.received is not None:
+    if stop.received is not None and not completed:
         raise ReplayInterrupted(stop.received, summary)
     return summary
 
@@ -557,12 +561,14 @@ def _run(
     batch_size: int,
     progress: Progress,
     summary: RunSummary,
-) -> None:
+) -> bool:
+    """Apply the journal batch by batch; False when a stop request ended it before its end."""
     try:
         _resume(store, reader, summary)
     except _StopNow:
-        return
+        return False
     batch = _Batch(store, row_cache(), config, ledger, reader, summary)
+    completed = True
     try:
         for line_number, entry in reader:
             batch.add(line_number, entry)
@@ -570,8 +576,9 @@ def _run(
                 batch.commit()
             progress.update(summary.entries, reader.read_bytes)
     except _StopNow:
-        pass  # raised only while waiting for input: every entry read so far is whole in the batch
+        completed = False  # raised only while waiting for input: every entry read so far is whole in the batch
     batch.commit()
+    return completed
 
 
 # -- read side -----------------------------------------------------------------------------
