@@ -47,7 +47,7 @@ from recurrence.processor.exceptions import (
     StateDirError,
     UnusableError,
 )
-from recurrence.processor.journalfile import Checkpoint, JournalReader, Progress, shown
+from recurrence.processor.journalfile import Checkpoint, JournalReader, Progress, check_journal, shown
 from recurrence.processor.state import FORMAT_KEY, STATE_FORMAT, key, row_cache
 from recurrence.processor.store.base import RowCache, StateStore, Transaction
 from recurrence.processor.store.rocksdb import RocksStore
@@ -295,12 +295,13 @@ def _linked_into(directory: Path, target: Path) -> bool:
 
 
 def check_paths(journal: str, state: Path, out: Path) -> None:
-    """Refuse --out that is the journal or part of the state, before anything is written.
+    """Refuse an unreadable journal, or --out that is the journal or part of the state, before any write.
 
     A ledger appended to its own journal reads its records back forever; one
     inside the state directory corrupts RocksDB. Symbolic links are resolved
     and existing files compared by identity, so a link or hard link is caught.
     """
+    check_journal(journal)
     state_real, out_real = _real(state), _real(out)
     if journal != "-" and _same_file(journal, out):
         raise SettingsError(f"--out {shown(out)} is the journal itself; write the ledger to another file")
@@ -324,7 +325,10 @@ def check_paths(journal: str, state: Path, out: Path) -> None:
 
 
 class _StopNow(BaseException):
-    """Raised by the first signal while the runner waits for input: nothing is half done."""
+    """A stop requested while the runner waits for input: nothing is half done there.
+
+    A BaseException, like KeyboardInterrupt, so no ``except Exception`` on the way swallows it.
+    """
 
 
 class _Abandon(BaseException):
@@ -371,8 +375,7 @@ class StopSignals:
         if self.received is not None:
             self._restore()  # a third signal gets the default behaviour, wherever it lands
             raise _Abandon(number)
-        self.received = number
-        log.info("signal %d: stopping after the entry in progress", number)
+        self.received = number  # no logging here: a handler may interrupt a log call in progress
         if self.waiting():
             raise _StopNow
 
@@ -393,7 +396,8 @@ class RunSummary:
     dead_letters: Counter[str] = field(default_factory=Counter)
     seconds: float = 0.0
     truncated_bytes: int = 0
-    # Resume: the checkpoint skipped, or True when one existed but the journal did not start with it.
+    # Resume: the checkpoint whose prefix was skipped; or replayed_whole when the state had one but
+    # the journal does not start with it.
     resumed: Checkpoint | None = None
     replayed_whole: bool = False
     repeated_dead_letters: int = 0
@@ -532,18 +536,15 @@ def replay(
     stop = stop or StopSignals()
     summary = RunSummary()
     started = time.monotonic()
+    completed = False
     try:
-        config, ledger, summary.truncated_bytes = _open_ledger(store, out, config)
-        with closing(ledger), JournalReader(journal) as reader:
-            stop.waiting = lambda: reader.waiting
-            reader.before_wait = stop.check
-            progress = Progress(reader.total_bytes, progress_stream)
-            try:
-                completed = _run(store, config, ledger, reader, batch_size, progress, summary)
-            finally:
-                summary.blank_lines = reader.blank_lines
-                progress.update(summary.entries, reader.read_bytes, force=True)
-                progress.close()
+        # The journal is opened first: an unreadable one stops the run before the state is stamped.
+        with JournalReader(journal) as reader:
+            config, ledger, summary.truncated_bytes = _open_ledger(store, out, config)
+            with closing(ledger):
+                stop.waiting = lambda: reader.waiting
+                reader.before_wait = stop.check
+                completed = _run_with_progress(store, config, ledger, reader, batch_size, progress_stream, summary)
     except _Abandon as abandoned:
         summary.seconds = time.monotonic() - started
         raise ReplayInterrupted(abandoned.signal_number, summary, abandoned=True) from None
@@ -551,6 +552,24 @@ def replay(
     if stop.received is not None and not completed:
         raise ReplayInterrupted(stop.received, summary)
     return summary
+
+
+def _run_with_progress(
+    store: StateStore,
+    config: EngineConfig,
+    ledger: Ledger,
+    reader: JournalReader,
+    batch_size: int,
+    progress_stream: IO[str] | None,
+    summary: RunSummary,
+) -> bool:
+    progress = Progress(reader.total_bytes, progress_stream)
+    try:
+        return _run(store, config, ledger, reader, batch_size, progress, summary)
+    finally:
+        summary.blank_lines = reader.blank_lines
+        progress.update(summary.entries, reader.read_bytes, force=True)
+        progress.close()
 
 
 def _run(

@@ -110,17 +110,28 @@ class _Chain(io.RawIOBase):
         return 0
 
 
-def _open(journal: str) -> tuple[IO[bytes], int | None]:
-    """The journal as a binary stream and, for a regular file, its size (``None``: a pipe or stdin)."""
+def check_journal(journal: str) -> os.stat_result | None:
+    """Refuse a journal that cannot be read, before anything else happens; its stat (None for stdin)."""
     if journal == "-":
         # With fd 0 closed (``<&-``) Python starts with ``sys.stdin`` set to None.
         if sys.stdin is None:
             raise JournalError("standard input is closed; pipe a journal into 'replay -' or pass its path")
-        return sys.stdin.buffer, None
+        return None
     try:
         info = os.stat(journal)
-        if stat.S_ISDIR(info.st_mode):
-            raise JournalError(f"cannot read journal {shown(journal)}: it is a directory")
+    except OSError as error:
+        raise JournalError(f"cannot read journal {shown(journal)}: {error.strerror or error}") from error
+    if stat.S_ISDIR(info.st_mode):
+        raise JournalError(f"cannot read journal {shown(journal)}: it is a directory")
+    return info
+
+
+def _open(journal: str) -> tuple[IO[bytes], int | None]:
+    """The journal as a binary stream and, for a regular file, its size (``None``: a pipe or stdin)."""
+    info = check_journal(journal)
+    if info is None:
+        return sys.stdin.buffer, None
+    try:
         # Pipes and devices (``<(cat j)`` is /dev/fd/N) are read as streams: no size, no seek.
         handle = open(journal, "rb")  # noqa: SIM115 - closed by JournalReader.close
     except OSError as error:

@@ -194,3 +194,12 @@ def test_out_that_is_not_a_regular_file_is_refused(tmp_path: Path, capsys: pytes
     other.mkdir()
     refused(replay(capsys, EXAMPLE, tmp_path / "state", other), "not a regular file")
     assert not (tmp_path / "state").exists()
+
+
+def test_an_unreadable_journal_is_refused_before_the_state_or_the_ledger_exists(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state, out = tmp_path / "state", tmp_path / "ledger.jsonl"
+    refused(replay(capsys, tmp_path / "missing.jsonl", state, out), "cannot read journal", "No such file")
+    refused(replay(capsys, tmp_path, state, out), "cannot read journal", "is a directory")
+    assert not state.exists() and not out.exists()
