@@ -178,14 +178,17 @@ def _add_generate(commands: "argparse._SubParsersAction[argparse.ArgumentParser]
 
 
 def _verbose_everywhere(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    """-v after the subcommand too; SUPPRESS keeps a -v given before it."""
+    """-v after the subcommand too (nested ones included); SUPPRESS keeps a -v given before it."""
     for sub in commands.choices.values():
         try:
             sub.add_argument(
                 "-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="debug logging on stderr"
             )
         except argparse.ArgumentError:  # a subcommand with its own -v keeps it
-            continue
+            pass
+        for action in sub._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                _verbose_everywhere(action)
 
 
 def build_parser() -> argparse.ArgumentParser:
