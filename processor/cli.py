@@ -12,7 +12,7 @@ import argparse
 import logging
 import sys
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import orjson
@@ -180,12 +180,10 @@ def _add_generate(commands: "argparse._SubParsersAction[argparse.ArgumentParser]
 def _verbose_everywhere(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     """-v after the subcommand too (nested ones included); SUPPRESS keeps a -v given before it."""
     for sub in commands.choices.values():
-        try:
+        with suppress(argparse.ArgumentError):  # a subcommand with its own -v keeps it
             sub.add_argument(
                 "-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="debug logging on stderr"
             )
-        except argparse.ArgumentError:  # a subcommand with its own -v keeps it
-            pass
         for action in sub._actions:
             if isinstance(action, argparse._SubParsersAction):
                 _verbose_everywhere(action)
