@@ -20,6 +20,7 @@ ledger is accepted. The journal is resumed from the checkpoint when it starts
 with the consumed bytes, else replayed whole (idempotent).
 """
 
+import errno
 import hashlib
 import logging
 import os
@@ -252,10 +253,18 @@ class Ledger:
         os.close(self._fd)
 
     def _error(self, error: OSError) -> LedgerWriteError:
+        if error.errno in _FULL:
+            advice = "free space (or raise the file size limit)"
+        else:
+            advice = "fix the path, its permissions or the disk"
         return LedgerWriteError(
-            f"cannot write the ledger {shown(self.path)}: {error.strerror or error}; this batch was not committed: "
-            "free space (or fix the disk) and run again to resume; the rerun cuts any partial line"
+            f"cannot write the ledger {shown(self.path)}: {error.strerror or error}; nothing after the last "
+            f"committed batch was kept: {advice} and run again to resume (the rerun cuts any partial line)"
         )
+
+
+# A full disk, a quota, a file size limit (RLIMIT_FSIZE makes writes fail with EFBIG).
+_FULL: Final = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 
 def _sync_directory(path: Path) -> None:
