@@ -1,57 +1,125 @@
 """``recurrence`` command line: the commands acceptance suites call (contract section 4).
 
-Exit codes: 0 success (even when entries went to dead letters), 2 the run could
-not proceed (unreadable journal, unusable state directory, bad arguments),
-1 an unexpected internal error.
+Exit codes (``exit_code`` is the one mapping from exceptions to codes):
+0 success, even when entries went to dead letters; 2 the run could not
+proceed (unreadable journal, unusable state directory, a ledger that is not
+the state's, a full disk, bad arguments); 130/143 stopped by SIGINT/SIGTERM
+(what was durable stays; run again to resume); 1 an unexpected internal
+error (a bug: it prints a traceback).
 """
 
 import argparse
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import orjson
 
-from recurrence.processor.cliargs import EXIT_OK, EXIT_UNUSABLE, non_negative_int, positive_int, ratio
-from recurrence.processor.embedded import DEFAULT_BATCH, open_state, replay, statistics
+from recurrence import __version__
+from recurrence.processor.cliargs import EXIT_OK, non_negative_int, positive_int, ratio
+from recurrence.processor.embedded import (
+    DEFAULT_BATCH,
+    ReplayInterrupted,
+    RunSummary,
+    StopSignals,
+    check_paths,
+    open_state,
+    replay,
+    statistics,
+)
 from recurrence.processor.engine import EngineConfig
-from recurrence.processor.exceptions import RecurrenceError
+from recurrence.processor.exceptions import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_UNUSABLE,
+    Interrupted,
+    RecurrenceError,
+    StateDirError,
+)
+from recurrence.processor.journalfile import shown
+from recurrence.processor.store.rocksdb import RocksStore
 from recurrence.processor.synthetic import JournalSpec, generate
 from recurrence.schemas.constants import DEFAULT_TOP_REVISIONS, RECURRENCE_REVIEW_STREAK_THRESHOLD
 
+log = logging.getLogger("recurrence.cli")
 
-def _cmd_replay(args: argparse.Namespace) -> int:
-    if args.journal != "-" and not Path(args.journal).is_file():
-        print(f"recurrence replay: cannot read journal {args.journal}", file=sys.stderr)
-        return EXIT_UNUSABLE
-    store = open_state(Path(args.state))
+
+@contextmanager
+def _state(path: Path, must_exist: bool = False, read_only: bool = False) -> Iterator[RocksStore]:
+    store = open_state(path, must_exist=must_exist, read_only=read_only)
     try:
-        config = EngineConfig(review_threshold=args.review_threshold)
-        summary = replay(args.journal, store, Path(args.out), config, batch_size=args.batch)
-    finally:
+        yield store
+    except BaseException:
+        # The run already failed (a full disk, say): RocksDB may refuse to close as well,
+        # and that second error must not hide the first.
+        try:
+            store.close()
+        except Exception as error:  # rocksdict raises plain Exception
+            log.debug("closing the state after a failure also failed: %s", type(error).__name__)
+        raise
+    try:
         store.close()
+    except Exception as error:
+        raise StateDirError(f"cannot close the state {shown(path)}: {error}") from error
+
+
+def _report(summary: RunSummary) -> None:
     if summary.truncated_bytes:
         print(
             f"recurrence replay: recovered the ledger ({summary.truncated_bytes} uncommitted bytes regenerated)",
             file=sys.stderr,
         )
+    if summary.resumed is not None:
+        print(
+            f"recurrence replay: resumed after line {summary.resumed.line} "
+            f"({summary.resumed.offset:,} bytes already applied)",
+            file=sys.stderr,
+        )
+    elif summary.replayed_whole:
+        print(
+            "recurrence replay: the journal does not start with the part already applied; "
+            "replayed it whole (nothing already written is written again)",
+            file=sys.stderr,
+        )
     print(summary.line(), file=sys.stderr)
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    state, out = Path(args.state), Path(args.out)
+    check_paths(args.journal, state, out)
+    config = EngineConfig(review_threshold=args.review_threshold)
+    stopped: ReplayInterrupted | None = None
+    with _state(state) as store, StopSignals() as stop:
+        try:
+            summary = replay(args.journal, store, out, config, batch_size=args.batch, stop=stop)
+        except ReplayInterrupted as error:
+            stopped = error
+    # Reported once the handlers are restored and the state is closed: a further signal is then an
+    # ordinary interrupt, never a half-written report.
+    if stopped is not None:
+        _report(stopped.summary)
+        raise stopped
+    _report(summary)
     return EXIT_OK
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
-    store = open_state(Path(args.state), must_exist=True, read_only=True)
-    try:
+    with _state(Path(args.state), must_exist=True, read_only=True) as store:
         result = statistics(store, args.scope, args.top)
-    finally:
-        store.close()
     sys.stdout.buffer.write(orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
     return EXIT_OK
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
-    spec = JournalSpec(entries=args.entries, scopes=args.scopes, seed=args.seed, garbage_ratio=args.garbage_ratio)
+    spec = JournalSpec(
+        entries=args.entries,
+        scopes=args.scopes,
+        seed=args.seed,
+        garbage_ratio=args.garbage_ratio,
+        experiences_per_scope=args.experiences_per_scope,
+    )
     out = sys.stdout.buffer
     for line in generate(spec):
         out.write(line + b"\n")
@@ -59,47 +127,117 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="recurrence",
-        description="Recurring-failure ledger: did what we learned from a failure ever help?",
-    )
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
-    commands = parser.add_subparsers(dest="command", required=True)
-
+def _add_replay(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     p = commands.add_parser("replay", help="run the engine embedded over a .jsonl journal")
-    p.add_argument("journal", help="journal .jsonl file, or - for stdin")
+    p.add_argument("journal", help="journal .jsonl file, a pipe (e.g. <(zcat j.gz)), or - for stdin")
     p.add_argument("--state", required=True, help="RocksDB state directory (created if missing)")
-    p.add_argument("--out", required=True, help="ledger .jsonl file; records are appended")
+    p.add_argument(
+        "--out", required=True, help="ledger .jsonl file; records are appended (bound to --state: see README)"
+    )
     p.add_argument(
         "--review-threshold",
         type=positive_int,
         default=RECURRENCE_REVIEW_STREAK_THRESHOLD,
         help="RECURRENCE_REVIEW_STREAK_THRESHOLD (fixed per state directory; default %(default)s)",
     )
-    p.add_argument("--batch", type=positive_int, default=DEFAULT_BATCH, help="entries per durable commit")
+    p.add_argument(
+        "--batch", type=positive_int, default=DEFAULT_BATCH, help="entries per durable commit (default %(default)s)"
+    )
     p.set_defaults(func=_cmd_replay)
 
+
+def _add_stats(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     p = commands.add_parser("stats", help="print per-scope recurrence statistics as JSON")
     p.add_argument("--state", required=True, help="state directory written by replay")
     p.add_argument("--scope", help="only this scope")
-    p.add_argument("--top", type=non_negative_int, default=DEFAULT_TOP_REVISIONS, help="top_revisions bound N")
+    p.add_argument(
+        "--top", type=non_negative_int, default=DEFAULT_TOP_REVISIONS, help="top_revisions bound (default %(default)s)"
+    )
     p.set_defaults(func=_cmd_stats)
 
+
+def _add_generate(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     p = commands.add_parser("generate", help="write a seeded synthetic journal to stdout")
-    p.add_argument("--entries", type=positive_int, default=1000)
-    p.add_argument("--scopes", type=positive_int, default=8)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--garbage-ratio", type=ratio, default=0.0, help="share of deliberately invalid lines")
+    p.add_argument("--entries", type=positive_int, default=1000, help="journal lines to write (default %(default)s)")
+    p.add_argument("--scopes", type=positive_int, default=8, help="scopes to spread them over (default %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="random seed: same seed, same bytes (default %(default)s)")
+    p.add_argument(
+        "--garbage-ratio",
+        type=ratio,
+        default=0.0,
+        help="share of deliberately invalid lines, 0..1 (default %(default)s)",
+    )
+    p.add_argument(
+        "--experiences-per-scope",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="cap on distinct Experiences per scope, so the working set stays bounded (default: no cap)",
+    )
     p.set_defaults(func=_cmd_generate)
 
+
+def _verbose_everywhere(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    """-v after the subcommand too (nested ones included); SUPPRESS keeps a -v given before it."""
+    for sub in commands.choices.values():
+        with suppress(argparse.ArgumentError):  # a subcommand with its own -v keeps it
+            sub.add_argument(
+                "-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="debug logging on stderr"
+            )
+        for action in sub._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                _verbose_everywhere(action)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="recurrence",
+        description="Recurring-failure ledger: did what we learned from a failure ever help?",
+    )
+    parser.add_argument("--version", action="version", version=f"recurrence {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
+    commands = parser.add_subparsers(dest="command", required=True)
+    _add_replay(commands)
+    _add_stats(commands)
+    _add_generate(commands)
     try:
         from recurrence.processor.stream.cli import register  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415
     except ImportError:  # pragma: no cover - the stream package ships with the product
         pass
     else:
         register(commands)
+    _verbose_everywhere(commands)
     return parser
+
+
+def exit_code(error: BaseException) -> int:
+    """The one mapping from what stopped a command to its exit code (README, contract section 4)."""
+    if isinstance(error, Interrupted):
+        return error.code
+    if isinstance(error, RecurrenceError):
+        return error.exit_code
+    if isinstance(error, KeyboardInterrupt):
+        return EXIT_INTERRUPTED
+    if isinstance(error, BrokenPipeError):
+        return EXIT_OK  # the reader went away (``| head``): not a failure
+    if isinstance(error, OSError):
+        return EXIT_UNUSABLE  # an unreadable or unwritable path: the run cannot proceed
+    return EXIT_FAILED
+
+
+def _message(error: BaseException) -> str | None:
+    if isinstance(error, ReplayInterrupted) and error.abandoned:
+        return f"{error} again: the batch in progress was abandoned; run again to resume (it repairs the ledger)"
+    if isinstance(error, Interrupted):
+        return f"{error}; run again to resume"
+    if isinstance(error, KeyboardInterrupt):
+        return "interrupted"
+    if isinstance(error, BrokenPipeError):
+        return None
+    if isinstance(error, OSError):
+        where = f": {shown(error.filename)}" if error.filename else ""
+        return f"{error.strerror or error}{where}"
+    return str(error)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -112,15 +250,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         code: int = args.func(args)
-    except RecurrenceError as error:
-        print(f"recurrence {args.command}: {error}", file=sys.stderr)
-        return error.exit_code
-    except BrokenPipeError:
-        return EXIT_OK
-    except OSError as error:
-        # Unreadable journal or unwritable ledger: the run cannot proceed.
-        print(f"recurrence {args.command}: {error.strerror or error}: {error.filename or ''}", file=sys.stderr)
-        return EXIT_UNUSABLE
+    except (RecurrenceError, OSError, KeyboardInterrupt) as error:
+        message = _message(error)
+        if message is not None:
+            print(f"recurrence {args.command}: {message}", file=sys.stderr)
+        return exit_code(error)
     return code
 
 

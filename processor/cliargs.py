@@ -1,11 +1,15 @@
-"""Argument types and exit codes shared by every ``recurrence`` subcommand."""
+"""Argument types and exit codes shared by every ``recurrence`` subcommand.
+
+The exit codes are the ones ``recurrence.processor.exceptions`` defines (one
+source); they are re-exported here for the subcommands that return a code
+directly.
+"""
 
 import argparse
-from typing import Final
 
-EXIT_OK: Final = 0
-EXIT_FAILED: Final = 1
-EXIT_UNUSABLE: Final = 2
+from recurrence.processor.exceptions import EXIT_FAILED, EXIT_OK, EXIT_UNUSABLE
+
+__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_UNUSABLE", "non_negative_int", "positive_int", "ratio"]
 
 
 def positive_int(text: str) -> int:

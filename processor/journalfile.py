@@ -1,16 +1,44 @@
-"""Reading a ``.jsonl`` journal (a path, or ``-`` for stdin) with progress on a terminal.
+"""Reading a ``.jsonl`` journal (a path, a pipe, or ``-`` for stdin) with progress on a terminal.
 
 Shared by ``recurrence replay`` and ``recurrence publish`` so both treat lines
-the same way: line endings stripped, blank lines skipped and counted, bytes
-read tracked for the progress bar.
+the same way: line endings stripped, blank lines skipped and counted (they
+still count as lines), bytes read tracked for the progress bar.
+
+For ``replay`` the reader also keeps a ``Checkpoint`` of how much of the
+journal it has consumed (whole lines only, with the sha256 of those bytes),
+and can resume from one: when the journal starts with exactly the bytes a
+checkpoint describes, they are skipped (a seek for a regular file, read and
+discarded for a pipe) and line numbers continue where they stopped.
+Otherwise the journal is read from its first byte, as if there were no
+checkpoint.
 """
 
+import hashlib
+import io
+import os
+import stat
 import sys
+import tempfile
 import time
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from types import TracebackType
-from typing import IO, Self
+from typing import IO, Final, Self
+
+import orjson
+
+from recurrence.processor.exceptions import JournalError
+
+_CHUNK: Final = 1 << 20
+# A pipe's prefix is kept while it is being checked, in case it is not the one
+# the checkpoint describes and has to be replayed after all; past this size it
+# goes to a temporary file rather than RAM.
+_SPOOL_IN_MEMORY: Final = 16 << 20
+
+
+def shown(path: str | os.PathLike[str]) -> str:
+    """A path for a message: undecodable bytes as \\xNN escapes instead of an encoding error."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 class Progress:
@@ -19,7 +47,7 @@ class Progress:
     def __init__(self, total_bytes: int | None, stream: IO[str] | None = None) -> None:
         self.total = total_bytes
         self.stream = stream or sys.stderr
-        self.enabled = self.stream.isatty()
+        self.enabled = self.stream is not None and self.stream.isatty()
         self.started = time.monotonic()
         self.last = 0.0
 
@@ -44,32 +72,181 @@ class Progress:
             self.stream.flush()
 
 
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """The consumed prefix of a journal: its first ``offset`` bytes (ending a line), ``line`` lines, their sha256."""
+
+    offset: int
+    line: int
+    sha256: str
+
+    def encode(self) -> bytes:
+        return orjson.dumps([self.offset, self.line, self.sha256])
+
+    @classmethod
+    def decode(cls, raw: bytes) -> "Checkpoint":
+        size, line, sha = orjson.loads(raw)
+        return cls(int(size), int(line), str(sha))
+
+
+class _Chain(io.RawIOBase):
+    """Two binary streams read as one: a spooled prefix, then the rest of a pipe."""
+
+    def __init__(self, first: IO[bytes], second: IO[bytes]) -> None:
+        self._streams = [first, second]
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: "memoryview | bytearray") -> int:  # type: ignore[override]
+        while self._streams:
+            stream = self._streams[0]
+            # read1: whatever a pipe has now, so lines reach the engine as they arrive.
+            data = stream.read1(len(buffer)) if isinstance(stream, io.BufferedIOBase) else stream.read(len(buffer))
+            if data:
+                buffer[: len(data)] = data
+                return len(data)
+            self._streams.pop(0)
+        return 0
+
+
+def check_journal(journal: str) -> os.stat_result | None:
+    """Refuse a journal that cannot be read, before anything else happens; its stat (None for stdin)."""
+    if journal == "-":
+        # With fd 0 closed (``<&-``) Python starts with ``sys.stdin`` set to None.
+        if sys.stdin is None:
+            raise JournalError("standard input is closed; pipe a journal into 'replay -' or pass its path")
+        return None
+    try:
+        info = os.stat(journal)
+    except OSError as error:
+        raise JournalError(f"cannot read journal {shown(journal)}: {error.strerror or error}") from error
+    if stat.S_ISDIR(info.st_mode):
+        raise JournalError(f"cannot read journal {shown(journal)}: it is a directory")
+    return info
+
+
+def _open(journal: str) -> tuple[IO[bytes], int | None]:
+    """The journal as a binary stream and, for a regular file, its size (``None``: a pipe or stdin)."""
+    info = check_journal(journal)
+    if info is None:
+        return sys.stdin.buffer, None
+    try:
+        # Pipes and devices (``<(cat j)`` is /dev/fd/N) are read as streams: no size, no seek.
+        handle = open(journal, "rb")  # noqa: SIM115 - closed by JournalReader.close
+    except OSError as error:
+        raise JournalError(f"cannot read journal {shown(journal)}: {error.strerror or error}") from error
+    return handle, info.st_size if stat.S_ISREG(info.st_mode) else None
+
+
 class JournalReader:
     """Yields ``(line number, entry)`` for non-blank journal lines, without their line ending."""
 
     def __init__(self, journal: str) -> None:
-        if journal == "-":
-            self._source: IO[bytes] = sys.stdin.buffer
-            self.total_bytes: int | None = None
-        else:
-            path = Path(journal)
-            self._source = path.open("rb")
-            self.total_bytes = path.stat().st_size
+        self.name = journal
+        self._source, self.total_bytes = _open(journal)
+        self._opened = None if journal == "-" else self._source  # what close() must close
+        self._spool: IO[bytes] | None = None
         self.read_bytes = 0
         self.blank_lines = 0
+        # True only while (about to be) blocked reading the journal, where a stop request
+        # may end the read at once; ``before_wait`` runs just before each such read.
+        self.waiting = False
+        self.before_wait: Callable[[], None] | None = None
+        self.resumed: Checkpoint | None = None
+        self._hash = hashlib.sha256()
+        self._lines = 0
+        self._done_bytes = 0
+        self._done_lines = 0
 
+    # -- resume --------------------------------------------------------------------------
+    def resume(self, at: Checkpoint) -> bool:
+        """Skip the prefix ``at`` describes if the journal starts with it; else read from the start."""
+        if at.offset == 0 or (self.total_bytes is not None and self.total_bytes < at.offset):
+            return False  # nothing to skip, or shorter than what was consumed: not the same journal
+        spool = None if self.total_bytes is not None else self._new_spool()
+        prefix = hashlib.sha256()
+        size = self._read_prefix(at.offset, prefix, spool)
+        if size == at.offset and prefix.hexdigest() == at.sha256:
+            if spool is not None:
+                spool.close()
+            self._hash, self.read_bytes, self._lines = prefix, at.offset, at.line
+            self._done_bytes, self._done_lines = at.offset, at.line
+            self.resumed = at
+            return True
+        if spool is None:
+            self._source.seek(0)
+        else:
+            spool.seek(0)
+            self._spool = spool
+            self._source = io.BufferedReader(_Chain(spool, self._source), _CHUNK)
+        return False
+
+    @staticmethod
+    def _new_spool() -> IO[bytes]:
+        return tempfile.SpooledTemporaryFile(max_size=_SPOOL_IN_MEMORY)
+
+    def _read_prefix(self, size: int, digest: "hashlib._Hash", spool: IO[bytes] | None) -> int:
+        done = 0
+        while done < size:
+            self._wait()
+            chunk = self._read(min(_CHUNK, size - done))
+            self.waiting = False
+            if not chunk:
+                break
+            digest.update(chunk)
+            if spool is not None:
+                spool.write(chunk)
+            done += len(chunk)
+        return done
+
+    def _wait(self) -> None:
+        self.waiting = True
+        if self.before_wait is not None:
+            self.before_wait()
+
+    def _read(self, size: int) -> bytes:
+        try:
+            return self._source.read(size)
+        except OSError as error:
+            raise JournalError(f"cannot read journal {shown(self.name)}: {error.strerror or error}") from error
+
+    def _readline(self) -> bytes:
+        try:
+            return self._source.readline()
+        except OSError as error:
+            raise JournalError(f"cannot read journal {shown(self.name)}: {error.strerror or error}") from error
+
+    # -- lines ---------------------------------------------------------------------------
     def __iter__(self) -> Iterator[tuple[int, bytes]]:
-        for number, line in enumerate(self._source, start=1):
+        while True:
+            self._wait()
+            line = self._readline()
+            self.waiting = False
+            if not line:
+                return
+            self._lines += 1
             self.read_bytes += len(line)
+            if line.endswith(b"\n"):
+                # Only whole lines are checkpointed: a last line without its newline may
+                # still grow, so it is read again next time.
+                self._hash.update(line)
+                self._done_bytes, self._done_lines = self.read_bytes, self._lines
             entry = line.rstrip(b"\r\n")
             if not entry.strip():
                 self.blank_lines += 1
                 continue
-            yield number, entry
+            yield self._lines, entry
+
+    def checkpoint(self) -> Checkpoint:
+        """The whole lines read so far (every line up to the last one yielded, and any blank ones after it)."""
+        return Checkpoint(self._done_bytes, self._done_lines, self._hash.hexdigest())
 
     def close(self) -> None:
-        if self._source is not sys.stdin.buffer:
-            self._source.close()
+        if self._spool is not None:
+            self._spool.close()
+        if self._opened is not None:
+            self._opened.close()
 
     def __enter__(self) -> Self:
         return self

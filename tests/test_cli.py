@@ -1,5 +1,6 @@
 """The commands acceptance suites call, end to end (contract section 4)."""
 
+import argparse
 import json
 import subprocess
 import sys
@@ -8,8 +9,16 @@ from typing import Any
 
 import pytest
 
-from recurrence.processor.cli import main
-from recurrence.processor.synthetic import JournalSpec, write
+from recurrence import __version__
+from recurrence.processor.cli import build_parser, exit_code, main
+from recurrence.processor.exceptions import (
+    ConfigMismatchError,
+    Interrupted,
+    LedgerMismatchError,
+    StateDirError,
+    TransactionStateError,
+)
+from recurrence.processor.synthetic import JournalSpec, generate, write
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "rfc-minimum.jsonl"
@@ -149,3 +158,77 @@ def test_generate_is_seeded_and_replayable(tmp_path: Path) -> None:
     assert len(first.splitlines()) == 300
     done = replay("-", tmp_path / "s", tmp_path / "l.jsonl", stdin=first)
     assert done.returncode == 0 and b"300 entries" in done.stderr
+
+
+# -- command-line surface (issue 10, for replay / stats / generate) --------------------------------
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.strip() == f"recurrence {__version__}"
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_verbose_is_accepted_before_or_after_the_subcommand(tmp_path: Path, where: str) -> None:
+    journal = tmp_path / "bad.jsonl"
+    journal.write_bytes(b"{broken\n")
+    args = ["replay", str(journal), "--state", str(tmp_path / "s"), "--out", str(tmp_path / "l.jsonl")]
+    done = subprocess.run(
+        [sys.executable, "-m", "recurrence.processor.cli", *(["-v", *args] if where == "before" else [*args, "-v"])],
+        capture_output=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert b"DEBUG recurrence.embedded: dead letter invalid_json at line 1" in done.stderr
+    assert b"broken" not in done.stderr  # logs carry codes and positions, never entry text
+
+
+def _subcommand(name: str) -> argparse.ArgumentParser:
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    sub: argparse.ArgumentParser = commands.choices[name]
+    return sub
+
+
+@pytest.mark.parametrize("name", ["replay", "stats", "generate"])
+def test_every_flag_has_help(name: str) -> None:
+    undocumented = [a.dest for a in _subcommand(name)._actions if not a.help]
+    assert undocumented == []
+
+
+def test_generate_experiences_per_scope_bounds_the_working_set() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "recurrence.processor.cli", "generate", "--entries", "400", "--scopes", "2",
+         "--seed", "4", "--experiences-per-scope", "3"],
+        capture_output=True,
+        check=True,
+    )
+    spec = JournalSpec(entries=400, scopes=2, seed=4, experiences_per_scope=3)
+    assert done.stdout == b"".join(line + b"\n" for line in generate(spec))
+    experiences: dict[str, set[str]] = {}
+    for line in done.stdout.splitlines():
+        entry = json.loads(line)
+        if entry["type"] == "artifact" and entry["artifact"]["family"] == "experience":
+            experiences.setdefault(entry["scope_id"], set()).add(entry["artifact"]["artifact_id"])
+    assert experiences and all(len(ids) <= 3 for ids in experiences.values())
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (Interrupted(2), 130),
+        (Interrupted(15), 143),
+        (LedgerMismatchError("x"), 2),
+        (StateDirError("x"), 2),
+        (ConfigMismatchError("x"), 2),
+        (OSError(28, "No space left on device"), 2),
+        (BrokenPipeError(), 0),
+        (KeyboardInterrupt(), 130),
+        (TransactionStateError("x"), 1),
+        (ValueError("x"), 1),
+    ],
+)
+def test_exit_codes_come_from_one_mapping(error: BaseException, code: int) -> None:
+    assert exit_code(error) == code

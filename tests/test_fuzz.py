@@ -1,0 +1,195 @@
+"""Seeded fuzzing of the embedded runner: no line can crash it or change what the clean lines produce.
+
+Each case takes a valid generated journal and mixes in mutated lines (byte
+flips, truncations, number extremes, nesting past 200 levels, lines of a few
+MB, non-UTF-8 bytes, duplicates), interleaved after the line they derive
+from or appended at the end. A mutation that validates and sits above its
+scope's last position could be accepted as a new entry, so it is skipped:
+every kept mutation is either a no-op (identical to the entry accepted at
+its position, or blank) or must become exactly one dead letter.
+
+Asserted for every case: ``replay`` exits 0, twice; the statistics equal
+those of the clean journal alone; each non-no-op mutated line has exactly
+one dead letter, whose origin is its line, and nothing else is
+dead-lettered (the second run adds none); the ledger without dead letters
+equals the clean run's ledger.
+
+A fixed number of seeded cases keeps it deterministic and inside ``make
+test``'s time budget (a few seconds).
+"""
+
+import random
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+import pytest
+from pydantic import ValidationError
+
+from recurrence.processor.cli import main
+from recurrence.processor.embedded import open_state, statistics
+from recurrence.processor.synthetic import JournalSpec, generate
+from recurrence.schemas.canonical import canonical_json
+from recurrence.schemas.journal import JOURNAL_ENTRY
+
+CASES = 30
+CLEAN_ENTRIES = 150
+Verdict = Literal["dead", "no-op", "may-be-accepted"]
+
+_NUMBERS = [b"18446744073709551616", b"-9223372036854775809", b"9223372036854775808", b"1e400", b"-1e400", b"NaN",
+            b"Infinity", b"-Infinity", b"0", b"-1", b"1.5", b"1" + b"0" * 400]
+
+
+_PRINTABLE = bytes(range(0x20, 0x7F))
+_ANY_BUT_NEWLINE = bytes(b for b in range(256) if b != 0x0A)
+
+
+def _flip(rng: random.Random, line: bytes) -> bytes:
+    # Mostly printable ASCII, so many flipped lines still parse and reach validation.
+    data = bytearray(line)
+    for _ in range(rng.randint(1, 3)):
+        data[rng.randrange(len(data))] = rng.choice(_PRINTABLE if rng.random() < 0.7 else _ANY_BUT_NEWLINE)
+    return bytes(data)
+
+
+def _truncate(rng: random.Random, line: bytes) -> bytes:
+    return line[: rng.randrange(len(line))]
+
+
+def _number(rng: random.Random, line: bytes) -> bytes:
+    number = rng.choice(_NUMBERS)
+    if rng.random() < 0.5 and b'"metadata":{' in line:  # a free-form place: big integers are valid there
+        return line.replace(b'"metadata":{', b'"metadata":{"n":' + number + b",", 1)
+    start = line.index(b'"position":') + len(b'"position":')
+    end = line.index(b",", start)
+    return line[:start] + number + line[end:]
+
+
+def _earlier_position(rng: random.Random, line: bytes) -> bytes:
+    """A valid entry moved to a position at or below its own: a conflict, a gap never accepted, or itself."""
+    start = line.index(b'"position":') + len(b'"position":')
+    end = line.index(b",", start)
+    return line[:start] + b"%d" % rng.randint(1, int(line[start:end])) + line[end:]
+
+
+def _deep(rng: random.Random, line: bytes) -> bytes:
+    depth = rng.choice([201, 300, 1100, 5000])
+    nested = b"[" * depth + b"1" + b"]" * depth
+    if rng.random() < 0.5 and b'"metadata":{' in line:
+        return line.replace(b'"metadata":{', b'"metadata":{"deep":' + nested + b",", 1)
+    return b'{"deep":' + nested + b"," + line[1:]
+
+
+def _huge(rng: random.Random, line: bytes) -> bytes:
+    size = rng.randint(2, 3) << 20
+    return b'{"pad":"' + b"a" * size + b'",' + line[1:]
+
+
+def _non_utf8(rng: random.Random, line: bytes) -> bytes:
+    at = rng.randrange(len(line))
+    return line[:at] + rng.choice([b"\xff", b"\xc3\x28", b"\xed\xa0\x80", b"\xf8\x88\x80\x80\x80"]) + line[at:]
+
+
+def _duplicate(rng: random.Random, line: bytes) -> bytes:
+    return line
+
+
+Mutator = Callable[[random.Random, bytes], bytes]
+MUTATORS: list[Mutator] = [
+    _flip, _flip, _truncate, _number, _number, _earlier_position, _deep, _non_utf8, _duplicate,
+]
+
+
+@dataclass
+class Case:
+    lines: list[bytes] = field(default_factory=list)
+    dead_lines: list[int] = field(default_factory=list)  # 1-based line numbers that must be dead-lettered
+    skipped: int = 0
+
+
+def _identity(entry: Any) -> bytes:
+    return canonical_json(entry.model_dump(mode="json", by_alias=True))
+
+
+def verdict(line: bytes, last: dict[str, int], accepted: dict[tuple[str, int], bytes]) -> Verdict:
+    """What the contract says this line does, given the clean entries before it."""
+    entry_text = line.rstrip(b"\r\n")
+    if not entry_text.strip():
+        return "no-op"  # a blank line is not an entry
+    try:
+        entry_text.decode("utf-8")
+        orjson.loads(entry_text)
+        entry = JOURNAL_ENTRY.validate_json(entry_text)
+    except (UnicodeDecodeError, orjson.JSONDecodeError, ValidationError):
+        return "dead"
+    if entry.position > last.get(entry.scope_id, 0):
+        return "may-be-accepted"
+    known = accepted.get((entry.scope_id, entry.position))
+    return "no-op" if known is not None and known == _identity(entry) else "dead"
+
+
+def build_case(seed: int) -> tuple[list[bytes], Case]:
+    rng = random.Random(seed)
+    clean = list(generate(JournalSpec(entries=CLEAN_ENTRIES, scopes=3, seed=seed)))
+    case = Case()
+    last: dict[str, int] = {}
+    accepted: dict[tuple[str, int], bytes] = {}
+    huge_left = 1 if seed % 3 == 0 else 0
+
+    def mutate(base: bytes) -> None:
+        nonlocal huge_left
+        mutator = _huge if huge_left and rng.random() < 0.1 else rng.choice(MUTATORS)
+        huge_left -= mutator is _huge
+        line = mutator(rng, base).replace(b"\n", b" ")
+        found = verdict(line, last, accepted)
+        if found == "may-be-accepted":
+            case.skipped += 1
+            return
+        case.lines.append(line)
+        if found == "dead":
+            case.dead_lines.append(len(case.lines))
+
+    for index, line in enumerate(clean):
+        entry = JOURNAL_ENTRY.validate_json(line)
+        case.lines.append(line)
+        last[entry.scope_id] = entry.position
+        accepted[(entry.scope_id, entry.position)] = _identity(entry)
+        if rng.random() < 0.25:
+            mutate(clean[rng.randrange(index + 1)])  # from a line already applied
+    for _ in range(12):
+        mutate(rng.choice(clean))
+    return clean, case
+
+
+def _replay(lines: list[bytes], workdir: Path, times: int = 1) -> tuple[list[bytes], Any]:
+    workdir.mkdir()
+    journal, state, out = workdir / "journal.jsonl", workdir / "state", workdir / "ledger.jsonl"
+    journal.write_bytes(b"".join(line + b"\n" for line in lines))
+    for _ in range(times):
+        assert main(["replay", str(journal), "--state", str(state), "--out", str(out)]) == 0
+    store = open_state(state, must_exist=True, read_only=True)
+    try:
+        return out.read_bytes().splitlines(), statistics(store, None, None)
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("seed", range(CASES))
+def test_mutated_journals_never_crash_and_never_change_what_the_clean_lines_produce(
+    seed: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    clean, case = build_case(seed)
+    assert len(case.lines) - len(clean) >= 20  # the seed really mutated something
+    clean_ledger, clean_stats = _replay(clean, tmp_path / "clean")
+    assert not [line for line in clean_ledger if line.startswith(b'{"record":"dead_letter"')]
+    ledger, stats = _replay(case.lines, tmp_path / "mutated", times=2)  # the rerun must add nothing
+    capsys.readouterr()
+
+    assert stats == clean_stats
+    letters = [orjson.loads(line) for line in ledger if line.startswith(b'{"record":"dead_letter"')]
+    by_line = Counter(letter["origin"]["line"] for letter in letters)
+    assert by_line == Counter(case.dead_lines)  # exactly one per bad line, at its own line, and no other
+    assert [line for line in ledger if not line.startswith(b'{"record":"dead_letter"')] == clean_ledger
