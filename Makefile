@@ -31,6 +31,8 @@ run: $(STAMP)
 	@$(VENV)/bin/recurrence replay examples/rfc-minimum.jsonl --state $(OUT)/state --out $(OUT)/ledger.jsonl
 	@echo "ledger: $(OUT)/ledger.jsonl ($$(wc -l < $(OUT)/ledger.jsonl) records)"
 	@$(VENV)/bin/recurrence stats --state $(OUT)/state
+	@echo "why was the RFC's recurrence counted?"
+	@$(VENV)/bin/recurrence explain "$$($(PY) -c 'import json,sys; print(next(r["observation_id"] for r in map(json.loads, open(sys.argv[1])) if r.get("event") == "recurred"))' $(OUT)/ledger.jsonl)" --state $(OUT)/state
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check processor schemas topics tests bench recurrence

@@ -18,12 +18,14 @@ from pathlib import Path
 import orjson
 
 from recurrence import __version__
+from recurrence.processor.archive import FileArchive
 from recurrence.processor.cliargs import EXIT_OK, non_negative_int, positive_int, ratio
 from recurrence.processor.embedded import (
     DEFAULT_BATCH,
     ReplayInterrupted,
     RunSummary,
     StopSignals,
+    bind_config,
     check_paths,
     open_state,
     replay,
@@ -37,11 +39,20 @@ from recurrence.processor.exceptions import (
     Interrupted,
     RecurrenceError,
     StateDirError,
+    UnusableError,
 )
+from recurrence.processor.explain import Explainer, NotFoundError, render
 from recurrence.processor.journalfile import shown
+from recurrence.processor.patterns import listing
+from recurrence.processor.state import State
+from recurrence.processor.store.base import Transaction
 from recurrence.processor.store.rocksdb import RocksStore
 from recurrence.processor.synthetic import JournalSpec, generate
-from recurrence.schemas.constants import DEFAULT_TOP_REVISIONS, RECURRENCE_REVIEW_STREAK_THRESHOLD
+from recurrence.schemas.constants import (
+    DEFAULT_PATTERN_SCOPES,
+    DEFAULT_TOP_REVISIONS,
+    RECURRENCE_REVIEW_STREAK_THRESHOLD,
+)
 
 log = logging.getLogger("recurrence.cli")
 
@@ -89,7 +100,7 @@ def _report(summary: RunSummary) -> None:
 def _cmd_replay(args: argparse.Namespace) -> int:
     state, out = Path(args.state), Path(args.out)
     check_paths(args.journal, state, out)
-    config = EngineConfig(review_threshold=args.review_threshold)
+    config = EngineConfig(review_threshold=args.review_threshold, pattern_scopes=args.pattern_scopes)
     stopped: ReplayInterrupted | None = None
     with _state(state) as store, StopSignals() as stop:
         try:
@@ -112,6 +123,49 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_explain(args: argparse.Namespace) -> int:
+    with _state(Path(args.state), must_exist=True, read_only=True) as store:
+        archive = FileArchive(
+            store,
+            Path(args.out) if args.out else None,
+            Path(args.journal) if args.journal else None,
+        )
+        explainer = Explainer(State(Transaction(store)), archive)
+        try:
+            result = explainer.explain(args.id)
+        except NotFoundError as missing:
+            raise UnusableError(f"{missing}; ids are observation_id, match_digest, dead_letter_id or "
+                                "family/artifact_id@revision") from None
+    if args.json:
+        sys.stdout.buffer.write(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        sys.stdout.write(render(result))
+    return EXIT_OK
+
+
+def _cmd_patterns(args: argparse.Namespace) -> int:
+    with _state(Path(args.state), must_exist=True, read_only=True) as store:
+        config = bind_config(store, None)
+        rows = listing(Transaction(store), config.pattern_scopes, suggested_only=not args.all)
+    if args.json:
+        sys.stdout.buffer.write(orjson.dumps(rows, option=orjson.OPT_INDENT_2) + b"\n")
+        return EXIT_OK
+    if not rows:
+        print(f"no signature has recurred in {config.pattern_scopes} or more scopes yet")
+    for row in rows:
+        more = "+" if row["more_than_listed"] else ""
+        mark = "suggested" if row["suggested"] else "below the threshold"
+        print(f"{row['scope_count']}{more} scopes, {row['recurrences']} recurrences ({mark}): {row['signature_key']!r}")
+        print(f"    scopes: {', '.join(row['scopes'])}")
+        revisions = [
+            f"{r['scope_id']}:{r['artifact_ref']['family']}/{r['artifact_ref']['artifact_id']}"
+            f"@{r['artifact_ref']['revision']}"
+            for r in row["revisions"]
+        ]
+        print(f"    revisions: {', '.join(revisions)}")
+    return EXIT_OK
+
+
 def _cmd_generate(args: argparse.Namespace) -> int:
     spec = JournalSpec(
         entries=args.entries,
@@ -119,6 +173,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
         seed=args.seed,
         garbage_ratio=args.garbage_ratio,
         experiences_per_scope=args.experiences_per_scope,
+        conflict_ratio=args.conflict_ratio,
     )
     out = sys.stdout.buffer
     for line in generate(spec):
@@ -139,6 +194,13 @@ def _add_replay(commands: "argparse._SubParsersAction[argparse.ArgumentParser]")
         type=positive_int,
         default=RECURRENCE_REVIEW_STREAK_THRESHOLD,
         help="RECURRENCE_REVIEW_STREAK_THRESHOLD (fixed per state directory; default %(default)s)",
+    )
+    p.add_argument(
+        "--pattern-scopes",
+        type=positive_int,
+        default=DEFAULT_PATTERN_SCOPES,
+        metavar="K",
+        help="suggest a cross-scope pattern when a signature recurs in K scopes (fixed per state; default %(default)s)",
     )
     p.add_argument(
         "--batch", type=positive_int, default=DEFAULT_BATCH, help="entries per durable commit (default %(default)s)"
@@ -174,7 +236,34 @@ def _add_generate(commands: "argparse._SubParsersAction[argparse.ArgumentParser]
         metavar="N",
         help="cap on distinct Experiences per scope, so the working set stays bounded (default: no cap)",
     )
+    p.add_argument(
+        "--conflict-ratio",
+        type=ratio,
+        default=0.0,
+        help="share of entries that re-send an earlier one: identical, or changed (conflicts), 0..1 "
+        "(default %(default)s)",
+    )
     p.set_defaults(func=_cmd_generate)
+
+
+def _add_explain(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    p = commands.add_parser("explain", help="why was this counted? the evidence chain of a record or revision")
+    p.add_argument(
+        "id", help="an observation_id, match_digest or dead_letter_id, or a revision family/artifact_id@revision"
+    )
+    p.add_argument("--state", required=True, help="state directory written by replay")
+    p.add_argument("--out", help="the ledger file (default: the one the state last wrote)")
+    p.add_argument("--journal", help="the journal file (default: the one the state last read)")
+    p.add_argument("--json", action="store_true", help="print the chain as JSON")
+    p.set_defaults(func=_cmd_explain)
+
+
+def _add_patterns(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    p = commands.add_parser("patterns", help="signatures that recurred in many scopes (suggestions only)")
+    p.add_argument("--state", required=True, help="state directory written by replay")
+    p.add_argument("--all", action="store_true", help="also list signatures below the threshold")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_cmd_patterns)
 
 
 def _verbose_everywhere(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -200,6 +289,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_replay(commands)
     _add_stats(commands)
     _add_generate(commands)
+    _add_explain(commands)
+    _add_patterns(commands)
     try:
         from recurrence.processor.stream.cli import register  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415
     except ImportError:  # pragma: no cover - the stream package ships with the product

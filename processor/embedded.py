@@ -39,6 +39,7 @@ from typing import IO, Any, Final, Self
 
 import orjson
 
+from recurrence.processor.archive import JOURNAL_PATH_KEY, LEDGER_PATH_KEY, record_key
 from recurrence.processor.engine import Engine, EngineConfig
 from recurrence.processor.exceptions import (
     ConfigMismatchError,
@@ -49,6 +50,7 @@ from recurrence.processor.exceptions import (
     UnusableError,
 )
 from recurrence.processor.journalfile import Checkpoint, JournalReader, Progress, check_journal, shown
+from recurrence.processor.patterns import PatternTracker
 from recurrence.processor.state import FORMAT_KEY, STATE_FORMAT, key, row_cache
 from recurrence.processor.store.base import RowCache, StateStore, Transaction
 from recurrence.processor.store.rocksdb import RocksStore
@@ -63,6 +65,7 @@ _CONFIG_KEY: Final = key("config")
 LEDGER_KEY: Final = key("ledger")
 JOURNAL_KEY: Final = key("journal")
 _DIAGNOSED: Final = "dl"
+_RECURRED: Final = b'"event":"recurred"'
 
 _REBUILD: Final = (
     "restore the ledger file the state wrote, or rebuild: replay the journal into a fresh --state with a fresh --out"
@@ -106,13 +109,15 @@ def bind_config(
     stored = EngineConfig(**orjson.loads(raw)) if raw else None
     if config is None:
         return stored or EngineConfig()
-    if stored is not None and stored.review_threshold != config.review_threshold:
-        raise ConfigMismatchError(
-            f"state was built with review_threshold={stored.review_threshold}, "
-            f"not {config.review_threshold}; use a fresh --state directory to change it"
-        )
-    if stored is None:
-        _stamp(store, stamps, {_CONFIG_KEY: orjson.dumps({"review_threshold": config.review_threshold})})
+    if stored is not None:
+        for name, value in stored.pinned().items():
+            if getattr(config, name) != value:
+                raise ConfigMismatchError(
+                    f"state was built with {name}={value}, not {getattr(config, name)}; "
+                    "use a fresh --state directory to change it"
+                )
+    else:
+        _stamp(store, stamps, {_CONFIG_KEY: orjson.dumps(config.pinned())})
     return config
 
 
@@ -410,6 +415,7 @@ class RunSummary:
     resumed: Checkpoint | None = None
     replayed_whole: bool = False
     repeated_dead_letters: int = 0
+    patterns: int = 0  # cross-scope pattern suggestions made by this run (``recurrence patterns``)
 
     def line(self) -> str:
         rate = self.entries / self.seconds if self.seconds > 0 else 0.0
@@ -421,9 +427,10 @@ class RunSummary:
             if self.repeated_dead_letters
             else ""
         )
+        patterns = f"; {self.patterns} new pattern suggestions" if self.patterns else ""
         return (
             f"recurrence replay: {self.entries} entries in {self.seconds:.2f}s ({rate:,.0f} entries/s); "
-            f"records: {kinds}; dead letters: {dead}{f' ({codes})' if codes else ''}{repeated}"
+            f"records: {kinds}; dead letters: {dead}{f' ({codes})' if codes else ''}{repeated}{patterns}"
         )
 
 
@@ -447,7 +454,9 @@ class _Batch:
     def _begin(self) -> None:
         self.txn = Transaction(self.store, self.cache)
         self.engine = Engine(self.txn, self.config)
+        self.patterns = PatternTracker(self.txn, self.config.pattern_scopes)
         self.pending: list[bytes] = []
+        self.pending_bytes = 0
         self.diagnosed: dict[bytes, bytes | None] = {}
         self.entries = 0
 
@@ -462,8 +471,15 @@ class _Batch:
                     continue
                 summary.dead_letters[record.error] += 1
                 log.debug("dead letter %s at line %d", record.error, line_number)
+            # ``recurrence explain`` finds a record by id: the offset its line will have in the ledger.
+            self.txn.put(record_key(record.record_id), b"%d" % (self.ledger.length + self.pending_bytes))
             self.pending.append(record.line + b"\n")
+            self.pending_bytes += len(record.line) + 1
             summary.records[record.record] += 1
+            if record.record == "observation" and _RECURRED in record.line:
+                suggestion = self.patterns.observe(record.data())
+                if suggestion is not None:
+                    summary.patterns += 1
 
     def _first_diagnosis(self, line_number: int, entry: bytes) -> bool:
         row = _diagnosed_key(line_number, entry)
@@ -493,9 +509,15 @@ class _Batch:
         self._begin()
 
 
-def _open_ledger(store: StateStore, out: Path, config: EngineConfig | None) -> tuple[EngineConfig, Ledger, int]:
+def _open_ledger(
+    store: StateStore, out: Path, config: EngineConfig | None, journal: str
+) -> tuple[EngineConfig, Ledger, int]:
     """Check the state and the ledger against each other; stamp a fresh state before its first batch."""
-    stamps: dict[bytes, bytes] = {}
+    # Where ``recurrence explain`` reads records and entries back (informational: the ledger is
+    # bound by its bytes, and an explain may name other paths).
+    stamps: dict[bytes, bytes] = {LEDGER_PATH_KEY: os.fsencode(_real(out))}
+    if journal != "-" and Path(journal).is_file():
+        stamps[JOURNAL_PATH_KEY] = os.fsencode(_real(journal))
     check_format(store, stamps)
     config = bind_config(store, config, stamps)
     raw = store.get(LEDGER_KEY)
@@ -549,7 +571,7 @@ def replay(
     try:
         # The journal is opened first: an unreadable one stops the run before the state is stamped.
         with JournalReader(journal) as reader:
-            config, ledger, summary.truncated_bytes = _open_ledger(store, out, config)
+            config, ledger, summary.truncated_bytes = _open_ledger(store, out, config, journal)
             with closing(ledger):
                 stop.waiting = lambda: reader.waiting
                 reader.before_wait = stop.check

@@ -41,6 +41,7 @@ from recurrence.processor.statistics import scope_statistics
 from recurrence.processor.store.base import Transaction
 from recurrence.schemas.canonical import digest
 from recurrence.schemas.constants import (
+    DEFAULT_PATTERN_SCOPES,
     DEFAULT_TOP_REVISIONS,
     EXPERIENCE_FAMILY,
     HANDOFF_FAMILY,
@@ -73,12 +74,20 @@ _EXPECTED_SCHEMA = {
 class EngineConfig:
     review_threshold: int = RECURRENCE_REVIEW_STREAK_THRESHOLD
     top_revisions: int = DEFAULT_TOP_REVISIONS
+    # Scopes a signature must recur in before a pattern is suggested (runners feed the tracker).
+    pattern_scopes: int = DEFAULT_PATTERN_SCOPES
 
     def __post_init__(self) -> None:
         if self.review_threshold < 1:
             raise ValueError("review_threshold must be at least 1")
         if self.top_revisions < 0:
             raise ValueError("top_revisions must be non-negative")
+        if self.pattern_scopes < 1:
+            raise ValueError("pattern_scopes must be at least 1")
+
+    def pinned(self) -> dict[str, int]:
+        """The settings derived state depends on: fixed for the life of a state."""
+        return {"review_threshold": self.review_threshold, "pattern_scopes": self.pattern_scopes}
 
 
 class _RejectedEntryError(Exception):

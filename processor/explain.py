@@ -50,8 +50,8 @@ from recurrence.schemas.powercontext import (
 TEXT_PREVIEW = 240
 
 
-class Sources(Protocol):
-    """Where a runner keeps what the state does not: its records and the journal."""
+class Archive(Protocol):
+    """Where a runner keeps what the state does not: the records it wrote and the journal it read."""
 
     def record(self, record_id: str) -> bytes | None:
         """The output record (its JSON line) with this id, or None if it is not indexed or readable."""
@@ -101,16 +101,16 @@ def _preview(text: str) -> str:
 
 
 class Explainer:
-    def __init__(self, state: State, sources: Sources) -> None:
+    def __init__(self, state: State, archive: Archive) -> None:
         self.state = state
-        self.sources = sources
+        self.archive = archive
 
     # -- entry points ------------------------------------------------------------------------
     def explain(self, identity: str) -> dict[str, Any]:
         revision = RevisionRef.parse(identity)
         if revision is not None:
             return self.revision(revision)
-        line = self.sources.record(identity)
+        line = self.archive.record(identity)
         if line is None:
             raise NotFoundError(f"no record with id {identity} in this state's index")
         record: dict[str, Any] = orjson.loads(line)
@@ -132,13 +132,14 @@ class Explainer:
         ref: ArtifactKey = (art["family"], art["artifact_id"], art["revision"])
         chain = [self._outcome_link(scope_id, outcome_ref, position)]
         outcome = self._outcome(scope_id, position)
-        if record["handoff_receipt_ref"] is not None:
-            chain.extend(self._handoff_links(scope_id, record, ref))
+        link = self._link(scope_id, position, record, outcome)
+        if link is not None:
+            chain.extend(self._handoff_links(scope_id, link, ref))
         chain.append(self._experience_link(scope_id, ref))
         event = record["event"]
         verdict: dict[str, Any] | None = None
         if event == "recurred":
-            match_line = self.sources.record(record["recurrence_match_digest"])
+            match_line = self.archive.record(record["recurrence_match_digest"])
             match = orjson.loads(match_line) if match_line is not None else None
             chain.append(self._item_link("failure item", record["failure_ref"], outcome))
             chain.append(self._match_link(match, record["recurrence_match_digest"]))
@@ -257,7 +258,7 @@ class Explainer:
         origin = self.state.entry_origin(scope_id, position)
         if origin is None:
             return None, None
-        raw = self.sources.entry(origin)
+        raw = self.archive.entry(origin)
         if raw is None:
             return origin, None
         try:
@@ -282,9 +283,32 @@ class Explainer:
         return {"link": "task_outcome", "position": position, "ref": _ref_text(ref), "origin": origin,
                 "text": f"Task Outcome {_ref_text(ref)} at position {position}{where}{status}"}
 
-    def _handoff_links(self, scope_id: str, record: dict[str, Any], ref: ArtifactKey) -> list[dict[str, Any]]:
-        receipt_ref = record["handoff_receipt_ref"]
-        handoff = record["handoff_ref"]
+    def _link(
+        self, scope_id: str, position: int, record: dict[str, Any], outcome: TaskOutcome | None
+    ) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """The Receipt and Handoff an observation rests on: on the record, or (``recurred`` carries
+        none, decision 9) the Outcome's own receipt when it was linkable at the Outcome's position."""
+        if record["handoff_receipt_ref"] is not None:
+            return record["handoff_receipt_ref"], record["handoff_ref"]
+        receipt_ref = None if outcome is None else outcome.handoff_receipt_ref
+        if receipt_ref is None:
+            return None
+        receipt = self.state.source(scope_id, (receipt_ref.source_type, receipt_ref.source_id))
+        if receipt is None or receipt.position >= position or receipt.linkable_handoff is None:
+            return None
+        handoff = self.state.artifact(scope_id, receipt.linkable_handoff)
+        if handoff is None or handoff.position >= position:
+            return None
+        family, artifact_id, revision = receipt.linkable_handoff
+        return (
+            {"source_type": receipt_ref.source_type, "source_id": receipt_ref.source_id},
+            {"family": family, "artifact_id": artifact_id, "revision": revision},
+        )
+
+    def _handoff_links(
+        self, scope_id: str, link: tuple[dict[str, Any], dict[str, Any]], ref: ArtifactKey
+    ) -> list[dict[str, Any]]:
+        receipt_ref, handoff = link
         receipt = self.state.source(scope_id, (receipt_ref["source_type"], receipt_ref["source_id"]))
         handoff_key: ArtifactKey = (handoff["family"], handoff["artifact_id"], handoff["revision"])
         stored = self.state.artifact(scope_id, handoff_key)

@@ -21,6 +21,10 @@ NEAR_DUPLICATE_BIGRAM_OVERLAP: Final = 0.8
 # Contract section 3: deployment-bounded N for top_revisions.
 DEFAULT_TOP_REVISIONS: Final = 20
 
+# RFC "Future possibilities": a signature recurring in this many scopes is
+# suggested for promotion from personal to team assets (a setting; never a counter).
+DEFAULT_PATTERN_SCOPES: Final = 3
+
 # PowerContext work-continuity limits mirrored by the wire contract.
 MAX_WORK_TEXT_LENGTH: Final = 8_192
 MAX_WORK_ITEMS: Final = 64

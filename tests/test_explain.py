@@ -52,8 +52,11 @@ def test_the_rfc_recurred_observation_shows_the_whole_chain() -> None:
     record = _first(sources, record="observation", event="recurred")
     result = explain.explain(record["observation_id"])
     links = [link["link"] for link in result["chain"]]
-    assert links == ["task_outcome", "experience", "failure item", "match", "observation"]
-    outcome, experience, item, match, _ = result["chain"]
+    assert links == [
+        "task_outcome", "handoff_receipt", "handoff", "citation", "experience", "failure item", "match", "observation"
+    ]
+    outcome, _, _, citation, experience, item, match, _ = result["chain"]
+    assert "state[0].citations[0]" in citation["text"]
     assert outcome["position"] == record["task_outcome_position"] and outcome["origin"] == {"line": 7}
     assert experience["failure_record"]["repair_surface"] == "experience_content"
     assert item["digest_matches"] is True and item["item_text"]
@@ -149,3 +152,33 @@ def test_a_crossing_without_a_proposal_says_why() -> None:
     explain, _ = explainer(journal.lines())
     (card,) = explain.explain("experience/E7@1")["cards"]
     assert card["crossings"][0][1] == "no proposal: repair_surface recall_policy"
+
+
+def test_explain_and_patterns_on_the_command_line(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    state, out = tmp_path / "state", tmp_path / "ledger.jsonl"
+
+    def cli(*args: str) -> "subprocess.CompletedProcess[str]":
+        return subprocess.run(
+            [sys.executable, "-m", "recurrence.processor.cli", *args], capture_output=True, text=True, check=False
+        )
+
+    assert cli("replay", str(EXAMPLE), "--state", str(state), "--out", str(out)).returncode == 0
+    recurred = next(r for r in map(orjson.loads, out.read_bytes().splitlines()) if r.get("event") == "recurred")
+    text = cli("explain", recurred["observation_id"], "--state", str(state))
+    assert text.returncode == 0, text.stderr
+    assert "Handoff Receipt content/R12" in text.stdout and "frozen candidate set" in text.stdout
+    as_json = orjson.loads(cli("explain", recurred["observation_id"], "--state", str(state), "--json").stdout)
+    assert as_json["event"] == "recurred" and len(as_json["chain"]) == 8
+    card = cli("explain", "experience/E7@1", "--state", str(state))
+    assert "selected 3  recurred 1  avoided 1  unknown 1" in card.stdout
+    missing = cli("explain", "sha256:" + "1" * 64, "--state", str(state))
+    assert missing.returncode == 2 and "no record with id" in missing.stderr
+    # The journal moved away: the chain still comes, without the item texts.
+    moved = cli("explain", recurred["observation_id"], "--state", str(state), "--journal", str(tmp_path / "gone"))
+    assert moved.returncode == 0 and "text not readable here" in moved.stdout
+    patterns = cli("patterns", "--state", str(state), "--all", "--json")
+    (row,) = orjson.loads(patterns.stdout)
+    assert row["scopes"] == ["rfc-minimum"] and row["suggested"] is False

@@ -1,6 +1,7 @@
 """Cross-scope failure patterns: one suggestion per signature key that recurs in K scopes."""
 
 import random
+from pathlib import Path
 
 import pytest
 
@@ -63,3 +64,26 @@ def test_lists_are_bounded() -> None:
     assert len(row["scopes"]) == MAX_LISTED and row["more_than_listed"] is True
     with pytest.raises(ValueError):
         PatternTracker(txn, min_scopes=MAX_LISTED + 1)
+
+
+def test_the_embedded_runner_tracks_patterns_from_the_ledger(tmp_path: Path) -> None:
+    import orjson
+
+    from recurrence.processor.embedded import replay
+    from recurrence.processor.synthetic import JournalSpec, write
+
+    journal, out = Path(tmp_path) / "j.jsonl", Path(tmp_path) / "l.jsonl"
+    write(JournalSpec(entries=3000, scopes=10, seed=8), str(journal))
+    store = MemoryStore()
+    summary = replay(str(journal), store, out)
+    found = listing(Transaction(store), 3)
+    assert found and summary.patterns == len(found)
+    # The same suggestions, recomputed independently from the ledger's recurred observations.
+    again = Transaction(MemoryStore())
+    tracker = PatternTracker(again, 3)
+    for line in out.read_bytes().splitlines():
+        record = orjson.loads(line)
+        if record.get("event") == "recurred":
+            tracker.observe(record)
+    assert listing(again, 3) == found
+    assert all(len(row["scopes"]) >= 3 for row in found)
