@@ -645,4 +645,5 @@ def statistics(store: StateStore, scope_id: str | None, top: int | None) -> list
 def open_state(path: Path, must_exist: bool = False, read_only: bool = False) -> RocksStore:
     if must_exist and not path.is_dir():
         raise StateDirError(f"no state directory at {shown(path)}; run 'recurrence replay' first")
-    return RocksStore.open(path, read_only=read_only)
+    # Durable writes: after a power cut the state never falls behind what it recorded of the ledger.
+    return RocksStore.open(path, read_only=read_only, durable=not read_only)

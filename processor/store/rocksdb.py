@@ -9,7 +9,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from rocksdict import AccessType, BlockBasedOptions, Cache, Options, Rdict, WriteBatch
+from rocksdict import AccessType, BlockBasedOptions, Cache, Options, Rdict, WriteBatch, WriteOptions
 
 from recurrence.processor.exceptions import StateDirError
 
@@ -53,12 +53,17 @@ def write_batch(changes: Mapping[bytes, bytes | None]) -> WriteBatch:
 
 
 class RocksStore:
-    def __init__(self, db: Any, owned: bool = True) -> None:
+    def __init__(self, db: Any, owned: bool = True, durable: bool = False) -> None:
         self._db = db
         self._owned = owned
+        # durable: every apply reaches the disk before it returns (the WAL is fsync'ed). The
+        # embedded runner needs it (its state is the only record of what the ledger holds);
+        # the Kafka path does not (its changelog is the source of truth).
+        self._write_options = WriteOptions()
+        self._write_options.sync = durable
 
     @classmethod
-    def open(cls, path: Path, read_only: bool = False) -> "RocksStore":
+    def open(cls, path: Path, read_only: bool = False, durable: bool = False) -> "RocksStore":
         if not read_only:
             try:
                 path.mkdir(parents=True, exist_ok=True)
@@ -69,7 +74,7 @@ class RocksStore:
             db = Rdict(str(path), options=rocks_options(), access_type=access)
         except Exception as error:  # rocksdict raises plain Exception subclasses
             raise StateDirError(f"cannot open state directory {path}: {error}") from error
-        return cls(db)
+        return cls(db, durable=durable)
 
     def get(self, key: bytes) -> bytes | None:
         value = self._db.get(key)
@@ -87,7 +92,7 @@ class RocksStore:
 
     def write(self, batch: WriteBatch) -> None:
         try:
-            self._db.write(batch)
+            self._db.write(batch, self._write_options)
         except Exception as error:  # a full or failing disk: the batch did not land
             raise StateDirError(f"cannot write the state: {error}") from error
 
