@@ -25,6 +25,7 @@ import faust
 from aiokafka import TopicPartition
 
 from recurrence.processor.engine import EngineConfig
+from recurrence.processor.exceptions import RecurrenceError
 from recurrence.processor.stream.journal import JournalReader
 from recurrence.processor.stream.metrics import Metrics
 from recurrence.processor.stream.processing import BatchProcessor
@@ -251,6 +252,8 @@ class RecurrenceService:
                 await self.processor.process(entries)
             except asyncio.CancelledError:
                 self._abort("cancelled while a batch was in flight", entries)
+            except RecurrenceError as error:  # a refusal with an operator's message: one line, its exit code
+                self._abort(str(error), entries, error.exit_code)
             except Exception as error:  # any failure: never acknowledge a batch that is not durable
                 log.critical("batch failed: %s", type(error).__name__, exc_info=error)
                 self._abort(f"{type(error).__name__} while a batch was in flight", entries)
@@ -289,7 +292,7 @@ class RecurrenceService:
                 self._abort(f"{type(error).__name__} while catching up", [])
             self._progress[tp.partition] = (self.processor.position(tp.partition), time.monotonic())
 
-    def _abort(self, why: str, entries: list[Entry]) -> None:
+    def _abort(self, why: str, entries: list[Entry], code: int = EXIT_BATCH_ABORTED) -> None:
         first = {e.partition: e.offset for e in reversed(entries)}
         log.critical(
             "%s; exiting without acknowledging %d entries (first offsets %s); a restart resumes from them",
@@ -299,7 +302,7 @@ class RecurrenceService:
         )
         logging.shutdown()
         sys.stderr.flush()
-        os._exit(EXIT_BATCH_ABORTED)
+        os._exit(code)
 
     # -- read surface helpers -------------------------------------------------------------
     def _journal_tps(self) -> set[Any]:

@@ -36,6 +36,7 @@ from typing import Final
 import orjson
 
 from recurrence.processor.engine import Engine, EngineConfig
+from recurrence.processor.exceptions import ConfigMismatchError
 from recurrence.processor.records import Emitted
 from recurrence.processor.state import row_cache
 from recurrence.processor.store.base import RowCache, StateStore, Transaction
@@ -53,6 +54,8 @@ from recurrence.processor.stream.types import (
 
 log = logging.getLogger("recurrence.stream")
 
+#: Per-partition key (the embedded runner's too): the engine settings derived state depends on.
+CONFIG_KEY: Final = b'["config"]'
 #: Per-partition key (outside every engine namespace): the next journal offset the state expects.
 POSITION_KEY: Final = b'["stream","next_offset"]'
 
@@ -154,6 +157,21 @@ class BatchProcessor:
             self._generations[partition] = generation
         return Transaction(self.state.partition_state(partition), cache, position_key=POSITION_KEY)
 
+    def _pin_config(self, txn: Transaction, partition: int) -> None:
+        """The settings derived state depends on are fixed per partition state, as per embedded state."""
+        wanted = self.config.pinned()
+        raw: bytes | None = txn.get(CONFIG_KEY)
+        if raw is None:
+            txn.put(CONFIG_KEY, orjson.dumps(wanted))
+            return
+        stored = orjson.loads(raw)
+        for name, value in wanted.items():
+            if stored.get(name, value) != value:
+                raise ConfigMismatchError(
+                    f"the state of journal partition {partition} was built with {name}={stored[name]}, not {value}; "
+                    "keep the setting, or rebuild all derived state with a new --app-id (docs/kafka.md)"
+                )
+
     async def _plan(
         self, entries: Sequence[Entry], batches: dict[int, _PartitionBatch]
     ) -> tuple[list[Entry], BatchResult]:
@@ -165,6 +183,7 @@ class BatchProcessor:
         result = BatchResult()
         for partition, delivered in by_partition.items():
             txn = self._transaction(partition)
+            self._pin_config(txn, partition)
             recorded = txn.recorded_position()
             expected = recorded if recorded is not None else await self.source.log_start(partition)
             for entry in sorted(delivered, key=lambda e: e.offset):

@@ -153,3 +153,25 @@ def test_rebuilding_all_state_from_the_journal_with_a_new_app_id(deployment: Dep
     )
     assert deployment.outputs() == before, "a rebuild produced a record that was not there before"
     check_statistics([rebuilt], oracle, scopes_of(oracle, 3))
+
+
+def test_the_review_threshold_is_pinned_per_state_on_the_worker_too(deployment: Deployment, tmp_path: Path) -> None:
+    oracle = Oracle.run(RFC_EXAMPLE, tmp_path)
+    deployment.apply_topics()
+    deployment.publish(RFC_EXAMPLE)
+    worker = deployment.worker("w1").start()
+    worker.wait_ready(partitions=deployment.partitions)
+    deployment.wait_for_outputs(oracle, timeout=90)
+    worker.stop()
+    # The same state with another threshold would move needing_review silently: refused, exit 2.
+    other = deployment.worker("w1", "--review-threshold", "1")
+    other.datadir = worker.datadir
+    other.start()
+    more = tmp_path / "more.jsonl"
+    write_journal(more, [json.dumps({**json.loads(RFC_EXAMPLE.read_text().splitlines()[0]), "position": 99}).encode()])
+    deployment.publish(more)
+    assert other.proc is not None
+    code = other.proc.wait(timeout=120)
+    log_text = other.log_path.read_text(errors="replace")
+    assert code == 2, log_text[-3000:]
+    assert "review_threshold=3, not 1" in log_text
