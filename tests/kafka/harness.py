@@ -253,6 +253,7 @@ class Deployment:
     partitions: int = 4
     guarantee: str = "at_least_once"
     live: list[Worker] = field(default_factory=list)
+    extra_env: dict[str, str] = field(default_factory=dict)
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -262,6 +263,7 @@ class Deployment:
             RECURRENCE_PARTITIONS=str(self.partitions),
             PYTHONUNBUFFERED="1",
         )
+        env.update(self.extra_env)
         return env
 
     def run(self, *args: str, check: bool = True, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:

@@ -175,3 +175,51 @@ def test_the_review_threshold_is_pinned_per_state_on_the_worker_too(deployment: 
     log_text = other.log_path.read_text(errors="replace")
     assert code == 2, log_text[-3000:]
     assert "review_threshold=3, not 1" in log_text
+
+
+_EXPLODING = '''
+from recurrence.processor import ledger
+
+_real = ledger.OutcomeLedger.process
+
+
+def _exploding(self, scope_id, meta, ref, *rest):
+    if ref[1] == "O12-unknown":
+        raise KeyError("SECRET-OUTCOME-TEXT")
+    return _real(self, scope_id, meta, ref, *rest)
+
+
+ledger.OutcomeLedger.process = _exploding
+'''
+
+
+def test_an_entry_that_makes_the_engine_raise_is_dead_lettered_and_the_worker_goes_on(
+    deployment: Deployment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The same fault in the worker (a sitecustomize on its PYTHONPATH) and in the oracle (monkeypatch).
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(_EXPLODING)
+    namespace: dict[str, Any] = {}
+    exec(_EXPLODING, namespace)
+    from recurrence.processor import ledger
+
+    monkeypatch.setattr(ledger.OutcomeLedger, "process", namespace["_exploding"])
+    oracle = Oracle.run(RFC_EXAMPLE, tmp_path)
+    letters = [orjson.loads(r) for r in oracle.records if orjson.loads(r)["record"] == "dead_letter"]
+    assert [(r["error"], r["position"]) for r in letters] == [("internal_error", 8)]
+
+    deployment.extra_env["PYTHONPATH"] = str(hook)
+    deployment.apply_topics()
+    deployment.publish(RFC_EXAMPLE)
+    worker = deployment.worker("w1").start()
+    worker.wait_ready(partitions=deployment.partitions)
+    outputs = deployment.wait_for_outputs(oracle, timeout=90)  # the entries after it were processed
+    (letter,) = [orjson.loads(r) for r in outputs if orjson.loads(r)["record"] == "dead_letter"]
+    assert letter["origin"]["topic"] == f"{deployment.prefix}.journal" and "SECRET" not in letter["detail"]
+    assert worker.alive()
+    # Its offset is behind the committed position: a restart does not run it again.
+    worker.stop()
+    worker.start().wait_ready(partitions=deployment.partitions)
+    time.sleep(3)
+    assert len(deployment.outputs(deduplicated=False)) == len(outputs)
