@@ -8,9 +8,9 @@ a cancellation) ends the process at once with exit code 70 and without
 acknowledging the batch: Faust would otherwise acknowledge and commit the
 batch's offsets on the way out, and a restart is the recovery path anyway.
 
-``faust -A recurrence.processor.stream.app worker`` works too: the module attribute
-``app`` is built on first access from the ``RECURRENCE_*`` / ``KAFKA_*``
-environment variables.
+``recurrence worker`` is the one way to start a worker: it checks the topics
+and the web port and builds the app from the settings models. There is no
+``faust -A`` entry point (it skipped those checks and diverged in behaviour).
 """
 
 import asyncio
@@ -48,7 +48,7 @@ def faust_credentials(connection: KafkaConnection) -> Any:
     if connection.uses_sasl:
         return faust.SASLCredentials(
             username=connection.sasl_username,
-            password=connection.sasl_password,
+            password=connection.password(),
             mechanism=connection.sasl_mechanism,
             ssl_context=context,
         )
@@ -389,25 +389,3 @@ class RecurrenceService:
 
 def create_app(settings: StreamSettings) -> Any:
     return RecurrenceService(settings).app
-
-
-def __getattr__(name: str) -> Any:
-    # ``faust -A recurrence.processor.stream.app worker``: build the app from the environment on first access.
-    if name == "app":
-        import argparse  # noqa: PLC0415
-
-        from recurrence.processor.stream.settings import settings_from_args  # noqa: PLC0415
-
-        empty = argparse.Namespace(
-            bootstrap_servers=None,
-            security_protocol=None,
-            sasl_mechanism=None,
-            sasl_username=None,
-            ssl_cafile=None,
-            ssl_certfile=None,
-            ssl_keyfile=None,
-        )
-        built = create_app(settings_from_args(empty))
-        globals()["app"] = built
-        return built
-    raise AttributeError(name)
