@@ -11,7 +11,7 @@ brokers and the likely fix.
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from typing import Any, Final, TypeVar
 
@@ -57,6 +57,22 @@ async def bounded(connection: KafkaConnection, request: Awaitable[T]) -> T:
         if type(error).__module__.startswith("aiokafka"):
             raise unreachable(connection, error) from None
         raise
+
+
+async def retrying(connection: KafkaConnection, request: Callable[[], Awaitable[T]]) -> T:
+    """``bounded``, retrying errors Kafka calls retriable (a coordinator not elected yet) until the timeout."""
+    deadline = asyncio.get_running_loop().time() + connection.timeout
+    while True:
+        try:
+            return await asyncio.wait_for(request(), max(0.1, deadline - asyncio.get_running_loop().time()))
+        except TimeoutError as error:
+            raise unreachable(connection, error) from None
+        except Exception as error:
+            if not getattr(error, "retriable", False) or asyncio.get_running_loop().time() >= deadline:
+                if type(error).__module__.startswith("aiokafka"):
+                    raise unreachable(connection, error) from None
+                raise
+            await asyncio.sleep(0.2)
 
 
 async def _close(client: Any) -> None:

@@ -287,7 +287,11 @@ class TopicNames(BaseModel):
         return (self.ledger, self.review, self.dead_letters)
 
 
-_SECTIONS: Final[dict[str, type[SettingsModel]]] = {"kafka": KafkaConnection, "layout": TopicLayout, "worker": WorkerOptions}
+_SECTIONS: Final[dict[str, type[SettingsModel]]] = {
+    "kafka": KafkaConnection,
+    "layout": TopicLayout,
+    "worker": WorkerOptions,
+}
 
 
 class StreamSettings(BaseModel):

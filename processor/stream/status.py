@@ -17,7 +17,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from recurrence.processor.exceptions import BrokerError
-from recurrence.processor.stream.brokers import bounded, require_topics, started
+from recurrence.processor.stream.brokers import bounded, require_topics, retrying, started
 from recurrence.processor.stream.settings import KafkaConnection
 
 POLL_SECONDS: Final = 0.5
@@ -86,8 +86,8 @@ class ProgressProbe:
             self._tps = [TopicPartition(self.journal, p) for p in range(counts[self.journal])]
         ends: Mapping[TopicPartition, int] = await bounded(c, self._consumer.end_offsets(self._tps))
         starts: Mapping[TopicPartition, int] = await bounded(c, self._consumer.beginning_offsets(self._tps))
-        committed: Mapping[TopicPartition, Any] = await bounded(
-            c, self._admin.list_consumer_group_offsets(self.group, partitions=self._tps)
+        committed: Mapping[TopicPartition, Any] = await retrying(
+            c, lambda: self._admin.list_consumer_group_offsets(self.group, partitions=self._tps)
         )
         partitions = []
         for tp in self._tps:
