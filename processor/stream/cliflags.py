@@ -111,7 +111,8 @@ def _describe(model: type[SettingsModel], error: ValidationError, source: str) -
         loc = [str(part) for part in item["loc"]]
         name = next((n for n in model.model_fields if loc and (loc[0] == n or loc[0] == model.env_name(n))), None)
         if name is None:
-            problems.append(item["msg"].removeprefix("Value error, "))
+            where = f"{'.'.join(loc)}: " if loc else ""
+            problems.append(f"{where}{item['msg'].removeprefix('Value error, ')}{source}")
             continue
         where = f"--{name.replace('_', '-')} / {model.env_name(name)}{source}"
         value = item.get("input")
