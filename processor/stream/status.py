@@ -8,6 +8,7 @@ consumer and the admin client: nothing joins the worker's group.
 """
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -78,6 +79,19 @@ class ProgressProbe:
                                           isolation_level="read_committed")
         self._admin = AIOKafkaAdminClient(**kwargs, request_timeout_ms=max(1000, int(connection.timeout * 1000)))
         self._tps: list[TopicPartition] = []
+        self._clients = contextlib.AsyncExitStack()
+
+    async def __aenter__(self) -> "ProgressProbe":
+        try:
+            await self._clients.enter_async_context(started(self.connection, self._consumer))
+            await self._clients.enter_async_context(started(self.connection, self._admin))
+        except BaseException:
+            await self._clients.aclose()  # the consumer started before the admin client failed
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._clients.aclose()
 
     async def read(self) -> GroupProgress:
         c = self.connection
@@ -119,12 +133,10 @@ class ProgressProbe:
 
 
 async def group_progress(connection: KafkaConnection, journal: str, group: str) -> GroupProgress:
-    probe = ProgressProbe(connection, journal, group)
-    async with started(connection, probe._consumer), started(connection, probe._admin):
+    async with ProgressProbe(connection, journal, group) as probe:
         return await probe.read()
 
 
 async def wait_caught_up(connection: KafkaConnection, journal: str, group: str, max_wait: float) -> GroupProgress:
-    probe = ProgressProbe(connection, journal, group)
-    async with started(connection, probe._consumer), started(connection, probe._admin):
+    async with ProgressProbe(connection, journal, group) as probe:
         return await probe.wait_caught_up(max_wait)
