@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 OUT    := out/example
 
-.PHONY: help venv run test test-fast lint schemas bench bench-kafka kafka-up kafka-down clean
+.PHONY: help venv run test test-fast lint schemas bench bench-kafka kafka-up kafka-down tools clean
 
 help:
 	@echo "make run        replay examples/rfc-minimum.jsonl embedded (no broker) and print statistics"
@@ -16,6 +16,7 @@ help:
 	@echo "make bench      throughput and memory benchmark of the embedded runner"
 	@echo "make bench-kafka  one worker end to end: entries/s and recovery after kill -9 (real broker)"
 	@echo "make kafka-up / kafka-down   a single-node KRaft broker on 127.0.0.1"
+	@echo "make tools      promtool and kubeconform into .cache/bin (tests that need them skip without)"
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required")'
@@ -38,7 +39,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check processor schemas topics tests bench recurrence
 	$(VENV)/bin/mypy
 
-test: $(STAMP) lint
+test: $(STAMP) lint tools
 	$(PY) -m pytest
 
 test-fast: $(STAMP)
@@ -52,6 +53,39 @@ bench: $(STAMP)
 
 bench-kafka: $(STAMP)
 	$(PY) bench/kafka_bench.py
+
+# Checkers the Kafka tests run when present: promtool (`promtool check metrics` on a live
+# worker) from Debian's prometheus package, only the binary extracted (the package would
+# install a service), and kubeconform (the k8s example) from the Go module proxy. Best
+# effort: without apt or Go the tests that need them skip with a reason.
+TOOLS          := .cache/bin
+KUBECONFORM_V  := v0.7.0
+
+K8S_SCHEMAS    := .cache/k8s-schemas
+K8S_VERSION    := v1.33.0
+
+tools: $(TOOLS)/promtool $(TOOLS)/kubeconform $(K8S_SCHEMAS)/$(K8S_VERSION)-local-strict
+
+# kubeconform fetches schemas from the web by default; these come from PyPI's
+# kubernetes-validate wheel instead, so the check runs offline.
+$(K8S_SCHEMAS)/$(K8S_VERSION)-local-strict: | $(STAMP)
+	@$(PY) -m pip download -q --no-deps kubernetes-validate==1.37.0 -d .cache/k8s-wheel >/dev/null 2>&1 && \
+	  $(PY) deploy/k8s/fetch_schemas.py .cache/k8s-wheel/kubernetes_validate-1.37.0-py3-none-any.whl \
+	  $(K8S_SCHEMAS) $(K8S_VERSION) \
+	  || echo "make tools: Kubernetes schemas unavailable; the k8s test will skip"
+
+$(TOOLS)/promtool:
+	@mkdir -p $(TOOLS) .cache/promtool
+	@cd .cache/promtool && { apt-get download prometheus >/dev/null 2>&1 || \
+	  { apt-get update -qq >/dev/null 2>&1 && apt-get download prometheus >/dev/null 2>&1; }; } && \
+	  rm -rf x && dpkg-deb -x prometheus_*.deb x && cp x/usr/bin/promtool ../bin/promtool && rm -rf x prometheus_*.deb \
+	  || echo "make tools: promtool unavailable (no apt/dpkg?); the promtool test will skip"
+
+$(TOOLS)/kubeconform:
+	@mkdir -p $(TOOLS)
+	@command -v go >/dev/null 2>&1 && GOBIN=$(abspath $(TOOLS)) GOFLAGS=-mod=mod \
+	  go install github.com/yannh/kubeconform/cmd/kubeconform@$(KUBECONFORM_V) \
+	  || echo "make tools: kubeconform unavailable (no Go toolchain?); the k8s test will skip"
 
 kafka-up:
 	@bash deploy/kafka/kafka.sh up

@@ -17,6 +17,7 @@ from typing import Any
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
+from recurrence.processor.stream.brokers import bounded, started
 from recurrence.processor.stream.settings import KafkaConnection
 from recurrence.topics.definitions import TopicSpec
 
@@ -85,14 +86,12 @@ async def _configs(admin: AIOKafkaAdminClient, names: Sequence[str]) -> dict[str
     return result
 
 
-async def apply_topics(
-    connection: KafkaConnection, specs: Sequence[TopicSpec], create: bool = True, timeout_ms: int = 30_000
-) -> ApplyResult:
+async def apply_topics(connection: KafkaConnection, specs: Sequence[TopicSpec], create: bool = True) -> ApplyResult:
+    timeout_ms = max(1000, int(connection.timeout * 1000))
     admin = AIOKafkaAdminClient(**connection.aiokafka_kwargs(), request_timeout_ms=timeout_ms)
-    await admin.start()
-    try:
-        existing = await _existing(admin, [s.name for s in specs])
-        configs = await _configs(admin, [s.name for s in specs if s.name in existing])
+    async with started(connection, admin):
+        existing = await bounded(connection, _existing(admin, [s.name for s in specs]))
+        configs = await bounded(connection, _configs(admin, [s.name for s in specs if s.name in existing]))
         reports: list[TopicReport] = []
         to_create: list[TopicSpec] = []
         for spec in specs:
@@ -105,9 +104,12 @@ async def apply_topics(
             problems = _describe_drift(spec, len(partitions), replication, configs.get(spec.name, {}))
             reports.append(TopicReport(spec, "drift" if problems else "ok", problems))
         if to_create and create:
-            response = await admin.create_topics(
-                [NewTopic(s.name, s.partitions, s.replication, topic_configs=dict(s.config)) for s in to_create],
-                timeout_ms=timeout_ms,
+            response = await bounded(
+                connection,
+                admin.create_topics(
+                    [NewTopic(s.name, s.partitions, s.replication, topic_configs=dict(s.config)) for s in to_create],
+                    timeout_ms=timeout_ms,
+                ),
             )
             errors = {e["topic"]: e for e in response.to_object()["topic_errors"]}
             for spec in to_create:
@@ -117,7 +119,7 @@ async def apply_topics(
                     reports.append(TopicReport(spec, "created"))
                 elif code == _TOPIC_ALREADY_EXISTS:
                     # created concurrently by someone else: check it like any existing topic
-                    again = await apply_topics(connection, [spec], create=False, timeout_ms=timeout_ms)
+                    again = await apply_topics(connection, [spec], create=False)
                     reports.extend(again.reports)
                 else:
                     problem = f"create failed: {error.get('error_message')} ({code})"
@@ -129,8 +131,6 @@ async def apply_topics(
         if any(r.status == "created" for r in reports):
             await _wait_visible(admin, [r.spec.name for r in reports if r.status == "created"])
         return ApplyResult(reports)
-    finally:
-        await admin.close()
 
 
 async def _wait_visible(admin: AIOKafkaAdminClient, names: Sequence[str], timeout: float = 30.0) -> None:

@@ -8,9 +8,9 @@ a cancellation) ends the process at once with exit code 70 and without
 acknowledging the batch: Faust would otherwise acknowledge and commit the
 batch's offsets on the way out, and a restart is the recovery path anyway.
 
-``faust -A recurrence.processor.stream.app worker`` works too: the module attribute
-``app`` is built on first access from the ``RECURRENCE_*`` / ``KAFKA_*``
-environment variables.
+``recurrence worker`` is the one way to start a worker: it checks the topics
+and the web port and builds the app from the settings models. There is no
+``faust -A`` entry point (it skipped those checks and diverged in behaviour).
 """
 
 import asyncio
@@ -27,7 +27,8 @@ from aiokafka import TopicPartition
 from recurrence.processor.engine import EngineConfig
 from recurrence.processor.exceptions import RecurrenceError
 from recurrence.processor.stream.journal import JournalReader
-from recurrence.processor.stream.metrics import Metrics
+from recurrence.processor.stream.metrics import LiveReadings, Metrics
+from recurrence.processor.stream.probes import ProbeInputs, readiness, rebalances, restore_progress
 from recurrence.processor.stream.processing import BatchProcessor
 from recurrence.processor.stream.settings import TABLE_NAME, KafkaConnection, StreamSettings
 from recurrence.processor.stream.tablestore import StateTable
@@ -49,7 +50,7 @@ def faust_credentials(connection: KafkaConnection) -> Any:
     if connection.uses_sasl:
         return faust.SASLCredentials(
             username=connection.sasl_username,
-            password=connection.sasl_password,
+            password=connection.password(),
             mechanism=connection.sasl_mechanism,
             ssl_context=context,
         )
@@ -145,7 +146,12 @@ class RecurrenceService:
 
     def __init__(self, settings: StreamSettings) -> None:
         self.settings = settings
-        self.metrics = Metrics()
+        self.metrics = Metrics(live=LiveReadings(
+            lag=self._lag,
+            restore=lambda: restore_progress(self.app, self.names.changelog),
+            rebalances=lambda: rebalances(self.app),
+            ready=lambda: readiness(self._probe()).ok,
+        )).with_process_metrics()
         self.config = EngineConfig(review_threshold=settings.review_threshold)
         names = settings.topics
         self.names = names
@@ -231,7 +237,7 @@ class RecurrenceService:
                 ready_partitions=self._ready_partitions,
                 owners=self._owners,
                 lag=self._lag,
-                health=self._health,
+                probe=self._probe,
             ),
         )
         self._last_report = (time.monotonic(), 0)
@@ -245,7 +251,8 @@ class RecurrenceService:
         settings = self.settings
         async for events in stream.take_events(settings.batch_max, within=settings.batch_within):
             entries = [
-                Entry(e.message.partition, e.message.offset, e.message.value if e.message.value is not None else b"")
+                Entry(e.message.partition, e.message.offset, e.message.value if e.message.value is not None else b"",
+                      e.message.timestamp)
                 for e in events
             ]
             try:
@@ -349,26 +356,24 @@ class RecurrenceService:
             lag[tp.partition] = max(0, highwater - position)
         return lag
 
-    def _health(self) -> dict[str, Any]:
-        partitions = sorted(tp.partition for tp in self._journal_tps())
-        ready = sorted(self._ready_partitions())
+    def _probe(self) -> ProbeInputs:
         agent = next(iter(self.app.agents.values()), None)
         crashed_event = getattr(agent, "_crashed", None)
-        crashed = bool(crashed_event is not None and crashed_event.is_set())
-        status = "ok"
-        if crashed:
-            status = "agent crashed"
-        elif self.app.rebalancing or self.app.in_recovery:
-            status = "recovering"
-        return {
-            "status": status,
-            "app_id": self.settings.group_id,
-            "url": self.canonical_url,
-            "partitions": partitions,
-            "ready_partitions": ready,
-            "entries_processed": self.metrics.entries,
-            "processing_guarantee": self.settings.processing_guarantee,
-        }
+        return ProbeInputs(
+            agent_crashed=bool(crashed_event is not None and crashed_event.is_set()),
+            rebalancing=bool(self.app.rebalancing),
+            recovered=bool(cast(Any, self.app.tables).recovery.completed.is_set() and not self.app.in_recovery),
+            partitions=sorted(tp.partition for tp in self._journal_tps()),
+            ready_partitions=sorted(self._ready_partitions()),
+            lag=self._lag(),
+            max_lag=self.settings.worker.ready_max_lag,
+            details={
+                "app_id": self.settings.group_id,
+                "url": self.canonical_url,
+                "entries_processed": self.metrics.entries,
+                "processing_guarantee": self.settings.processing_guarantee,
+            },
+        )
 
     async def _report(self) -> None:
         then, entries_then = self._last_report
@@ -392,25 +397,3 @@ class RecurrenceService:
 
 def create_app(settings: StreamSettings) -> Any:
     return RecurrenceService(settings).app
-
-
-def __getattr__(name: str) -> Any:
-    # ``faust -A recurrence.processor.stream.app worker``: build the app from the environment on first access.
-    if name == "app":
-        import argparse  # noqa: PLC0415
-
-        from recurrence.processor.stream.settings import settings_from_args  # noqa: PLC0415
-
-        empty = argparse.Namespace(
-            bootstrap_servers=None,
-            security_protocol=None,
-            sasl_mechanism=None,
-            sasl_username=None,
-            ssl_cafile=None,
-            ssl_certfile=None,
-            ssl_keyfile=None,
-        )
-        built = create_app(settings_from_args(empty))
-        globals()["app"] = built
-        return built
-    raise AttributeError(name)

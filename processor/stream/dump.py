@@ -16,25 +16,61 @@ partition, journal offset, index in that entry's output); records are written
 in that order, which is per-scope journal order (a scope lives on one journal
 partition) and, within an entry, the engine's order (a match before the
 observation that cites it). When duplicates exist the earliest source wins.
+
+``--follow`` writes that ordered snapshot first and then every new distinct
+record as it arrives (in arrival order; a scope's records on one topic keep
+their order), until Ctrl-C or SIGTERM, like ``kcat -C``.
 """
 
+import asyncio
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, Any, Final
 
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from recurrence.processor.stream.settings import KafkaConnection
-from recurrence.processor.stream.types import SOURCE_HEADER
+from recurrence.processor.exceptions import SettingsError
+from recurrence.processor.stream.brokers import bounded, require_topics, started
+from recurrence.processor.stream.settings import KafkaConnection, TopicNames
+from recurrence.processor.stream.types import ID_HEADER, SOURCE_HEADER
 from recurrence.schemas.canonical import digest
 
 _NO_SOURCE = (sys.maxsize, sys.maxsize, sys.maxsize)
+_POLL_MS: Final = 500
+
+# ``--kinds``: the documented topic names, and the singular/plural and underscore spellings people type.
+KIND_ALIASES: Final = {
+    "ledger": ("ledger", "ledgers", "match", "matches", "observation", "observations"),
+    "review": ("review", "reviews", "review_proposal", "review_proposals", "admission", "admissions"),
+    "dead-letters": ("dead-letters", "dead-letter", "dead_letters", "dead_letter", "deadletters", "dlq"),
+}
 
 
-def record_id(value: bytes) -> str:
+def topics_for_kinds(names: TopicNames, kinds: str) -> list[str]:
+    """The output topics named by ``--kinds`` (comma-separated), in the documented order."""
+    lookup = {alias: kind for kind, aliases in KIND_ALIASES.items() for alias in aliases}
+    chosen: set[str] = set()
+    for raw in kinds.split(","):
+        word = raw.strip().lower()
+        if not word:
+            continue
+        if word not in lookup:
+            raise SettingsError(f"unknown --kinds value {raw.strip()!r}: choose from {', '.join(KIND_ALIASES)}")
+        chosen.add(lookup[word])
+    if not chosen:
+        raise SettingsError(f"--kinds names no topic: choose from {', '.join(KIND_ALIASES)}")
+    by_kind = {"ledger": names.ledger, "review": names.review, "dead-letters": names.dead_letters}
+    return [by_kind[kind] for kind in KIND_ALIASES if kind in chosen]
+
+
+def record_id(value: bytes, headers: Sequence[tuple[str, bytes]] | None = None) -> str:
+    """``<kind>:<id>``: the ``recurrence-id`` header when present, else derived from the record."""
+    for name, raw in headers or ():
+        if name == ID_HEADER:
+            return raw.decode()
     record = orjson.loads(value)
     kind = record.get("record") if isinstance(record, dict) else None
     if kind == "observation":
@@ -76,13 +112,8 @@ class DumpSummary:
         )
 
 
-async def read_records(
-    connection: KafkaConnection, topics: Sequence[str], dedupe: bool = True
-) -> tuple[list[bytes], DumpSummary]:
-    """All distinct output records up to the current end offsets, in source order."""
-    started = time.monotonic()
-    summary = DumpSummary()
-    consumer = AIOKafkaConsumer(
+def _consumer(connection: KafkaConnection) -> AIOKafkaConsumer:
+    return AIOKafkaConsumer(
         **connection.aiokafka_kwargs(),
         group_id=None,
         enable_auto_commit=False,
@@ -90,26 +121,39 @@ async def read_records(
         isolation_level="read_committed",
         max_partition_fetch_bytes=8 * 1024 * 1024,
     )
-    await consumer.start()
-    best: dict[str, tuple[tuple[int, ...], bytes]] = {}
-    kept: list[tuple[tuple[int, ...], bytes]] = []
-    try:
-        tps: list[TopicPartition] = []
-        for topic in topics:
-            partitions = consumer.partitions_for_topic(topic)
-            if partitions is None:
-                await consumer._client.force_metadata_update()
-                partitions = consumer.partitions_for_topic(topic)
-            if partitions is None:
-                raise LookupError(f"topic {topic} does not exist")
-            tps.extend(TopicPartition(topic, p) for p in sorted(partitions))
-        rank = {topic: i for i, topic in enumerate(topics)}
+
+
+class OutputReader:
+    """Reads output topics from the beginning, deduplicating by record id."""
+
+    def __init__(self, connection: KafkaConnection, topics: Sequence[str], dedupe: bool = True) -> None:
+        self.connection = connection
+        self.topics = list(topics)
+        self.dedupe = dedupe
+        self.summary = DumpSummary()
+        self._rank = {topic: i for i, topic in enumerate(self.topics)}
+        self._seen: set[str] = set()
+
+    async def _assign(self, consumer: AIOKafkaConsumer) -> list[TopicPartition]:
+        counts = await require_topics(self.connection, consumer._client, self.topics)
+        tps = [TopicPartition(topic, p) for topic in self.topics for p in range(counts[topic])]
         consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        ends: dict[TopicPartition, int] = await consumer.end_offsets(tps)
+        await bounded(self.connection, consumer.seek_to_beginning(*tps))
+        return tps
+
+    def _keep(self, tp: TopicPartition, message: Any) -> tuple[tuple[int, ...], str, bytes]:
+        self.summary.raw_records += 1
+        self.summary.by_topic[tp.topic] = self.summary.by_topic.get(tp.topic, 0) + 1
+        order = (*(_source(message.headers) or _NO_SOURCE), self._rank[tp.topic], tp.partition, message.offset)
+        return order, record_id(message.value, message.headers), message.value
+
+    async def _snapshot(self, consumer: AIOKafkaConsumer, tps: list[TopicPartition]) -> list[tuple[str, bytes]]:
+        ends: dict[TopicPartition, int] = await bounded(self.connection, consumer.end_offsets(tps))
+        best: dict[str, tuple[tuple[int, ...], bytes]] = {}
+        kept: list[tuple[tuple[int, ...], bytes]] = []
         remaining = {tp for tp in tps if ends[tp] > 0}
-        for tp in tps:
-            if tp in remaining and await consumer.position(tp) >= ends[tp]:
+        for tp in list(remaining):
+            if await consumer.position(tp) >= ends[tp]:
                 remaining.discard(tp)
         while remaining:
             batches: dict[TopicPartition, list[Any]] = await consumer.getmany(*remaining, timeout_ms=1000)
@@ -117,33 +161,81 @@ async def read_records(
                 for message in messages:
                     if message.offset >= ends[tp]:
                         continue
-                    summary.raw_records += 1
-                    summary.by_topic[tp.topic] = summary.by_topic.get(tp.topic, 0) + 1
-                    value: bytes = message.value
-                    source = _source(message.headers)
-                    order = (*(source or _NO_SOURCE), rank[tp.topic], tp.partition, message.offset)
-                    if not dedupe:
-                        kept.append((order, value))
-                        continue
-                    ident = record_id(value)
+                    order, ident, value = self._keep(tp, message)
                     seen = best.get(ident)
-                    if seen is None or order < seen[0]:
+                    if not self.dedupe:
+                        kept.append((order, value))
+                    elif seen is None or order < seen[0]:
                         best[ident] = (order, value)
             for tp in list(remaining):
                 if await consumer.position(tp) >= ends[tp]:
                     remaining.discard(tp)
-    finally:
-        await consumer.stop()
-    records = sorted(best.values() if dedupe else kept, key=lambda item: item[0])
-    summary.distinct = len(records)
-    summary.seconds = time.monotonic() - started
-    return [value for _, value in records], summary
+            # Past the end offsets found at start: the rest belongs to --follow.
+            for tp in tps:
+                if tp not in remaining and await consumer.position(tp) > ends[tp]:
+                    consumer.seek(tp, ends[tp])
+        if self.dedupe:
+            records = sorted(((order, ident, value) for ident, (order, value) in best.items()), key=lambda i: i[0])
+            self._seen.update(ident for _, ident, _ in records)
+            return [(ident, value) for _, ident, value in records]
+        return [("", value) for _, value in sorted(kept, key=lambda item: item[0])]
+
+    async def read(self) -> list[bytes]:
+        """Every distinct record up to the end offsets found at start, in source order."""
+        began = time.monotonic()
+        async with started(self.connection, _consumer(self.connection)) as consumer:
+            tps = await self._assign(consumer)
+            records = await self._snapshot(consumer, tps)
+        self.summary.distinct = len(records)
+        self.summary.seconds = time.monotonic() - began
+        return [value for _, value in records]
+
+    async def follow(self, out: IO[bytes], stop: asyncio.Event) -> None:
+        """The snapshot, then every new distinct record as it arrives, until ``stop`` is set."""
+        began = time.monotonic()
+        async with started(self.connection, _consumer(self.connection)) as consumer:
+            tps = await self._assign(consumer)
+            for _, value in await self._snapshot(consumer, tps):
+                _write(out, value)
+            self.summary.distinct = len(self._seen) if self.dedupe else self.summary.raw_records
+            out.flush()
+            while not stop.is_set():
+                poll = asyncio.ensure_future(consumer.getmany(*tps, timeout_ms=_POLL_MS))
+                stopped = asyncio.ensure_future(stop.wait())
+                done, _ = await asyncio.wait({poll, stopped}, return_when=asyncio.FIRST_COMPLETED)
+                if poll not in done:
+                    poll.cancel()
+                    break
+                stopped.cancel()
+                for tp, messages in poll.result().items():
+                    for message in messages:
+                        _, ident, value = self._keep(tp, message)
+                        if self.dedupe and ident in self._seen:
+                            continue
+                        self._seen.add(ident)
+                        self.summary.distinct += 1
+                        _write(out, value)
+                out.flush()
+        self.summary.seconds = time.monotonic() - began
+
+
+def _write(out: IO[bytes], value: bytes) -> None:
+    out.write(value)
+    out.write(b"\n")
+
+
+async def read_records(
+    connection: KafkaConnection, topics: Sequence[str], dedupe: bool = True
+) -> tuple[list[bytes], DumpSummary]:
+    """All distinct output records up to the current end offsets, in source order."""
+    reader = OutputReader(connection, topics, dedupe)
+    records = await reader.read()
+    return records, reader.summary
 
 
 async def dump(connection: KafkaConnection, topics: Sequence[str], out: IO[bytes], dedupe: bool = True) -> DumpSummary:
     records, summary = await read_records(connection, topics, dedupe)
     for value in records:
-        out.write(value)
-        out.write(b"\n")
+        _write(out, value)
     out.flush()
     return summary

@@ -1,24 +1,59 @@
-"""Worker counters and their Prometheus text exposition (``GET /metrics``).
+"""Worker metrics and their Prometheus exposition (``GET /metrics``), through prometheus_client.
 
-Counters only ever hold numbers, record kinds and dead-letter codes: never
-scope content, Experience or Outcome text.
+``Metrics`` keeps the counts the batch processor updates (plain integers, so
+the hot path pays an addition, not a lock) and the two histograms; a custom
+collector turns the counts and the live readings (lag, journal positions,
+restore progress, rebalances) into metric families at scrape time. Each worker
+has its own registry (never the global one), with process and platform
+metrics. Labels only ever hold partitions, record kinds and dead-letter codes:
+never scope content, Experience or Outcome text.
 """
 
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Final, Protocol
+
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import Collector
+
+CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
+# Journal timestamp -> outputs acknowledged: milliseconds when live, minutes or more for a backfill.
+LATENCY_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+BATCH_BUCKETS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+class Timestamped(Protocol):
+    @property
+    def timestamp(self) -> float | None: ...
 
 
-def _labels(labels: Mapping[str, str | int]) -> str:
-    if not labels:
-        return ""
-    inner = ",".join(f'{k}="{_escape(str(v))}"' for k, v in sorted(labels.items()))
-    return "{" + inner + "}"
+@dataclass(frozen=True)
+class RestoreProgress:
+    """Changelog restore per active partition: the offset restored to and the high watermark."""
+
+    offsets: Mapping[int, int]
+    highwaters: Mapping[int, int]
+    standby_remaining: int = 0
+
+    @property
+    def remaining(self) -> int:
+        return sum(max(0, hw - self.offsets.get(p, 0)) for p, hw in self.highwaters.items())
+
+
+@dataclass
+class LiveReadings:
+    """What only the running app knows, read at scrape time."""
+
+    lag: Callable[[], Mapping[int, int]] = dict
+    restore: Callable[[], RestoreProgress] = lambda: RestoreProgress({}, {})
+    rebalances: Callable[[], int] = lambda: 0
+    ready: Callable[[], bool] = lambda: False
 
 
 @dataclass
@@ -35,89 +70,119 @@ class Metrics:
     # journal partition -> next journal offset recorded in the state (durable)
     positions: dict[int, int] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
+    registry: CollectorRegistry = field(default_factory=lambda: CollectorRegistry(auto_describe=True))
+    live: LiveReadings = field(default_factory=LiveReadings)
 
-    def render(self, lag: Mapping[int, int] | None = None, extra: Iterable[str] = ()) -> str:
-        lines: list[str] = []
+    def __post_init__(self) -> None:
+        self.latency = Histogram(
+            "recurrence_entry_to_output_seconds",
+            "From the journal record's timestamp to its batch's output records acknowledged by the broker.",
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.batch_duration = Histogram(
+            "recurrence_batch_duration_seconds",
+            "One batch from planning to local state written (outputs, changelog and state durable).",
+            buckets=BATCH_BUCKETS,
+            registry=self.registry,
+        )
+        self.registry.register(_WorkerCollector(self))
 
-        def metric(
-            name: str, kind: str, help_text: str, samples: Iterable[tuple[Mapping[str, str | int], float]]
-        ) -> None:
-            lines.append(f"# HELP {name} {help_text}")
-            lines.append(f"# TYPE {name} {kind}")
-            for labels, value in samples:
-                number = int(value) if float(value).is_integer() else value
-                lines.append(f"{name}{_labels(labels)} {number}")
+    def outputs_acked(self, entries: Sequence[Timestamped]) -> None:
+        """Every output of these entries is acknowledged: observe each entry's latency once."""
+        now = time.time()
+        for entry in entries:
+            if entry.timestamp is not None and entry.timestamp > 0:
+                self.latency.observe(max(0.0, now - entry.timestamp))
 
-        metric(
-            "recurrence_entries_processed_total",
-            "counter",
-            "Journal entries run through the engine.",
-            [({}, self.entries)],
-        )
-        metric(
-            "recurrence_records_emitted_total",
-            "counter",
-            "Output records produced, by record kind.",
-            [({"kind": kind}, n) for kind, n in sorted(self.records.items())] or [({"kind": "match"}, 0)],
-        )
-        metric(
-            "recurrence_dead_letters_total",
-            "counter",
-            "Dead letters produced, by error code.",
-            [({"error": code}, n) for code, n in sorted(self.dead_letters.items())],
-        )
-        metric("recurrence_batches_total", "counter", "Batches made durable.", [({}, self.batches)])
-        metric(
-            "recurrence_batch_seconds_total",
-            "counter",
-            "Seconds spent processing batches.",
-            [({}, round(self.batch_seconds, 6))],
-        )
-        metric(
-            "recurrence_changelog_records_total",
-            "counter",
-            "Change-set records written to the changelog.",
-            [({}, self.changelog_records)],
-        )
-        metric(
-            "recurrence_state_changes_total", "counter", "State keys written or deleted.", [({}, self.state_changes)]
-        )
-        metric(
-            "recurrence_redelivered_skipped_total",
-            "counter",
-            "Entries delivered again by the stream after they were applied (not run again).",
-            [({}, self.redelivered_skipped)],
-        )
-        metric(
-            "recurrence_stream_gaps_filled_total",
-            "counter",
-            "Entries the stream did not deliver, read directly from the journal and run.",
-            [({}, self.filled)],
-        )
-        metric(
-            "recurrence_journal_position",
-            "gauge",
-            "Next journal offset recorded in the state, by partition.",
-            [({"partition": p}, o) for p, o in sorted(self.positions.items())],
-        )
-        if lag is not None:
-            metric(
-                "recurrence_consumer_lag",
-                "gauge",
-                "Journal entries not yet processed on this worker's partitions (high watermark - next offset).",
-                [({"partition": p}, n) for p, n in sorted(lag.items())],
-            )
-            metric(
-                "recurrence_consumer_lag_total", "gauge", "Sum of recurrence_consumer_lag.", [({}, sum(lag.values()))]
-            )
-        metric(
-            "recurrence_uptime_seconds",
-            "gauge",
-            "Seconds since the worker started.",
-            [({}, round(time.monotonic() - self.started, 3))],
-        )
-        lines.extend(extra)
-        return "\n".join(lines) + "\n"
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def with_process_metrics(self) -> "Metrics":
+        """Add process_* and python_* metrics (a worker's registry; tests build many without them)."""
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
+        return self
 
 
-LagSource = Callable[[], Mapping[int, int]]
+def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+    return CounterMetricFamily(name, doc, value=value)
+
+
+class _WorkerCollector(Collector):
+    def __init__(self, metrics: Metrics) -> None:
+        self._m = metrics
+
+    def describe(self) -> list[Metric]:
+        return []  # families depend on live readings; prometheus_client then collects to describe
+
+    def collect(self) -> Iterator[Metric]:
+        m = self._m
+        yield _counter("recurrence_entries_processed", "Journal entries run through the engine.", m.entries)
+        records = CounterMetricFamily(
+            "recurrence_records_emitted", "Output records produced, by record kind.", labels=["kind"]
+        )
+        for kind in ("match", "observation", "review_proposal", "admission", "dead_letter"):
+            records.add_metric([kind], m.records.get(kind, 0))
+        yield records
+        letters = CounterMetricFamily(
+            "recurrence_dead_letters", "Dead letters produced, by error code.", labels=["code"]
+        )
+        for code, n in sorted(m.dead_letters.items()):
+            letters.add_metric([code], n)
+        yield letters
+        yield _counter("recurrence_batches", "Batches made durable.", m.batches)
+        yield _counter("recurrence_changelog_records", "Change-set records written to the changelog.",
+                       m.changelog_records)
+        yield _counter("recurrence_state_changes", "State keys written or deleted.", m.state_changes)
+        yield _counter("recurrence_redelivered_skipped",
+                       "Entries delivered again by the stream after they were applied (not run again).",
+                       m.redelivered_skipped)
+        yield _counter("recurrence_stream_gaps_filled",
+                       "Entries the stream did not deliver, read directly from the journal and run.", m.filled)
+        yield _counter("recurrence_rebalances", "Consumer group rebalances this worker took part in.",
+                       m.live.rebalances())
+        yield from self._gauges()
+
+    def _gauges(self) -> Iterator[Metric]:
+        m = self._m
+        lag = m.live.lag()
+        positions = GaugeMetricFamily(
+            "recurrence_journal_position", "Next journal offset recorded in the state, by partition.",
+            labels=["partition"],
+        )
+        for partition, offset in sorted(m.positions.items()):
+            positions.add_metric([str(partition)], offset)
+        yield positions
+        lags = GaugeMetricFamily(
+            "recurrence_consumer_lag",
+            "Journal entries not yet processed on this worker's partitions (high watermark - journal position).",
+            labels=["partition"],
+        )
+        for partition, n in sorted(lag.items()):
+            lags.add_metric([str(partition)], n)
+        yield lags
+        restore = m.live.restore()
+        restored = GaugeMetricFamily(
+            "recurrence_restore_offset", "Changelog offset the partition's local state is restored to.",
+            labels=["partition"],
+        )
+        target = GaugeMetricFamily(
+            "recurrence_restore_highwater", "Changelog high watermark the partition restores to.", labels=["partition"]
+        )
+        for partition, highwater in sorted(restore.highwaters.items()):
+            restored.add_metric([str(partition)], restore.offsets.get(partition, 0))
+            target.add_metric([str(partition)], highwater)
+        yield restored
+        yield target
+        remaining = GaugeMetricFamily(
+            "recurrence_restore_remaining_records", "Changelog records still to restore, by role.", labels=["role"]
+        )
+        remaining.add_metric(["active"], restore.remaining)
+        remaining.add_metric(["standby"], restore.standby_remaining)
+        yield remaining
+        yield GaugeMetricFamily("recurrence_ready", "1 when /readyz answers 200.", value=1 if m.live.ready() else 0)
+        yield GaugeMetricFamily(
+            "recurrence_uptime_seconds", "Seconds since the worker started.", value=time.monotonic() - m.started
+        )

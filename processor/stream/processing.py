@@ -44,6 +44,7 @@ from recurrence.processor.stream import changeset
 from recurrence.processor.stream.metrics import Metrics
 from recurrence.processor.stream.settings import TopicNames
 from recurrence.processor.stream.types import (
+    ID_HEADER,
     SOURCE_HEADER,
     Delivered,
     Entry,
@@ -229,7 +230,8 @@ class BatchProcessor:
                 key = scope_id.encode() if scope_id else None
                 # Unkeyed dead letters stay beside their source partition (same partition counts).
                 partition = None if key is not None else entry.partition
-                headers = [(SOURCE_HEADER, f"{entry.partition}:{entry.offset}:{index}".encode())]
+                headers = [(SOURCE_HEADER, f"{entry.partition}:{entry.offset}:{index}".encode()),
+                           (ID_HEADER, f"{record.record}:{record.record_id}".encode())]
                 topic = route(self.topics, record)
                 deliveries.append(await self.sink.send(topic, key, record.line, partition, headers, entry.partition))
                 emitted.append(record)
@@ -245,6 +247,7 @@ class BatchProcessor:
 
         # (2) every output record is durable before any state that records it.
         await asyncio.gather(*deliveries)
+        self.metrics.outputs_acked(plan)
         # (3) the change sets are durable in the changelog before the local database sees them.
         pending_changelog = [
             await self.sink.send(
@@ -277,6 +280,7 @@ class BatchProcessor:
         m.entries += len(entries)
         m.batches += 1
         m.batch_seconds += seconds
+        m.batch_duration.observe(seconds)
         m.redelivered_skipped += result.skipped
         m.filled += result.filled
         for record in records:

@@ -18,6 +18,7 @@ import orjson
 from aiokafka import AIOKafkaProducer
 
 from recurrence.processor.journalfile import JournalReader, Progress
+from recurrence.processor.stream.brokers import bounded, require_topics, started
 from recurrence.processor.stream.settings import KafkaConnection
 
 UNKEYED_PARTITION: Final = 0
@@ -60,7 +61,7 @@ async def publish(
     progress_stream: IO[str] | None = None,
 ) -> PublishSummary:
     summary = PublishSummary()
-    started = time.monotonic()
+    began = time.monotonic()
     reader = JournalReader(journal)
     progress = Progress(reader.total_bytes, progress_stream)
     producer = AIOKafkaProducer(
@@ -70,30 +71,35 @@ async def publish(
         linger_ms=5,
         max_batch_size=512 * 1024,
         max_request_size=4 * 1024 * 1024,
+        # A broker that stops answering mid-run fails the run within the timeout, not 40 s later.
+        request_timeout_ms=max(1000, int(connection.timeout * 1000)),
     )
-    await producer.start()
     try:
-        in_flight: list[asyncio.Future[Any]] = []
-        for _, entry in reader:
-            key = scope_key(entry)
-            if key is None:
-                summary.unkeyed += 1
-            in_flight.append(
-                await producer.send(topic, value=entry, key=key, partition=UNKEYED_PARTITION if key is None else None)
-            )
-            summary.entries += 1
-            summary.bytes += len(entry)
-            if len(in_flight) >= _WINDOW:
-                await asyncio.gather(*in_flight)
-                in_flight.clear()
-            progress.update(summary.entries, reader.read_bytes)
-        await asyncio.gather(*in_flight)
-        await producer.flush()
+        async with started(connection, producer):
+            # Checked first: aiokafka would otherwise retry a missing topic's metadata for 40 s.
+            await require_topics(connection, producer.client, [topic])
+            in_flight: list[asyncio.Future[Any]] = []
+            for _, entry in reader:
+                key = scope_key(entry)
+                if key is None:
+                    summary.unkeyed += 1
+                in_flight.append(
+                    await producer.send(
+                        topic, value=entry, key=key, partition=UNKEYED_PARTITION if key is None else None
+                    )
+                )
+                summary.entries += 1
+                summary.bytes += len(entry)
+                if len(in_flight) >= _WINDOW:
+                    await bounded(connection, asyncio.gather(*in_flight))
+                    in_flight.clear()
+                progress.update(summary.entries, reader.read_bytes)
+            await bounded(connection, asyncio.gather(*in_flight))
+            await bounded(connection, producer.flush())
     finally:
-        await producer.stop()
         reader.close()
         summary.blank_lines = reader.blank_lines
         progress.update(summary.entries, reader.read_bytes, force=True)
         progress.close()
-    summary.seconds = time.monotonic() - started
+    summary.seconds = time.monotonic() - began
     return summary

@@ -1,58 +1,149 @@
-"""Connection and deployment settings shared by the worker, ``topics``, ``publish`` and ``ledger-dump``.
+"""Every setting of the Kafka commands, declared once (pydantic-settings).
 
-Every value comes from a command-line flag, else an environment variable, else
-a default that works against the local broker (``make kafka-up``). Security
-settings are passed through unchanged to aiokafka (and to Faust, which uses
-aiokafka underneath), so any cluster the Kafka clients can reach works:
-PLAINTEXT, SSL (optionally with a client certificate), SASL_PLAINTEXT and
-SASL_SSL with PLAIN or SCRAM-SHA-256/512.
+Three models, one per concern, each field with its type, default, environment
+variable, validation and help:
+
+* ``KafkaConnection`` (``KAFKA_*``): where the brokers are and how to talk to
+  them (PLAINTEXT, SSL with an optional client certificate, SASL_PLAINTEXT and
+  SASL_SSL with PLAIN or SCRAM), passed through to aiokafka and Faust;
+* ``TopicLayout`` (``RECURRENCE_*``): topic names, partitions, replication and
+  ``min.insync.replicas`` -- what ``topics apply`` creates and what the worker
+  checks, so it is read by every command from the same place;
+* ``WorkerOptions`` (``RECURRENCE_*``): one worker process.
+
+Where a value comes from, strongest first: a command-line flag (derived from
+the field by ``cliflags``), the environment, the config file (``--config`` or
+``RECURRENCE_CONFIG``: TOML with ``[kafka]``, ``[topics]`` and ``[worker]``
+tables keyed by field name), the default. ``StreamSettings`` bundles the three
+for the worker and exposes the attribute names the stream path reads.
 """
 
-import argparse
-import os
 import socket
 import ssl
-from dataclasses import dataclass, field
+import tomllib
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Annotated, Any, ClassVar, Final, Literal
 
-from recurrence.processor.cliargs import positive_int
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from recurrence.processor.exceptions import SettingsError
 from recurrence.schemas.constants import RECURRENCE_REVIEW_STREAK_THRESHOLD
 
 DEFAULT_BOOTSTRAP: Final = "127.0.0.1:39092"
 DEFAULT_PREFIX: Final = "recurrence"
 DEFAULT_PARTITIONS: Final = 4
 DEFAULT_WEB_PORT: Final = 6066
+DEFAULT_DATADIR: Final = "recurrence-data"
 TABLE_NAME: Final = "state"
+CONFIG_ENV: Final = "RECURRENCE_CONFIG"
 
 Guarantee = Literal["at_least_once", "exactly_once"]
-SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SASL_MECHANISMS: Final = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+Port = Annotated[int, Field(ge=1, le=65535)]
+
+# The config file's tables, per model section; set only while ``load`` builds the models.
+_CONFIG_FILE: ContextVar[Mapping[str, Any] | None] = ContextVar("recurrence_config_file", default=None)
 
 
-def _env(name: str, default: str | None = None) -> str | None:
-    value = os.environ.get(name)
-    return value if value not in (None, "") else default
+def flag(*, metavar: str | None = None, short: str | None = None, cli: bool = True) -> dict[str, Any]:
+    """``json_schema_extra`` for a field: how ``cliflags`` shows it (``cli=False``: environment only)."""
+    return {"metavar": metavar, "short": short, "cli": cli}
 
 
-@dataclass(frozen=True)
-class KafkaConnection:
-    bootstrap_servers: str = DEFAULT_BOOTSTRAP
-    security_protocol: str = "PLAINTEXT"
-    sasl_mechanism: str = "PLAIN"
-    sasl_username: str | None = None
-    sasl_password: str | None = field(default=None, repr=False)
-    ssl_cafile: str | None = None
-    ssl_certfile: str | None = None
-    ssl_keyfile: str | None = None
+class _ConfigFileSection(PydanticBaseSettingsSource):
+    """The model's table of the config file (weaker than flags and the environment)."""
 
-    def __post_init__(self) -> None:
-        if self.security_protocol not in SECURITY_PROTOCOLS:
-            raise ValueError(f"security protocol must be one of {', '.join(SECURITY_PROTOCOLS)}")
-        if self.sasl_mechanism not in SASL_MECHANISMS:
-            raise ValueError(f"SASL mechanism must be one of {', '.join(SASL_MECHANISMS)}")
-        if self.uses_sasl and (not self.sasl_username or self.sasl_password is None):
-            raise ValueError(f"{self.security_protocol} needs a SASL username and password")
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # unused: __call__ returns the whole table
+
+    def __call__(self) -> dict[str, Any]:
+        section: str = getattr(self.settings_cls, "section", "")
+        table = (_CONFIG_FILE.get() or {}).get(section, {})
+        return dict(table) if isinstance(table, Mapping) else {}
+
+
+class SettingsModel(BaseSettings):
+    """Common configuration: frozen, unknown keys refused, empty variables treated as unset."""
+
+    section: ClassVar[str] = ""
+    model_config = SettingsConfigDict(
+        frozen=True, extra="forbid", env_ignore_empty=True, validate_by_name=True, validate_by_alias=True
+    )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Flags arrive as init arguments; no .env or secrets directory is read implicitly.
+        return (init_settings, env_settings, _ConfigFileSection(settings_cls))
+
+    @classmethod
+    def defaults(cls) -> Any:
+        """The model from its defaults alone (no environment, no file)."""
+        return cls.model_validate({})
+
+    @classmethod
+    def env_name(cls, name: str) -> str:
+        alias = cls.model_fields[name].validation_alias
+        if isinstance(alias, str):
+            return alias
+        return f"{cls.model_config.get('env_prefix', '')}{name}".upper()
+
+
+class KafkaConnection(SettingsModel):
+    section: ClassVar[str] = "kafka"
+    model_config = SettingsConfigDict(env_prefix="KAFKA_")
+
+    bootstrap_servers: str = Field(
+        DEFAULT_BOOTSTRAP, min_length=1, description="brokers, host:port[,host:port]",
+        json_schema_extra=flag(metavar="HOST:PORT"),
+    )
+    security_protocol: SecurityProtocol = Field("PLAINTEXT", description="how to talk to the brokers")
+    sasl_mechanism: SaslMechanism = Field("PLAIN", description="SASL mechanism for SASL_PLAINTEXT/SASL_SSL")
+    sasl_username: str | None = Field(None, description="SASL username", json_schema_extra=flag(metavar="NAME"))
+    sasl_password: SecretStr | None = Field(
+        None, description="SASL password (environment or config file only: a flag would show in ps)",
+        json_schema_extra=flag(cli=False),
+    )
+    sasl_password_file: Path | None = Field(
+        None, description="file holding the SASL password (instead of KAFKA_SASL_PASSWORD)",
+        json_schema_extra=flag(metavar="PATH"),
+    )
+    ssl_cafile: Path | None = Field(
+        None, description="CA bundle for SSL/SASL_SSL (system CAs when unset)", json_schema_extra=flag(metavar="PATH")
+    )
+    ssl_certfile: Path | None = Field(
+        None, description="client certificate for mutual TLS", json_schema_extra=flag(metavar="PATH")
+    )
+    ssl_keyfile: Path | None = Field(
+        None, description="client key for mutual TLS", json_schema_extra=flag(metavar="PATH")
+    )
+    timeout: float = Field(
+        5.0, gt=0, le=600, validation_alias="RECURRENCE_TIMEOUT",
+        description="seconds a command (topics, publish, ledger-dump, status) waits for the broker before giving up",
+        json_schema_extra=flag(metavar="SECONDS"),
+    )
+
+    @model_validator(mode="after")
+    def _sasl_complete(self) -> "KafkaConnection":
+        if self.uses_sasl and not self.sasl_username:
+            raise ValueError(f"{self.security_protocol} needs a SASL username (--sasl-username, KAFKA_SASL_USERNAME)")
+        if self.uses_sasl and self.sasl_password is None and self.sasl_password_file is None:
+            raise ValueError(
+                f"{self.security_protocol} needs a SASL password (KAFKA_SASL_PASSWORD or --sasl-password-file)"
+            )
+        return self
 
     @property
     def servers(self) -> list[str]:
@@ -66,6 +157,14 @@ class KafkaConnection:
     def uses_ssl(self) -> bool:
         return self.security_protocol in ("SSL", "SASL_SSL")
 
+    def password(self) -> str | None:
+        if self.sasl_password_file is not None:
+            try:
+                return self.sasl_password_file.read_text(encoding="utf-8").rstrip("\r\n")
+            except OSError as error:
+                raise SettingsError(f"cannot read the SASL password file {self.sasl_password_file}: {error}") from None
+        return None if self.sasl_password is None else self.sasl_password.get_secret_value()
+
     def ssl_context(self) -> ssl.SSLContext | None:
         if not self.uses_ssl:
             return None
@@ -76,25 +175,108 @@ class KafkaConnection:
 
     def aiokafka_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for AIOKafkaProducer / AIOKafkaConsumer / AIOKafkaAdminClient."""
-        kwargs: dict[str, Any] = {
-            "bootstrap_servers": self.servers,
-            "security_protocol": self.security_protocol,
-        }
+        kwargs: dict[str, Any] = {"bootstrap_servers": self.servers, "security_protocol": self.security_protocol}
         context = self.ssl_context()
         if context is not None:
             kwargs["ssl_context"] = context
         if self.uses_sasl:
             kwargs["sasl_mechanism"] = self.sasl_mechanism
             kwargs["sasl_plain_username"] = self.sasl_username
-            kwargs["sasl_plain_password"] = self.sasl_password
+            kwargs["sasl_plain_password"] = self.password()
         return kwargs
 
     def faust_broker(self) -> list[str]:
         return [f"kafka://{server}" for server in self.servers]
 
 
-@dataclass(frozen=True)
-class TopicNames:
+class TopicLayout(SettingsModel):
+    section: ClassVar[str] = "topics"
+    model_config = SettingsConfigDict(env_prefix="RECURRENCE_")
+
+    topic_prefix: str = Field(
+        DEFAULT_PREFIX, min_length=1, pattern=r"^[A-Za-z0-9._-]+$",
+        description="topics are <prefix>.journal/.ledger/.review/.dead-letters",
+        json_schema_extra=flag(metavar="PREFIX"),
+    )
+    journal_topic: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9._-]+$", description="journal topic (default <prefix>.journal)",
+        json_schema_extra=flag(metavar="TOPIC"),
+    )
+    app_id: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9._-]+$", description="consumer group id and changelog prefix (default the prefix)",
+        json_schema_extra=flag(metavar="ID"),
+    )
+    partitions: int = Field(
+        DEFAULT_PARTITIONS, ge=1, le=10_000, description="partitions of every topic (fixed once created)",
+        json_schema_extra=flag(metavar="N"),
+    )
+    replication: int = Field(1, ge=1, le=100, description="replication factor of every topic",
+                             json_schema_extra=flag(metavar="N"))
+    min_insync: int = Field(1, ge=1, le=100, description="min.insync.replicas of every topic",
+                            json_schema_extra=flag(metavar="N"))
+
+    @model_validator(mode="after")
+    def _insync_within_replicas(self) -> "TopicLayout":
+        if self.min_insync > self.replication:
+            raise ValueError(
+                f"min_insync {self.min_insync} exceeds replication {self.replication}: every write would be refused"
+            )
+        return self
+
+    @property
+    def group_id(self) -> str:
+        return self.app_id or self.topic_prefix
+
+
+class WorkerOptions(SettingsModel):
+    section: ClassVar[str] = "worker"
+    model_config = SettingsConfigDict(env_prefix="RECURRENCE_")
+
+    datadir: Path = Field(
+        Path(DEFAULT_DATADIR), description="local state directory, one per worker process (RocksDB locks it)",
+        json_schema_extra=flag(metavar="PATH"),
+    )
+    web_host: str = Field("127.0.0.1", min_length=1, description="web bind address",
+                          json_schema_extra=flag(metavar="HOST"))
+    web_port: Port = Field(DEFAULT_WEB_PORT, description="web port (statistics, probes, metrics)",
+                           json_schema_extra=flag(metavar="PORT"))
+    web_advertise: str | None = Field(
+        None, description="host other workers forward statistics requests to (default the bind address, or the "
+        "hostname when binding 0.0.0.0)", json_schema_extra=flag(metavar="HOST"),
+    )
+    standby_replicas: int = Field(1, ge=0, le=10, description="standby copies of each partition's state",
+                                  json_schema_extra=flag(metavar="N"))
+    processing_guarantee: Guarantee = Field("at_least_once", description="delivery guarantee (see docs/kafka.md)")
+    review_threshold: int = Field(
+        RECURRENCE_REVIEW_STREAK_THRESHOLD, ge=1, le=1000, validation_alias="RECURRENCE_REVIEW_STREAK_THRESHOLD",
+        description="terminal recurrence streak that proposes a review; fixed per app id",
+        json_schema_extra=flag(metavar="N"),
+    )
+    batch_max: int = Field(500, ge=1, le=100_000, description="journal entries per durable batch",
+                           json_schema_extra=flag(metavar="N"))
+    batch_within: float = Field(0.02, gt=0, le=10, description="seconds a batch waits to fill",
+                                json_schema_extra=flag(metavar="SECONDS"))
+    # Group membership: a dead worker's partitions move after the session timeout; with a
+    # stable instance id (static membership) a restarted worker takes them back at once.
+    session_timeout: float = Field(10.0, ge=1, le=1800, description="seconds before a silent worker's partitions move",
+                                   json_schema_extra=flag(metavar="SECONDS"))
+    instance_id: str | None = Field(
+        None, min_length=1, description="stable id of this worker process (static membership: a restart takes its "
+        "partitions back without a rebalance); unique per worker", json_schema_extra=flag(metavar="ID"),
+    )
+    ready_max_lag: int = Field(
+        1000, ge=0, description="/readyz: most journal entries a ready worker may be behind on any partition",
+        json_schema_extra=flag(metavar="N"),
+    )
+    create_topics: bool = Field(False, description="create missing topics before starting (never alters any)")
+    loglevel: Literal["debug", "info", "warning", "error"] = Field(
+        "info", description="worker log level", json_schema_extra=flag(short="-l")
+    )
+
+
+class TopicNames(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
     journal: str
     ledger: str
     review: str
@@ -105,49 +287,133 @@ class TopicNames:
         return (self.ledger, self.review, self.dead_letters)
 
 
-@dataclass(frozen=True)
-class StreamSettings:
-    kafka: KafkaConnection = field(default_factory=KafkaConnection)
-    topic_prefix: str = DEFAULT_PREFIX
-    journal_topic: str | None = None  # defaults to <prefix>.journal (a rebuild reads an existing one)
-    app_id: str | None = None  # consumer group and changelog prefix; defaults to the topic prefix
-    partitions: int = DEFAULT_PARTITIONS
-    replication: int = 1
-    min_insync: int = 1
-    datadir: Path = Path("recurrence-data")
-    web_host: str = "127.0.0.1"  # bind address
-    web_port: int = DEFAULT_WEB_PORT
-    web_advertise: str | None = None  # host other workers forward to; default web_host (hostname if a wildcard)
-    standby_replicas: int = 1
-    processing_guarantee: Guarantee = "at_least_once"
-    review_threshold: int = RECURRENCE_REVIEW_STREAK_THRESHOLD
-    batch_max: int = 500
-    batch_within: float = 0.02
-    # Consumer group membership: a dead worker's partitions move after the session
-    # timeout; with a stable instance id (static membership) a restarted worker takes
-    # its partitions back at once, without waiting for the session to expire.
-    session_timeout: float = 10.0
-    instance_id: str | None = None
+_SECTIONS: Final[dict[str, type[SettingsModel]]] = {
+    "kafka": KafkaConnection,
+    "layout": TopicLayout,
+    "worker": WorkerOptions,
+}
+
+
+class StreamSettings(BaseModel):
+    """The three models of one worker; the attributes the stream path reads are properties.
+
+    Flat keywords (``StreamSettings(topic_prefix="p", partitions=6)``) are routed to
+    their model, for tests and embedding; values come only from the arguments and
+    the defaults -- the environment and the file are read by ``load``.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    kafka: KafkaConnection = Field(default_factory=KafkaConnection.defaults)
+    layout: TopicLayout = Field(default_factory=TopicLayout.defaults)
+    worker: WorkerOptions = Field(default_factory=WorkerOptions.defaults)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _route_flat(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        routed: dict[str, Any] = {k: v for k, v in data.items() if k in _SECTIONS}
+        for key, value in data.items():
+            if key in _SECTIONS:
+                continue
+            owner = next((s for s, model in _SECTIONS.items() if key in model.model_fields), None)
+            if owner is None:
+                raise ValueError(f"unknown setting {key!r}")
+            section = routed.setdefault(owner, {})
+            if not isinstance(section, dict):
+                section = routed[owner] = section.model_dump()
+            section[key] = value
+        return routed
+
+    # -- the names the stream path reads ---------------------------------------------------
+    @property
+    def topic_prefix(self) -> str:
+        return self.layout.topic_prefix
+
+    @property
+    def journal_topic(self) -> str | None:
+        return self.layout.journal_topic
+
+    @property
+    def app_id(self) -> str | None:
+        return self.layout.app_id
 
     @property
     def group_id(self) -> str:
-        return self.app_id or self.topic_prefix
+        return self.layout.group_id
+
+    @property
+    def partitions(self) -> int:
+        return self.layout.partitions
+
+    @property
+    def replication(self) -> int:
+        return self.layout.replication
+
+    @property
+    def min_insync(self) -> int:
+        return self.layout.min_insync
+
+    @property
+    def datadir(self) -> Path:
+        return self.worker.datadir
+
+    @property
+    def web_host(self) -> str:
+        return self.worker.web_host
+
+    @property
+    def web_port(self) -> int:
+        return self.worker.web_port
+
+    @property
+    def web_advertise(self) -> str | None:
+        return self.worker.web_advertise
+
+    @property
+    def standby_replicas(self) -> int:
+        return self.worker.standby_replicas
+
+    @property
+    def processing_guarantee(self) -> Guarantee:
+        return self.worker.processing_guarantee
+
+    @property
+    def review_threshold(self) -> int:
+        return self.worker.review_threshold
+
+    @property
+    def batch_max(self) -> int:
+        return self.worker.batch_max
+
+    @property
+    def batch_within(self) -> float:
+        return self.worker.batch_within
+
+    @property
+    def session_timeout(self) -> float:
+        return self.worker.session_timeout
+
+    @property
+    def instance_id(self) -> str | None:
+        return self.worker.instance_id
 
     @property
     def canonical_url(self) -> str:
         """The URL other workers forward statistics requests to."""
-        host = self.web_advertise or self.web_host
+        host = self.worker.web_advertise or self.worker.web_host
         if host in ("", "0.0.0.0", "::"):
             host = socket.gethostname()
         if ":" in host:
             host = f"[{host}]"
-        return f"http://{host}:{self.web_port}"
+        return f"http://{host}:{self.worker.web_port}"
 
     @property
     def topics(self) -> TopicNames:
-        p = self.topic_prefix
+        p = self.layout.topic_prefix
         return TopicNames(
-            journal=self.journal_topic or f"{p}.journal",
+            journal=self.layout.journal_topic or f"{p}.journal",
             ledger=f"{p}.ledger",
             review=f"{p}.review",
             dead_letters=f"{p}.dead-letters",
@@ -156,99 +422,25 @@ class StreamSettings:
         )
 
 
-# -- argparse wiring -------------------------------------------------------------------
+def read_config_file(path: Path) -> dict[str, Any]:
+    """The TOML config file: tables ``[kafka]``, ``[topics]``, ``[worker]``; anything else is refused."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise SettingsError(f"cannot read config file {path}: {error.strerror or error}") from None
+    except tomllib.TOMLDecodeError as error:
+        raise SettingsError(f"config file {path} is not valid TOML: {error}") from None
+    known = {model.section for model in _SECTIONS.values()}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise SettingsError(f"config file {path}: unknown table(s) {', '.join(unknown)}; expected {sorted(known)}")
+    return data
 
 
-def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
-    g = parser.add_argument_group("Kafka connection (flags override KAFKA_* environment variables)")
-    g.add_argument("--bootstrap-servers", help=f"host:port[,host:port] (KAFKA_BOOTSTRAP_SERVERS; {DEFAULT_BOOTSTRAP})")
-    g.add_argument("--security-protocol", choices=SECURITY_PROTOCOLS, help="KAFKA_SECURITY_PROTOCOL (PLAINTEXT)")
-    g.add_argument("--sasl-mechanism", choices=SASL_MECHANISMS, help="KAFKA_SASL_MECHANISM (PLAIN)")
-    g.add_argument("--sasl-username", help="KAFKA_SASL_USERNAME")
-    g.add_argument(
-        "--sasl-password-file",
-        help="file holding the SASL password (else KAFKA_SASL_PASSWORD; never a flag, it would show in ps)",
-    )
-    g.add_argument("--ssl-cafile", help="CA bundle for SSL/SASL_SSL (KAFKA_SSL_CAFILE; system CAs by default)")
-    g.add_argument("--ssl-certfile", help="client certificate for mutual TLS (KAFKA_SSL_CERTFILE)")
-    g.add_argument("--ssl-keyfile", help="client key for mutual TLS (KAFKA_SSL_KEYFILE)")
-
-
-def add_topic_arguments(parser: argparse.ArgumentParser) -> None:
-    g = parser.add_argument_group("topics")
-    g.add_argument(
-        "--topic-prefix",
-        help=f"topics are <prefix>.journal/.ledger/.review/.dead-letters (RECURRENCE_TOPIC_PREFIX; {DEFAULT_PREFIX})",
-    )
-    g.add_argument("--journal-topic", help="journal topic (RECURRENCE_JOURNAL_TOPIC; defaults to <prefix>.journal)")
-    g.add_argument(
-        "--app-id", help="consumer group id and changelog prefix (RECURRENCE_APP_ID; defaults to the topic prefix)"
-    )
-
-
-def add_layout_arguments(parser: argparse.ArgumentParser) -> None:
-    g = parser.add_argument_group("topic layout")
-    g.add_argument(
-        "--partitions",
-        type=positive_int,
-        help=f"partitions of every topic (RECURRENCE_PARTITIONS; {DEFAULT_PARTITIONS})",
-    )
-    g.add_argument("--replication", type=positive_int, help="replication factor (RECURRENCE_REPLICATION; 1)")
-    g.add_argument("--min-insync", type=positive_int, help="min.insync.replicas (RECURRENCE_MIN_INSYNC; 1)")
-
-
-def connection_from_args(args: argparse.Namespace) -> KafkaConnection:
-    password = _env("KAFKA_SASL_PASSWORD")
-    password_file = getattr(args, "sasl_password_file", None)
-    if password_file:
-        password = Path(password_file).read_text(encoding="utf-8").rstrip("\r\n")
-    return KafkaConnection(
-        bootstrap_servers=args.bootstrap_servers or _env("KAFKA_BOOTSTRAP_SERVERS", DEFAULT_BOOTSTRAP) or "",
-        security_protocol=args.security_protocol or _env("KAFKA_SECURITY_PROTOCOL", "PLAINTEXT") or "PLAINTEXT",
-        sasl_mechanism=args.sasl_mechanism or _env("KAFKA_SASL_MECHANISM", "PLAIN") or "PLAIN",
-        sasl_username=args.sasl_username or _env("KAFKA_SASL_USERNAME"),
-        sasl_password=password,
-        ssl_cafile=args.ssl_cafile or _env("KAFKA_SSL_CAFILE"),
-        ssl_certfile=args.ssl_certfile or _env("KAFKA_SSL_CERTFILE"),
-        ssl_keyfile=args.ssl_keyfile or _env("KAFKA_SSL_KEYFILE"),
-    )
-
-
-def _int_setting(args: argparse.Namespace, attr: str, env: str, default: int) -> int:
-    value = getattr(args, attr, None)
-    if value is not None:
-        return int(value)
-    raw = _env(env)
-    return int(raw) if raw is not None else default
-
-
-def settings_from_args(args: argparse.Namespace, **overrides: Any) -> StreamSettings:
-    guarantee = getattr(args, "processing_guarantee", None) or _env("RECURRENCE_PROCESSING_GUARANTEE", "at_least_once")
-    if guarantee not in ("at_least_once", "exactly_once"):
-        raise ValueError("processing guarantee must be at_least_once or exactly_once")
-    datadir = getattr(args, "datadir", None) or _env("RECURRENCE_DATADIR", "recurrence-data") or "recurrence-data"
-    values: dict[str, Any] = {
-        "kafka": connection_from_args(args),
-        "topic_prefix": getattr(args, "topic_prefix", None) or _env("RECURRENCE_TOPIC_PREFIX", DEFAULT_PREFIX),
-        "journal_topic": getattr(args, "journal_topic", None) or _env("RECURRENCE_JOURNAL_TOPIC"),
-        "app_id": getattr(args, "app_id", None) or _env("RECURRENCE_APP_ID"),
-        "partitions": _int_setting(args, "partitions", "RECURRENCE_PARTITIONS", DEFAULT_PARTITIONS),
-        "replication": _int_setting(args, "replication", "RECURRENCE_REPLICATION", 1),
-        "min_insync": _int_setting(args, "min_insync", "RECURRENCE_MIN_INSYNC", 1),
-        "datadir": Path(datadir),
-        "web_host": getattr(args, "web_host", None) or _env("RECURRENCE_WEB_HOST", "127.0.0.1"),
-        "web_port": _int_setting(args, "web_port", "RECURRENCE_WEB_PORT", DEFAULT_WEB_PORT),
-        "web_advertise": getattr(args, "web_advertise", None) or _env("RECURRENCE_WEB_ADVERTISE"),
-        "standby_replicas": _int_setting(args, "standby_replicas", "RECURRENCE_STANDBY_REPLICAS", 1),
-        "processing_guarantee": guarantee,
-        "review_threshold": _int_setting(
-            args, "review_threshold", "RECURRENCE_REVIEW_THRESHOLD", RECURRENCE_REVIEW_STREAK_THRESHOLD
-        ),
-        "batch_max": _int_setting(args, "batch_max", "RECURRENCE_BATCH_MAX", 500),
-        "session_timeout": float(
-            getattr(args, "session_timeout", None) or _env("RECURRENCE_SESSION_TIMEOUT", "10") or 10
-        ),
-        "instance_id": getattr(args, "instance_id", None) or _env("RECURRENCE_INSTANCE_ID"),
-    }
-    values.update(overrides)
-    return StreamSettings(**values)
+@contextmanager
+def config_file(data: Mapping[str, Any]) -> Iterator[None]:
+    token = _CONFIG_FILE.set(data)
+    try:
+        yield
+    finally:
+        _CONFIG_FILE.reset(token)

@@ -13,6 +13,8 @@ from recurrence.processor.store.base import StateStore, Transaction
 
 #: Header on every output record: "<journal partition>:<journal offset>:<index in the entry's output>".
 SOURCE_HEADER: Final = "recurrence-source"
+#: Header on every output record: "<record kind>:<record id>", the id consumers deduplicate by.
+ID_HEADER: Final = "recurrence-id"
 
 
 @dataclass(frozen=True)
@@ -20,6 +22,7 @@ class Entry:
     partition: int
     offset: int
     value: bytes
+    timestamp: float | None = None  # the journal record's timestamp (seconds), for entry-to-output latency
 
 
 class Delivered(Protocol):

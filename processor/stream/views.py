@@ -1,4 +1,4 @@
-"""Faust web views: statistics (routed to the partition owner), health, Prometheus metrics.
+"""Faust web views: statistics (routed to the partition owner), probes, Prometheus metrics.
 
 A scope's state lives on the worker that owns its journal partition (the
 partition of key ``scope_id``, which is also its changelog partition). So:
@@ -14,6 +14,10 @@ partition of key ``scope_id``, which is also its changelog partition). So:
   it is a 503: partial statistics are never served as complete.
 
 ``?top=N`` bounds ``top_revisions`` (0..1000, default the contract's 20).
+
+``/livez`` and ``/readyz`` are the Kubernetes probes (``probes``); ``/health``
+answers exactly as ``/readyz`` (an alias kept for existing checks).
+``/metrics`` is prometheus_client's exposition of the worker's registry.
 """
 
 import asyncio
@@ -29,7 +33,8 @@ from aiokafka.partitioner import murmur2
 
 from recurrence.processor.engine import Engine, EngineConfig
 from recurrence.processor.store.base import Transaction
-from recurrence.processor.stream.metrics import Metrics
+from recurrence.processor.stream.metrics import CONTENT_TYPE, Metrics
+from recurrence.processor.stream.probes import ProbeInputs, ProbeResult, liveness, readiness
 from recurrence.processor.stream.types import PartitionedState
 from recurrence.schemas.constants import DEFAULT_TOP_REVISIONS
 
@@ -62,7 +67,7 @@ class ReadSurface:
     # worker url -> journal partitions it actively owns (from the assignor)
     owners: Callable[[], Mapping[str, set[int]]]
     lag: Callable[[], Mapping[int, int]]
-    health: Callable[[], dict[str, Any]]
+    probe: Callable[[], ProbeInputs]
 
     def local_statistics(self, partitions: Iterable[int], scope_id: str | None, top: int) -> list[dict[str, Any]]:
         ready = self.ready_partitions()
@@ -191,12 +196,21 @@ def register(app: Any, surface: ReadSurface) -> None:
             return error(view, 404, "no accepted entry for this scope")
         return json_response(view, found[0])
 
+    def probe_response(view: Any, result: ProbeResult) -> Any:
+        return json_response(view, result.body, 200 if result.ok else 503)
+
+    @app.page("/livez")  # type: ignore[untyped-decorator]
+    async def livez(view: Any, request: Any) -> Any:
+        return probe_response(view, liveness(surface.probe()))
+
+    @app.page("/readyz")  # type: ignore[untyped-decorator]
+    async def readyz(view: Any, request: Any) -> Any:
+        return probe_response(view, readiness(surface.probe()))
+
     @app.page("/health")  # type: ignore[untyped-decorator]
     async def health(view: Any, request: Any) -> Any:
-        report = surface.health()
-        return json_response(view, report, 200 if report.get("status") == "ok" else 503)
+        return probe_response(view, readiness(surface.probe()))
 
     @app.page("/metrics")  # type: ignore[untyped-decorator]
     async def metrics(view: Any, request: Any) -> Any:
-        text = surface.metrics.render(surface.lag())
-        return view.bytes(text.encode(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+        return view.bytes(surface.metrics.render(), headers={"Content-Type": CONTENT_TYPE})

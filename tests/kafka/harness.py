@@ -206,10 +206,11 @@ class Worker:
         return status, orjson.loads(body) if body else None
 
     def health(self) -> dict[str, Any] | None:
+        """The /readyz report (503 bodies too), or None while the worker does not answer."""
         if not self.alive():
             return None
         try:
-            _, body = self.get_json("/health")
+            _, body = self.get_json("/readyz")
         except (OSError, ValueError):
             return None
         return body if isinstance(body, dict) else None
@@ -222,6 +223,10 @@ class Worker:
                 name, _, value = line.rpartition(" ")
                 values[name] = float(value)
         return values
+
+    def lag(self) -> float:
+        """Sum of recurrence_consumer_lag over this worker's partitions."""
+        return sum(v for k, v in self.metrics().items() if k.startswith("recurrence_consumer_lag{"))
 
     def wait_ready(self, timeout: float = 90.0, partitions: int | None = None) -> dict[str, Any]:
         """Until the worker serves its partitions (at least ``partitions`` of them)."""

@@ -49,7 +49,7 @@ def test_kill_minus_nine_at_random_points(deployment: Deployment, tmp_path: Path
         write_journal(chunk, chunks[cycle])
         deployment.publish(chunk)
         time.sleep(rng.uniform(0.05, 0.6))
-        lag = worker.metrics().get("recurrence_consumer_lag_total", 0)
+        lag = worker.lag()
         kills_mid_batch += lag > 0
         killed_at = time.monotonic()
         worker.kill9()
@@ -67,7 +67,7 @@ def test_kill_minus_nine_at_random_points(deployment: Deployment, tmp_path: Path
     write_journal(last, chunks[CYCLES])
     deployment.publish(last)
     deployment.wait_for_outputs(oracle, timeout=180)
-    wait_for(lambda: worker.metrics()["recurrence_consumer_lag_total"] == 0, 60, 0.2, "zero lag")
+    wait_for(lambda: worker.lag() == 0, 60, 0.2, "zero lag")
 
     raw = deployment.outputs(deduplicated=False)
     distinct = dedupe(raw)

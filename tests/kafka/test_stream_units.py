@@ -20,10 +20,11 @@ from recurrence.processor.engine import EngineConfig
 from recurrence.processor.store.base import Transaction
 from recurrence.processor.store.memory import MemoryStore
 from recurrence.processor.stream import changeset
+from recurrence.processor.stream.dump import record_id
 from recurrence.processor.stream.processing import BatchProcessor
 from recurrence.processor.stream.publish import scope_key
 from recurrence.processor.stream.settings import StreamSettings
-from recurrence.processor.stream.types import SOURCE_HEADER, Entry
+from recurrence.processor.stream.types import ID_HEADER, SOURCE_HEADER, Entry
 from recurrence.processor.stream.views import partition_for
 from recurrence.processor.synthetic import JournalSpec, generate
 from recurrence.topics.definitions import topic_specs
@@ -148,6 +149,18 @@ def _outputs_in_source_order(sink: RecordingSink) -> list[bytes]:
             source = dict(headers)[SOURCE_HEADER].decode()
             tagged.append((tuple(int(x) for x in source.split(":")), value))
     return [value for _, value in sorted(tagged)]
+
+
+def test_every_output_carries_its_record_id_header() -> None:
+    # Downstream consumers deduplicate by the header alone; it must be the id the record itself implies.
+    sink, _ = _run(_journal(400, seed=3), 50)
+    kinds = set()
+    for topic in TOPICS.outputs():
+        for _key, value, headers in sink.sent.get(topic, []):
+            header = dict(headers)[ID_HEADER].decode()
+            assert header == record_id(value), value[:80]
+            kinds.add(header.split(":", 1)[0])
+    assert {"match", "observation", "dead_letter", "admission"} <= kinds
 
 
 @pytest.mark.parametrize("batch", [1, 37, 500])

@@ -1,0 +1,146 @@
+"""Command-line flags derived from the settings models, and the models loaded from flags, env and file.
+
+One helper adds a flag per model field (name, help, metavar, choices from the
+field; the help names the environment variable and the default), so a
+setting is written once, in ``settings``. Flags default to ``SUPPRESS``: only
+flags actually given reach the model, where they override the environment and
+the config file; the model validates every source alike.
+"""
+
+import argparse
+import os
+import types
+import typing
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+from pydantic import SecretStr, ValidationError
+
+from recurrence.processor.exceptions import SettingsError
+from recurrence.processor.stream.settings import (
+    CONFIG_ENV,
+    KafkaConnection,
+    SettingsModel,
+    StreamSettings,
+    TopicLayout,
+    WorkerOptions,
+    config_file,
+    read_config_file,
+)
+
+_SEP: Final = "__"  # dest = "<section>__<field>": the same field name may exist in two models
+M = TypeVar("M", bound=SettingsModel)
+
+NAMING: Final = ("topic_prefix", "journal_topic", "app_id")
+
+
+def _dest(model: type[SettingsModel], name: str) -> str:
+    return f"{model.section}{_SEP}{name}"
+
+
+def _choices(annotation: Any) -> tuple[str, ...] | None:
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) is typing.Literal:
+        return tuple(str(a) for a in args)
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        for arg in args:
+            found = _choices(arg)
+            if found:
+                return found
+    return None
+
+
+def _default_text(model: type[SettingsModel], name: str) -> str:
+    info = model.model_fields[name]
+    if info.default is None:
+        return ""
+    if isinstance(info.default, bool):
+        return "off" if not info.default else "on"
+    return str(info.default)
+
+
+def add_model_arguments(
+    parser: argparse.ArgumentParser, model: type[SettingsModel], title: str, only: Iterable[str] | None = None
+) -> None:
+    """A flag per field of ``model`` (or of the fields named in ``only``)."""
+    group = parser.add_argument_group(title)
+    wanted = set(only) if only is not None else None
+    for name, info in model.model_fields.items():
+        extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+        if extra.get("cli") is False or (wanted is not None and name not in wanted):
+            continue
+        names = [f"--{name.replace('_', '-')}"]
+        if isinstance(extra.get("short"), str):
+            names.insert(0, str(extra["short"]))
+        default = _default_text(model, name)
+        helptext = f"{info.description} (env {model.env_name(name)}{'; default ' + default if default else ''})"
+        kwargs: dict[str, Any] = {
+            "dest": _dest(model, name),
+            "default": argparse.SUPPRESS,
+            "help": helptext.replace("%", "%%"),
+        }
+        if info.annotation is bool:
+            kwargs["action"] = "store_true"
+        else:
+            choices = _choices(info.annotation)
+            if choices:
+                kwargs["choices"] = choices
+            elif isinstance(extra.get("metavar"), str):
+                kwargs["metavar"] = extra["metavar"]
+        group.add_argument(*names, **kwargs)
+
+
+def add_config_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        default=argparse.SUPPRESS,
+        help=f"TOML file with [kafka], [topics], [worker] tables (env {CONFIG_ENV}); flags and environment override it",
+    )
+
+
+def _flags(args: argparse.Namespace, model: type[SettingsModel]) -> dict[str, Any]:
+    prefix = f"{model.section}{_SEP}"
+    return {key[len(prefix):]: value for key, value in vars(args).items() if key.startswith(prefix)}
+
+
+def _describe(model: type[SettingsModel], error: ValidationError, source: str) -> str:
+    problems = []
+    for item in error.errors():
+        loc = [str(part) for part in item["loc"]]
+        name = next((n for n in model.model_fields if loc and (loc[0] == n or loc[0] == model.env_name(n))), None)
+        if name is None:
+            where = f"{'.'.join(loc)}: " if loc else ""
+            problems.append(f"{where}{item['msg'].removeprefix('Value error, ')}{source}")
+            continue
+        where = f"--{name.replace('_', '-')} / {model.env_name(name)}{source}"
+        value = item.get("input")
+        shown = "" if isinstance(value, SecretStr) or "password" in name or value is None else f" (got {value!r})"
+        problems.append(f"{name}{shown}: {item['msg'].removeprefix('Value error, ')} [{where}]")
+    return "invalid settings: " + "; ".join(problems)
+
+
+def _load(model: type[M], args: argparse.Namespace, source: str) -> M:
+    try:
+        return model(**_flags(args, model))
+    except ValidationError as error:
+        raise SettingsError(_describe(model, error, source)) from None
+
+
+def _config_path(args: argparse.Namespace) -> Path | None:
+    raw = getattr(args, "config", None) or os.environ.get(CONFIG_ENV) or None
+    return Path(raw) if raw else None
+
+
+def load(args: argparse.Namespace) -> StreamSettings:
+    """The settings of one command: flags over environment over the config file over defaults."""
+    path = _config_path(args)
+    data = read_config_file(path) if path is not None else {}
+    source = f" / [{{}}] in {path}" if path is not None else ""
+    with config_file(data):
+        return StreamSettings(
+            kafka=_load(KafkaConnection, args, source.format(KafkaConnection.section)),
+            layout=_load(TopicLayout, args, source.format(TopicLayout.section)),
+            worker=_load(WorkerOptions, args, source.format(WorkerOptions.section)),
+        )

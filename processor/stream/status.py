@@ -1,0 +1,142 @@
+"""How far the worker group is through the journal: ``recurrence status`` and ``ledger-dump --until-caught-up``.
+
+Per journal partition: the end offset (``read_committed``), the offset the
+group committed (Faust commits it only after a batch's outputs and change sets
+are durable, so a committed offset at the end means every output up to it is
+in the output topics), and the lag between them. Read with a group-less
+consumer and the admin client: nothing joins the worker's group.
+"""
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+
+from recurrence.processor.exceptions import BrokerError
+from recurrence.processor.stream.brokers import bounded, require_topics, retrying, started
+from recurrence.processor.stream.settings import KafkaConnection
+
+POLL_SECONDS: Final = 0.5
+
+
+@dataclass(frozen=True)
+class PartitionProgress:
+    partition: int
+    start: int  # the log start offset: the position of a group that committed nothing
+    end: int
+    committed: int | None
+
+    @property
+    def lag(self) -> int:
+        return max(0, self.end - (self.committed if self.committed is not None else self.start))
+
+
+@dataclass(frozen=True)
+class GroupProgress:
+    journal: str
+    group: str
+    partitions: Sequence[PartitionProgress]
+
+    @property
+    def lag(self) -> int:
+        return sum(p.lag for p in self.partitions)
+
+    def lines(self) -> list[str]:
+        rows = [f"journal {self.journal}, group {self.group}"]
+        rows.append(f"{'partition':>9} {'end':>10} {'committed':>10} {'lag':>8}")
+        for p in self.partitions:
+            committed = "-" if p.committed is None else str(p.committed)
+            rows.append(f"{p.partition:>9} {p.end:>10} {committed:>10} {p.lag:>8}")
+        rows.append(f"{'total':>9} {sum(p.end for p in self.partitions):>10} {'':>10} {self.lag:>8}")
+        return rows
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "journal": self.journal,
+            "group": self.group,
+            "lag": self.lag,
+            "partitions": [
+                {"partition": p.partition, "end": p.end, "committed": p.committed, "lag": p.lag}
+                for p in self.partitions
+            ],
+        }
+
+
+class ProgressProbe:
+    """Opens its clients once; ``read`` can be called repeatedly (``--until-caught-up`` polls it)."""
+
+    def __init__(self, connection: KafkaConnection, journal: str, group: str) -> None:
+        self.connection = connection
+        self.journal = journal
+        self.group = group
+        kwargs = connection.aiokafka_kwargs()
+        self._consumer = AIOKafkaConsumer(**kwargs, group_id=None, enable_auto_commit=False,
+                                          isolation_level="read_committed")
+        self._admin = AIOKafkaAdminClient(**kwargs, request_timeout_ms=max(1000, int(connection.timeout * 1000)))
+        self._tps: list[TopicPartition] = []
+        self._clients = contextlib.AsyncExitStack()
+
+    async def __aenter__(self) -> "ProgressProbe":
+        try:
+            await self._clients.enter_async_context(started(self.connection, self._consumer))
+            await self._clients.enter_async_context(started(self.connection, self._admin))
+        except BaseException:
+            await self._clients.aclose()  # the consumer started before the admin client failed
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._clients.aclose()
+
+    async def read(self) -> GroupProgress:
+        c = self.connection
+        if not self._tps:
+            counts = await require_topics(c, self._consumer._client, [self.journal])
+            self._tps = [TopicPartition(self.journal, p) for p in range(counts[self.journal])]
+        ends: Mapping[TopicPartition, int] = await bounded(c, self._consumer.end_offsets(self._tps))
+        starts: Mapping[TopicPartition, int] = await bounded(c, self._consumer.beginning_offsets(self._tps))
+        committed: Mapping[TopicPartition, Any] = await retrying(
+            c, lambda: self._admin.list_consumer_group_offsets(self.group, partitions=self._tps)
+        )
+        partitions = []
+        for tp in self._tps:
+            found = committed.get(tp)
+            offset = None if found is None or found.offset < 0 else int(found.offset)
+            partitions.append(PartitionProgress(tp.partition, int(starts[tp]), int(ends[tp]), offset))
+        return GroupProgress(self.journal, self.group, partitions)
+
+    async def wait_caught_up(self, max_wait: float) -> GroupProgress:
+        """Until the committed offsets reach the end offsets found now; a ``BrokerError`` after ``max_wait``."""
+        target = await self.read()
+        deadline = time.monotonic() + max_wait
+        while True:
+            now = await self.read()
+            behind = {
+                p.partition: t.end - (p.committed or p.start)
+                for p, t in zip(now.partitions, target.partitions, strict=True)
+                if (p.committed if p.committed is not None else p.start) < t.end
+            }
+            if not behind:
+                return now
+            if time.monotonic() > deadline:
+                where = ", ".join(f"p{p}: {n}" for p, n in sorted(behind.items()))
+                raise BrokerError(
+                    f"group {self.group} has not caught up with {self.journal} within {max_wait:g}s "
+                    f"(entries behind: {where}); is a 'recurrence worker' with the same settings running?"
+                )
+            await asyncio.sleep(POLL_SECONDS)
+
+
+async def group_progress(connection: KafkaConnection, journal: str, group: str) -> GroupProgress:
+    async with ProgressProbe(connection, journal, group) as probe:
+        return await probe.read()
+
+
+async def wait_caught_up(connection: KafkaConnection, journal: str, group: str, max_wait: float) -> GroupProgress:
+    async with ProgressProbe(connection, journal, group) as probe:
+        return await probe.wait_caught_up(max_wait)

@@ -1,0 +1,214 @@
+"""Every command the docs show, run: each fenced ``sh`` block of README.md and docs/*.md.
+
+A block runs as one bash script (``set -euo pipefail``) in a scratch directory
+(``examples/`` linked in), against the test broker, with these substitutions
+so it cannot touch anything outside the test:
+
+* the local broker address ``127.0.0.1:39092`` -> the test broker, web port
+  ``6066`` -> a free port, ``/var/lib/recurrence`` -> the scratch directory,
+  a unique ``RECURRENCE_TOPIC_PREFIX`` per block;
+* the managed-cluster example's brokers, ``SASL_SSL``, replication 3 and
+  min.insync 2 -> the local single PLAINTEXT broker, 1 and 1 (one local broker
+  cannot hold three replicas or speak SASL; the layout still comes only from
+  the file, which is what the example shows);
+* the embedded section's placeholders (``JOURNAL.jsonl``, ``DIR``,
+  ``LEDGER.jsonl``, ``[--optional ...]``) -> real paths, no optional flags;
+* ``make X`` -> ``make -C <repo> X``.
+
+A ``recurrence worker`` line runs in the background (the docs' own ``&``, or
+added for the managed-cluster example); after the block the test waits until
+that worker answers ``/readyz`` and then stops it. ``SKIPPED`` lists the only
+commands not run, each with the reason. The test prints how many commands ran.
+"""
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+import pytest
+
+from .harness import REPO, Oracle, free_port
+
+pytestmark = pytest.mark.kafka
+
+DOCS: Final = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+FENCE: Final = re.compile(r"^```sh\n(.*?)^```", re.S | re.M)
+
+# Commands that cannot run inside this test, by prefix, and why.
+SKIPPED: Final = {
+    "make test": "runs the whole suite, this test included",
+    "make test-fast": "runs the whole broker-less suite (make test runs it)",
+    "make lint": "make test runs it before pytest",
+    "make bench": "benchmarks are never run by tests",
+    "make bench-kafka": "benchmarks are never run by tests",
+    "make schemas": "rewrites tracked files; tests/test_schemas_json.py checks they match the models",
+    "make tools": "installs the checkers; make test runs it",
+    "make kafka-up": "the session fixture owns the test broker",
+    "make kafka-down": "the session fixture owns the test broker",
+    "docker": "no Docker engine here",
+    "kubectl": "no Kubernetes cluster here (tests/test_deploy.py validates the manifest)",
+}
+
+
+@dataclass
+class Block:
+    doc: Path
+    line: int
+    commands: list[str]
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+
+
+def logical_commands(text: str) -> list[str]:
+    """Lines joined across backslash continuations, a heredoc kept with its command."""
+    commands: list[str] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        i += 1
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        while line.endswith("\\") and i < len(lines):
+            line = line[:-1] + " " + lines[i].strip()
+            i += 1
+        heredoc = re.search(r"<<-?\s*'?(\w+)'?", line)
+        if heredoc:
+            body = []
+            while i < len(lines) and lines[i].strip() != heredoc.group(1):
+                body.append(lines[i])
+                i += 1
+            line = "\n".join([line, *body, heredoc.group(1)])
+            i += 1
+        commands.append(line)
+    return commands
+
+
+def blocks() -> list[Block]:
+    found = []
+    for doc in DOCS:
+        text = doc.read_text(encoding="utf-8")
+        for match in FENCE.finditer(text):
+            found.append(Block(doc, text[: match.start()].count("\n") + 1, logical_commands(match.group(1))))
+    return found
+
+
+def substitute(command: str, bootstrap: str, port: int, scratch: Path) -> str:
+    replacements = {
+        "127.0.0.1:39092": bootstrap,
+        '"b-1.example:9096,b-2.example:9096"': f'"{bootstrap}"',
+        '"SASL_SSL"': '"PLAINTEXT"',
+        "replication = 3": "replication = 1",
+        "min_insync = 2": "min_insync = 1",
+        "/var/lib/recurrence": str(scratch / "var"),
+        "JOURNAL.jsonl": "examples/rfc-minimum.jsonl",
+        "< journal.jsonl": "< examples/rfc-minimum.jsonl",
+        "LEDGER.jsonl": str(scratch / "embedded-ledger.jsonl"),
+    }
+    for old, new in replacements.items():
+        command = command.replace(old, new)
+    command = re.sub(r"\b6066\b", str(port), command)
+    command = re.sub(r"--state DIR\b", f"--state {scratch / 'embedded-state'}", command)
+    command = re.sub(r"\s\[--[^\]]*\]", "", command)  # optional flags shown in brackets
+    command = re.sub(r"^make ", f"make -C {REPO} ", command)
+    if command.startswith("recurrence worker") and not command.rstrip().endswith("&"):
+        command = command.split("#")[0].rstrip() + " &"  # a foreground worker would never return
+    return command
+
+
+def _skip_reason(command: str) -> str | None:
+    # Whole words: "make test" does not match "make test-fast".
+    return next((why for prefix, why in SKIPPED.items() if re.match(rf"{re.escape(prefix)}(?![\w-])", command)), None)
+
+
+def _ready(port: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as response:
+                if response.status == 200:
+                    return True
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.3)
+    return False
+
+
+def run_block(block: Block, bootstrap: str, scratch: Path) -> tuple[int, list[tuple[str, str]]]:
+    scratch.mkdir(parents=True)
+    (scratch / "examples").symlink_to(REPO / "examples")
+    port = free_port()
+    script = ["set -euo pipefail"]
+    ran = 0
+    skipped = []
+    for command in block.commands:
+        why = _skip_reason(command)
+        if why is not None:
+            skipped.append((command.splitlines()[0], why))
+            continue
+        script.append(substitute(command, bootstrap, port, scratch))
+        ran += 1
+    if ran == 0:
+        return 0, skipped
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KAFKA_", "RECURRENCE_"))}
+    env.update(
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+        KAFKA_BOOTSTRAP_SERVERS=bootstrap,
+        RECURRENCE_TOPIC_PREFIX=f"docs{uuid.uuid4().hex[:8]}",
+        RECURRENCE_WEB_PORT=str(port),
+        PYTHONUNBUFFERED="1",
+    )
+    log = scratch / "block.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            ["bash", "-c", "\n".join(script)], cwd=scratch, env=env, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            code = proc.wait(timeout=300)
+            worker = any("recurrence worker" in line for line in script)
+            ready = _ready(port, 90) if worker and code == 0 else True
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # the block's background worker, if any
+    where = f"{block.doc.relative_to(REPO)}:{block.line}"
+    output = log.read_text()[-4000:]
+    assert code == 0, f"{where} failed ({code}):\n" + "\n".join(script) + "\n--- output ---\n" + output
+    assert ready, f"{where}: the worker never became ready\n{log.read_text()[-4000:]}"
+    ledger = scratch / "ledger.jsonl"
+    if ledger.exists():  # the quick starts promise the embedded ledger, byte for byte
+        oracle = Oracle.run(REPO / "examples" / "rfc-minimum.jsonl", scratch)
+        assert ledger.read_bytes() == b"".join(r + b"\n" for r in oracle.records), where
+    return ran, skipped
+
+
+def test_every_documented_command_runs(kafka_bootstrap: str, tmp_path: Path) -> None:
+    found = blocks()
+    assert found, "no sh blocks found"
+    total = 0
+    report = []
+    for index, block in enumerate(found):
+        ran, skipped = run_block(block, kafka_bootstrap, tmp_path / f"block{index}")
+        total += ran
+        report.append(f"  {block.doc.relative_to(REPO)}:{block.line}: {ran} run, {len(skipped)} skipped")
+        report.extend(f"      skipped `{command}`: {why}" for command, why in skipped)
+    print(f"\n[docs] {total} commands run from {len(found)} sh blocks\n" + "\n".join(report))
+    assert total >= 20
+
+
+def test_the_settings_table_names_every_environment_variable() -> None:
+    from recurrence.processor.stream.settings import KafkaConnection, TopicLayout, WorkerOptions
+
+    text = (REPO / "docs" / "kafka.md").read_text()
+    for model in (KafkaConnection, TopicLayout, WorkerOptions):
+        for name in model.model_fields:
+            assert model.env_name(name) in text or name.startswith("ssl_"), name
