@@ -2,28 +2,29 @@
 
 For a batch of entries (any partitions, offset order per partition):
 
-0. per partition, continue exactly at the journal position recorded in the
+1. per partition, continue exactly at the journal position recorded in the
    state (``POSITION_KEY``): entries below it are skipped (already applied),
    entries the stream did not hand over are read from the journal directly;
-1. run ``Engine.process`` on each raw entry over a per-partition overlay of the
-   table state (nothing reaches the table yet) and hand every output record to
+   the pinned settings (``CONFIG_KEY``) are checked or stamped;
+2. run ``Engine.process`` on each raw entry in one ``Transaction`` per
+   partition (nothing reaches the table yet) and hand every output record to
    the producer, in order, keyed by ``scope_id``;
-2. wait until every output record is acknowledged by the broker (acks=all);
-3. write each entry's change set as one changelog record -- the partition's
-   last one also carries the new journal position -- and wait for those
-   acknowledgements (under exactly_once, then commit the partition's Kafka
-   transaction: outputs, change sets and journal offsets become visible together);
-4. only then write the change sets to the local partition database, together
+3. wait until every output record is acknowledged by the broker (acks=all);
+4. write each partition's batch as ONE change set -- it also carries the new
+   journal position -- and wait for those acknowledgements (under exactly_once,
+   then commit the partition's Kafka transaction: outputs, change sets and
+   journal offsets become visible together);
+5. only then flush each transaction to the local partition database, together
    with the changelog offset recovery resumes from;
-5. return, and the agent acknowledges the entries (Faust commits the journal
+6. return, and the agent acknowledges the entries (Faust commits the journal
    offsets later).
 
 A crash at any point leaves the changelog (and the local database) at or
-behind the outputs, so the entries run again: entries whose change set never
-reached the changelog run on the old state and re-emit byte-identical records
-(same ids); entries whose change set did reach it are skipped by the recorded
-position or recognised by the engine as applied, and emit nothing. No record
-is lost; duplicates are identical and deduplicated by id.
+behind the outputs, so the entries run again: a batch whose change set never
+reached the changelog runs again on the old state and re-emits byte-identical
+records (same ids); a batch whose change set did reach it is skipped by the
+recorded position and emits nothing. No record is lost; duplicates are
+identical and deduplicated by id.
 """
 
 import asyncio

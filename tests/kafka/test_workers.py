@@ -4,6 +4,9 @@ Statistics are asked of both workers for every scope, so each worker answers
 for scopes the other one owns (forwarding) and for all scopes (fan-out).
 """
 
+import os
+import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +14,7 @@ import pytest
 
 from recurrence.processor.synthetic import JournalSpec, generate
 
-from .harness import Deployment, Oracle, Worker, wait_for, write_journal
+from .harness import Deployment, Oracle, Worker, dedupe, wait_for, write_journal
 from .test_end_to_end import check_statistics, scopes_of
 
 pytestmark = pytest.mark.kafka
@@ -64,3 +67,67 @@ def test_two_workers_split_partitions_and_fail_over(deployment: Deployment, tmp_
     oracle = Oracle.run(everything, tmp_path)
     deployment.wait_for_outputs(oracle, timeout=180)
     check_statistics([w1], oracle, scopes_of(oracle, 8))
+
+
+def _journal(tmp_path: Path, entries: int, seed: int, parts: int) -> tuple[list[Path], Path]:
+    lines = list(generate(JournalSpec(entries=entries, scopes=30, seed=seed, garbage_ratio=0.01)))
+    size = -(-len(lines) // parts)
+    chunks = []
+    for i in range(parts):
+        chunks.append(tmp_path / f"chunk{i}.jsonl")
+        write_journal(chunks[-1], lines[i * size : (i + 1) * size])
+    everything = tmp_path / "all.jsonl"
+    write_journal(everything, lines)
+    return chunks, everything
+
+
+def _no_duplicate_ids(deployment: Deployment) -> None:
+    raw = deployment.outputs(deduplicated=False)
+    assert len(raw) == len(dedupe(raw)), "a read_committed consumer saw a record id twice"
+
+
+def test_exactly_once_survives_a_joining_worker_and_a_kill(deployment: Deployment, tmp_path: Path) -> None:
+    deployment.guarantee = "exactly_once"
+    chunks, everything = _journal(tmp_path, 3000, 41, 3)
+    deployment.apply_topics()
+    deployment.publish(chunks[0])
+    w1 = deployment.worker("w1", "--instance-id", f"{deployment.prefix}-w1").start()
+    w2 = deployment.worker("w2", "--instance-id", f"{deployment.prefix}-w2").start()
+    wait_for(lambda: _split([w1, w2], deployment.partitions), 120, 0.2, "both workers to own partitions")
+    deployment.publish(chunks[1])
+    # A third worker joins while the second chunk is being processed: a rebalance mid-stream.
+    w3 = deployment.worker("w3", "--instance-id", f"{deployment.prefix}-w3").start()
+    deployment.publish(chunks[2])
+    wait_for(lambda: _split([w1, w2, w3], deployment.partitions), 180, 0.2, "three workers to share partitions")
+    w1.kill9()  # and one dies without a goodbye
+    oracle = Oracle.run(everything, tmp_path)
+    deployment.wait_for_outputs(oracle, timeout=240)
+    _no_duplicate_ids(deployment)
+
+
+def test_exactly_once_fences_a_paused_zombie_worker(deployment: Deployment, tmp_path: Path) -> None:
+    deployment.guarantee = "exactly_once"
+    chunks, everything = _journal(tmp_path, 2400, 43, 3)
+    deployment.apply_topics()
+    deployment.publish(chunks[0])
+    w1 = deployment.worker("w1", "--session-timeout", "6").start()
+    w2 = deployment.worker("w2", "--session-timeout", "6").start()
+    wait_for(lambda: _split([w1, w2], deployment.partitions), 120, 0.2, "both workers to own partitions")
+    oracle_first = tmp_path / "first.jsonl"
+    write_journal(oracle_first, [line for line in chunks[0].read_bytes().splitlines() if line])
+    deployment.wait_for_outputs(Oracle.run(oracle_first, tmp_path), timeout=120)
+    assert w1.proc is not None
+    os.killpg(w1.proc.pid, signal.SIGSTOP)  # a GC pause, a frozen VM: it still believes it owns its partitions
+    try:
+        deployment.publish(chunks[1])
+        # w2 takes everything over once the session times out.
+        w2.wait_ready(timeout=120, partitions=deployment.partitions)
+        deployment.publish(chunks[2])
+        oracle = Oracle.run(everything, tmp_path)
+        deployment.wait_for_outputs(oracle, timeout=240)
+    finally:
+        os.killpg(w1.proc.pid, signal.SIGCONT)  # the zombie wakes up with stale batches in hand
+    time.sleep(8)  # let it try to commit what it held
+    oracle = Oracle.run(everything, tmp_path)
+    deployment.wait_for_outputs(oracle, timeout=120)
+    _no_duplicate_ids(deployment)
