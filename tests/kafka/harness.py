@@ -99,6 +99,8 @@ def describe_difference(got: dict[str | None, list[bytes]], want: dict[str | Non
         if g != w:
             first = next((i for i, (a, b) in enumerate(zip(g, w, strict=False)) if a != b), min(len(g), len(w)))
             lines.append(f"scope {scope!r}: got {len(g)} records, want {len(w)}; first difference at #{first}")
+            if first < min(len(g), len(w)):
+                lines.append(f"  got:  {g[first][:400]!r}\n  want: {w[first][:400]!r}")
             if len(lines) > 8:
                 break
     return "\n".join(lines)

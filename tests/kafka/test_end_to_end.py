@@ -187,10 +187,8 @@ def _exploding(self, scope_id, meta, ref, *rest):
     if ref[1] == "O12-unknown":
         raise KeyError("SECRET-OUTCOME-TEXT")
     return _real(self, scope_id, meta, ref, *rest)
-
-
-ledger.OutcomeLedger.process = _exploding
 '''
+_INSTALL = "\nledger.OutcomeLedger.process = _exploding\n"
 
 
 def test_an_entry_that_makes_the_engine_raise_is_dead_lettered_and_the_worker_goes_on(
@@ -199,7 +197,7 @@ def test_an_entry_that_makes_the_engine_raise_is_dead_lettered_and_the_worker_go
     # The same fault in the worker (a sitecustomize on its PYTHONPATH) and in the oracle (monkeypatch).
     hook = tmp_path / "hook"
     hook.mkdir()
-    (hook / "sitecustomize.py").write_text(_EXPLODING)
+    (hook / "sitecustomize.py").write_text(_EXPLODING + _INSTALL)
     namespace: dict[str, Any] = {}
     exec(_EXPLODING, namespace)
     from recurrence.processor import ledger

@@ -21,6 +21,9 @@ pytestmark = pytest.mark.kafka
 
 
 def _split(workers: list[Worker], partitions: int) -> list[set[int]] | None:
+    for worker in workers:
+        if worker.proc is not None and worker.proc.poll() is not None:
+            raise AssertionError(f"{worker.name} exited with {worker.proc.returncode}; see {worker.log_path}")
     reports = [w.health() for w in workers]
     if not all(r and r.get("status") == "ok" for r in reports):
         return None
@@ -86,6 +89,12 @@ def _no_duplicate_ids(deployment: Deployment) -> None:
     assert len(raw) == len(dedupe(raw)), "a read_committed consumer saw a record id twice"
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="exactly_once with several workers: at a rebalance Faust's table recovery compares the local "
+    "changelog offset with a read_committed high watermark held back by the previous owner's open "
+    "transaction and crashes with ConsistencyError (docs/kafka.md, 'exactly_once'); strict, so a fix shows",
+)
 def test_exactly_once_survives_a_joining_worker_and_a_kill(deployment: Deployment, tmp_path: Path) -> None:
     deployment.guarantee = "exactly_once"
     chunks, everything = _journal(tmp_path, 3000, 41, 3)
@@ -105,6 +114,12 @@ def test_exactly_once_survives_a_joining_worker_and_a_kill(deployment: Deploymen
     _no_duplicate_ids(deployment)
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="exactly_once with several workers: at a rebalance Faust's table recovery compares the local "
+    "changelog offset with a read_committed high watermark held back by the previous owner's open "
+    "transaction and crashes with ConsistencyError (docs/kafka.md, 'exactly_once'); strict, so a fix shows",
+)
 def test_exactly_once_fences_a_paused_zombie_worker(deployment: Deployment, tmp_path: Path) -> None:
     deployment.guarantee = "exactly_once"
     chunks, everything = _journal(tmp_path, 2400, 43, 3)
