@@ -47,13 +47,6 @@ class JournalReader:
             offsets = await consumer.beginning_offsets([tp])
             return int(offsets[tp])
 
-    async def end(self, partition: int) -> int:
-        async with self._lock:
-            consumer = await self._ensure()
-            tp = TopicPartition(self._topic, partition)
-            offsets = await consumer.end_offsets([tp])
-            return int(offsets[tp])
-
     async def fetch(self, partition: int, start: int, stop: int) -> list[tuple[int, bytes]]:
         """Records with ``start <= offset < stop`` (transaction markers leave no record)."""
         if stop <= start:

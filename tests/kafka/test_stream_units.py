@@ -1,4 +1,4 @@
-"""Broker-less checks of the stream path's own pieces (fast; part of the kafka group).
+"""Broker-less checks of the stream path's own pieces (fast: no broker, so ``make test-fast`` runs them).
 
 The batch processor runs over in-memory partition stores and a recording
 sink: its ledger equals the embedded runner's, and the durability order
@@ -30,8 +30,6 @@ from recurrence.processor.synthetic import JournalSpec, generate
 from recurrence.topics.definitions import topic_specs
 
 from .harness import Oracle, by_scope, write_journal
-
-pytestmark = pytest.mark.kafka
 
 TOPICS = StreamSettings(topic_prefix="unit").topics
 
