@@ -47,6 +47,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from recurrence.processor.stream.dump import read_records, record_id
+from recurrence.processor.stream.faustcompat import kafka_client
 from recurrence.processor.stream.settings import KafkaConnection
 from recurrence.processor.synthetic import JournalSpec, write
 
@@ -248,7 +249,7 @@ class Deployment:
                 topic = f"{self.prefix}.journal"
                 partitions = consumer.partitions_for_topic(topic)
                 if partitions is None:
-                    await consumer._client.force_metadata_update()
+                    await kafka_client(consumer).force_metadata_update()
                     partitions = consumer.partitions_for_topic(topic)
                 if not partitions:
                     raise LookupError(f"topic {topic} does not exist")

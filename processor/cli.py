@@ -14,6 +14,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -266,20 +267,32 @@ def _add_patterns(commands: "argparse._SubParsersAction[argparse.ArgumentParser]
     p.set_defaults(func=_cmd_patterns)
 
 
-def _verbose_everywhere(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+class CommandParser(argparse.ArgumentParser):
+    """An ArgumentParser that remembers its subcommand groups (argparse keeps them private)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.subcommand_groups: list[Any] = []
+
+    def add_subparsers(self, **kwargs: Any) -> Any:
+        group = super().add_subparsers(**kwargs)  # its parsers are CommandParsers too (argparse's default)
+        self.subcommand_groups.append(group)
+        return group
+
+
+def _verbose_everywhere(commands: Any) -> None:
     """-v after the subcommand too (nested ones included); SUPPRESS keeps a -v given before it."""
     for sub in commands.choices.values():
         with suppress(argparse.ArgumentError):  # a subcommand with its own -v keeps it
             sub.add_argument(
                 "-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="debug logging on stderr"
             )
-        for action in sub._actions:
-            if isinstance(action, argparse._SubParsersAction):
-                _verbose_everywhere(action)
+        for group in getattr(sub, "subcommand_groups", ()):
+            _verbose_everywhere(group)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="recurrence",
         description="Recurring-failure ledger: did what we learned from a failure ever help?",
     )

@@ -18,21 +18,21 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, Final, cast
 
 import faust
-from aiokafka import TopicPartition
 
 from recurrence.processor.engine import EngineConfig
 from recurrence.processor.exceptions import RecurrenceError
+from recurrence.processor.stream.faustcompat import crashed
 from recurrence.processor.stream.journal import JournalReader
 from recurrence.processor.stream.metrics import LiveReadings, Metrics
 from recurrence.processor.stream.probes import ProbeInputs, readiness, rebalances, restore_progress
 from recurrence.processor.stream.processing import BatchProcessor
 from recurrence.processor.stream.settings import TABLE_NAME, KafkaConnection, StreamSettings
+from recurrence.processor.stream.sink import FaustSink
 from recurrence.processor.stream.tablestore import StateTable
-from recurrence.processor.stream.types import Delivered, Entry, PartitionedState
+from recurrence.processor.stream.types import Entry, PartitionedState
 from recurrence.processor.stream.views import ReadSurface, register
 
 log = logging.getLogger("recurrence.stream")
@@ -57,88 +57,6 @@ def faust_credentials(connection: KafkaConnection) -> Any:
     if context is not None:
         return faust.SSLCredentials(context)
     return None
-
-
-class FaustSink:
-    """``processing.Sink`` over the app's producer.
-
-    at_least_once: ``Topic.send(force=True)`` sends now (not when the offset
-    commits) and the returned future resolves on the broker's acknowledgement.
-
-    exactly_once: Faust keeps one transactional producer per journal partition
-    (transactional id ``<app id>-<topic group>-<partition>``). Faust's own
-    ``send`` picks the producer by the *destination* partition, which for an
-    output topic is not the entry's partition (or not a partition Faust knows),
-    so the record would bypass the transaction. This sink sends every record of
-    an entry through the producer of the entry's journal partition, holds that
-    producer's lock for the whole batch (so Faust's timed commit cannot split
-    it), and ``commit`` ends each batch with ``send_offsets_to_transaction`` +
-    ``commit_transaction`` on that producer, before the local state is written.
-    Local state is therefore never ahead of the committed changelog, and
-    read_committed consumers see each output once.
-    """
-
-    def __init__(self, app: Any, topics: Mapping[str, Any], journal: str, exactly_once: bool) -> None:
-        self._app = app
-        self._topics = topics
-        self._journal = journal
-        self._exactly_once = exactly_once
-        self._held: list[Any] = []
-
-    def _transactional_id(self, partition: int) -> str:
-        group = self._app.assignor.group_for_topic(self._journal)
-        return f"{self._app.conf.id}-{group}-{partition}"
-
-    def _producer(self, partition: int) -> Any:
-        producer = self._app.producer._transaction_producers.get(self._transactional_id(partition))
-        if producer is None:
-            raise RuntimeError(f"no transactional producer for journal partition {partition}")
-        return producer
-
-    async def begin(self, partitions: Sequence[int]) -> None:
-        # Faust commits every transaction on its own timer too; holding its per-producer
-        # locks for the whole batch keeps that commit from landing mid-batch (it would make
-        # some outputs visible without the change sets that record them).
-        if not self._exactly_once:
-            return
-        locks = self._app.producer._trn_locks
-        for partition in sorted(set(partitions)):
-            lock = locks[self._transactional_id(partition)]
-            await lock.acquire()
-            self._held.append(lock)
-
-    def end(self) -> None:
-        while self._held:
-            self._held.pop().release()
-
-    async def send(
-        self,
-        topic: str,
-        key: bytes | None,
-        value: bytes,
-        partition: int | None,
-        headers: list[tuple[str, bytes]],
-        source_partition: int,
-    ) -> Awaitable[Delivered]:
-        if not self._exactly_once:
-            future: Awaitable[Delivered] = await self._app.producer.send(
-                topic, key, value, partition, None, headers or None
-            )
-            return future
-        sent: Awaitable[Delivered] = await self._producer(source_partition).send(
-            topic, value, key=key, partition=partition, headers=headers or None
-        )
-        return sent
-
-    async def commit(self, next_offsets: Mapping[int, int]) -> None:
-        if not self._exactly_once:
-            return
-        for partition, offset in sorted(next_offsets.items()):
-            producer = self._producer(partition)
-            offsets = {TopicPartition(self._journal, partition): offset}
-            await producer.send_offsets_to_transaction(offsets, self._app.conf.id)
-            await producer.commit_transaction()
-            await producer.begin_transaction()
 
 
 class RecurrenceService:
@@ -281,14 +199,9 @@ class RecurrenceService:
             except Exception:
                 continue
             position = self.processor.position(tp.partition)
-            if highwater is None or highwater <= (position or 0):
-                self._progress[tp.partition] = (position, now)
-                continue
-            seen, since = self._progress.setdefault(tp.partition, (position, now))
-            if seen != position:
-                self._progress[tp.partition] = (position, now)
-                continue
-            if now - since < STALL_SECONDS:
+            progress, stuck = stalled(self._progress.get(tp.partition), position, highwater, now, STALL_SECONDS)
+            self._progress[tp.partition] = progress
+            if not stuck:
                 continue
             try:
                 await self.processor.catch_up(tp.partition, highwater)
@@ -358,9 +271,8 @@ class RecurrenceService:
 
     def _probe(self) -> ProbeInputs:
         agent = next(iter(self.app.agents.values()), None)
-        crashed_event = getattr(agent, "_crashed", None)
         return ProbeInputs(
-            agent_crashed=bool(crashed_event is not None and crashed_event.is_set()),
+            agent_crashed=agent is not None and crashed(agent),
             rebalancing=bool(self.app.rebalancing),
             recovered=bool(cast(Any, self.app.tables).recovery.completed.is_set() and not self.app.in_recovery),
             partitions=sorted(tp.partition for tp in self._journal_tps()),
@@ -393,6 +305,22 @@ class RecurrenceService:
             sum(lag.values()),
             sorted(lag),
         )
+
+
+def stalled(
+    progress: tuple[int | None, float] | None, position: int | None, highwater: int | None, now: float, seconds: float
+) -> tuple[tuple[int | None, float], bool]:
+    """The stall rule: entries exist beyond ``position`` and it has not moved for ``seconds``.
+
+    ``progress`` is (the position last seen, since when); returns the new
+    progress and whether the partition is stuck (then its entries are read
+    directly from the journal).
+    """
+    if highwater is None or highwater <= (position or 0):
+        return (position, now), False  # nothing waiting
+    if progress is None or progress[0] != position:
+        return (position, now), False  # it moved: start timing again
+    return progress, now - progress[1] >= seconds
 
 
 def create_app(settings: StreamSettings) -> Any:

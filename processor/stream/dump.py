@@ -34,6 +34,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from recurrence.processor.exceptions import SettingsError
 from recurrence.processor.stream.brokers import bounded, require_topics, started
+from recurrence.processor.stream.faustcompat import kafka_client
 from recurrence.processor.stream.settings import KafkaConnection, TopicNames
 from recurrence.processor.stream.types import ID_HEADER, SOURCE_HEADER
 from recurrence.schemas.canonical import digest
@@ -135,7 +136,7 @@ class OutputReader:
         self._seen: set[str] = set()
 
     async def _assign(self, consumer: AIOKafkaConsumer) -> list[TopicPartition]:
-        counts = await require_topics(self.connection, consumer._client, self.topics)
+        counts = await require_topics(self.connection, kafka_client(consumer), self.topics)
         tps = [TopicPartition(topic, p) for topic in self.topics for p in range(counts[topic])]
         consumer.assign(tps)
         await bounded(self.connection, consumer.seek_to_beginning(*tps))

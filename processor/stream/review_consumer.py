@@ -26,6 +26,7 @@ from recurrence.processor.exceptions import RecurrenceError
 from recurrence.processor.stream.brokers import bounded, quiet_client_logs, require_topics, started
 from recurrence.processor.stream.cliflags import NAMING, add_config_argument, add_model_arguments, load
 from recurrence.processor.stream.dump import record_id
+from recurrence.processor.stream.faustcompat import kafka_client
 from recurrence.processor.stream.settings import KafkaConnection, TopicLayout
 
 POLL_MS: Final = 500
@@ -61,7 +62,7 @@ async def consume(
         isolation_level="read_committed",
     )
     async with started(connection, consumer):
-        await require_topics(connection, consumer._client, [topic])
+        await require_topics(connection, kafka_client(consumer), [topic])
         loop = asyncio.get_running_loop()
         last_new = loop.time()
         while not stop.is_set():

@@ -19,6 +19,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from recurrence.processor.exceptions import BrokerError
 from recurrence.processor.stream.brokers import bounded, require_topics, retrying, started
+from recurrence.processor.stream.faustcompat import kafka_client
 from recurrence.processor.stream.settings import KafkaConnection
 
 POLL_SECONDS: Final = 0.5
@@ -96,7 +97,7 @@ class ProgressProbe:
     async def read(self) -> GroupProgress:
         c = self.connection
         if not self._tps:
-            counts = await require_topics(c, self._consumer._client, [self.journal])
+            counts = await require_topics(c, kafka_client(self._consumer), [self.journal])
             self._tps = [TopicPartition(self.journal, p) for p in range(counts[self.journal])]
         ends: Mapping[TopicPartition, int] = await bounded(c, self._consumer.end_offsets(self._tps))
         starts: Mapping[TopicPartition, int] = await bounded(c, self._consumer.beginning_offsets(self._tps))

@@ -1,0 +1,43 @@
+"""Every private attribute of faust-streaming, mode and aiokafka the worker relies on, in one place.
+
+The worker needs a few things these libraries do not offer publicly: the
+transactional producer Faust keeps per journal partition and its lock (the
+exactly-once sink sends through them and holds them for a whole batch), a
+service's crashed flag (the liveness probe), and a consumer's client to read
+cluster metadata. They are reached only through the functions below;
+faust-streaming is pinned to the minor version they were checked against
+(pyproject.toml), and ``tests/test_faustcompat.py`` builds an app and fails
+loudly, naming the attribute, when a new version moves any of them. Nowhere
+else in the product touches a private member (ruff's SLF rule).
+"""
+
+import asyncio
+from typing import Any, Final
+
+# (what, attribute) pairs the test checks on a freshly built app.
+PRODUCER_ATTRIBUTES: Final = ("_transaction_producers", "_trn_locks")
+SERVICE_ATTRIBUTES: Final = ("_crashed",)
+CONSUMER_ATTRIBUTES: Final = ("_client",)
+
+
+def transaction_producer(app: Any, transactional_id: str) -> Any | None:
+    """Faust's transactional producer for one id (``<app id>-<group>-<partition>``), if it exists."""
+    producers: dict[str, Any] = app.producer._transaction_producers
+    return producers.get(transactional_id)
+
+
+def transaction_lock(app: Any, transactional_id: str) -> asyncio.Lock:
+    """The lock Faust's timed transaction commit takes for that producer."""
+    locks: dict[str, asyncio.Lock] = app.producer._trn_locks
+    return locks[transactional_id]
+
+
+def crashed(service: Any) -> bool:
+    """Has this mode service (a Faust agent) crashed?"""
+    event = getattr(service, "_crashed", None)
+    return bool(event is not None and event.is_set())
+
+
+def kafka_client(consumer: Any) -> Any:
+    """The aiokafka client inside an AIOKafkaConsumer (its metadata calls are not public)."""
+    return consumer._client
