@@ -24,6 +24,7 @@ import faust
 
 from recurrence.processor.engine import EngineConfig
 from recurrence.processor.exceptions import RecurrenceError
+from recurrence.processor.stream.cluster import Cluster
 from recurrence.processor.stream.faustcompat import crashed
 from recurrence.processor.stream.journal import JournalReader
 from recurrence.processor.stream.metrics import LiveReadings, Metrics
@@ -118,6 +119,7 @@ class RecurrenceService:
             help="recurrence engine state (one change set per journal entry)",
         )
         self.app.tables.add(self.table)
+        self.cluster = Cluster(self.app, names.journal, names.changelog, self.table.name)
         outputs = {
             name: self.app.topic(
                 name,
@@ -194,20 +196,17 @@ class RecurrenceService:
             if tp.partition not in ready:
                 self._progress.pop(tp.partition, None)
                 continue
-            try:
-                highwater = self.app.consumer.highwater(tp)
-            except Exception:
-                continue
+            highwater = self.cluster.highwater(tp)
             position = self.processor.position(tp.partition)
             progress, stuck = stalled(self._progress.get(tp.partition), position, highwater, now, STALL_SECONDS)
             self._progress[tp.partition] = progress
-            if not stuck:
+            if not stuck or highwater is None:
                 continue
             try:
                 await self.processor.catch_up(tp.partition, highwater)
             except asyncio.CancelledError:
                 self._abort("cancelled while catching up", [])
-            except Exception as error:
+            except Exception as error:  # as for a batch: never go on after a half-done catch-up
                 log.critical("catching up failed: %s", type(error).__name__, exc_info=error)
                 self._abort(f"{type(error).__name__} while catching up", [])
             self._progress[tp.partition] = (self.processor.position(tp.partition), time.monotonic())
@@ -226,39 +225,18 @@ class RecurrenceService:
 
     # -- read surface helpers -------------------------------------------------------------
     def _journal_tps(self) -> set[Any]:
-        try:
-            actives = self.app.assignor.assigned_actives()
-        except Exception:  # not assigned yet
-            return set()
-        return {tp for tp in actives if tp.topic == self.names.journal}
+        return self.cluster.journal_partitions()
 
     def _ready_partitions(self) -> set[int]:
-        if self.app.rebalancing or self.app.in_recovery:
-            return set()
-        if not cast(Any, self.app.tables).recovery.completed.is_set():
-            return set()
-        return {tp.partition for tp in self._journal_tps()}
+        return self.cluster.ready_partitions()
 
     def _owners(self) -> dict[str, set[int]]:
-        owners: dict[str, set[int]] = {}
-        try:
-            metadata = self.app.router.table_metadata(self.table.name)
-        except Exception:
-            return owners
-        for url, topics in metadata.items():
-            partitions = topics.get(self.names.changelog, [])
-            if partitions:
-                owners[str(url)] = set(partitions)
-        return owners
+        return self.cluster.owners()
 
     def _lag(self) -> dict[int, int]:
-        consumer = self.app.consumer
         lag: dict[int, int] = {}
         for tp in self._journal_tps():
-            try:
-                highwater = consumer.highwater(tp)
-            except Exception:
-                continue
+            highwater = self.cluster.highwater(tp)
             if highwater is None or highwater < 0:
                 continue
             position = self.processor.position(tp.partition)
