@@ -30,7 +30,6 @@ import os
 import platform
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -39,7 +38,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -48,34 +47,11 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from recurrence.processor.stream.dump import read_records, record_id
 from recurrence.processor.stream.faustcompat import kafka_client
+from recurrence.processor.stream.localrun import LocalBroker, free_port, recurrence_command, wait_for
 from recurrence.processor.stream.settings import KafkaConnection
 from recurrence.processor.synthetic import JournalSpec, write
 
 ROOT = Path(__file__).resolve().parent.parent
-KAFKA_SH = ROOT / "deploy" / "kafka" / "kafka.sh"
-
-
-def recurrence() -> list[str]:
-    script = Path(sys.executable).parent / "recurrence"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "recurrence.processor.cli"]
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def wait_for(condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
 
 
 def emit(phase: str, **values: Any) -> dict[str, Any]:
@@ -85,33 +61,6 @@ def emit(phase: str, **values: Any) -> dict[str, Any]:
 
 
 # -- broker ----------------------------------------------------------------------------------
-
-
-class Broker:
-    """``KAFKA_BOOTSTRAP_SERVERS``, or the local KRaft broker (stopped at the end only if started here)."""
-
-    def __init__(self) -> None:
-        self.started_here = False
-        self.bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "")
-
-    def __enter__(self) -> "Broker":
-        if self.bootstrap:
-            return self
-        status = subprocess.run(["bash", str(KAFKA_SH), "status"], check=False, capture_output=True)
-        was_running = status.returncode == 0
-        up = subprocess.run(["bash", str(KAFKA_SH), "up"], check=False, capture_output=True, text=True, timeout=900)
-        if up.returncode != 0:
-            raise RuntimeError(f"kafka.sh up failed ({up.returncode}):\n{up.stderr[-3000:]}")
-        self.started_here = not was_running
-        lines = [line for line in up.stdout.splitlines() if line.startswith("KAFKA_BOOTSTRAP_SERVERS=")]
-        if not lines:
-            raise RuntimeError(f"kafka.sh up printed no KAFKA_BOOTSTRAP_SERVERS line:\n{up.stdout}")
-        self.bootstrap = lines[-1].split("=", 1)[1].strip()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.started_here:
-            subprocess.run(["bash", str(KAFKA_SH), "down"], check=False, capture_output=True, timeout=180)
 
 
 # -- one deployment (topics, worker) ---------------------------------------------------------
@@ -143,7 +92,7 @@ class Deployment:
 
     def run(self, *args: str) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(
-            [*recurrence(), *args], check=False, env=self.env(), capture_output=True, text=True, timeout=600
+            [*recurrence_command(), *args], check=False, env=self.env(), capture_output=True, text=True, timeout=600
         )
         if done.returncode != 0:
             raise RuntimeError(f"recurrence {' '.join(args)} exited {done.returncode}:\n{done.stderr[-3000:]}")
@@ -151,7 +100,7 @@ class Deployment:
 
     def publish(self, journal: Path) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
-            [*recurrence(), "publish", str(journal)],
+            [*recurrence_command(), "publish", str(journal)],
             env=self.env(),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -167,7 +116,7 @@ class Deployment:
             log.flush()
             self.proc = subprocess.Popen(
                 [
-                    *recurrence(),
+                    *recurrence_command(),
                     "worker",
                     "--datadir",
                     str(self.datadir),
@@ -233,7 +182,7 @@ class Deployment:
         return total
 
     def wait_applied(self, target: int, timeout: float) -> None:
-        wait_for(lambda: (self.applied() or 0) >= target, timeout, f"{target} journal entries applied")
+        wait_for(lambda: (self.applied() or 0) >= target, timeout, what=f"{target} journal entries applied")
 
     # topics
 
@@ -300,7 +249,7 @@ def oracle(journal: Path, workdir: Path) -> tuple[list[bytes], float]:
     state, out = workdir / f"oracle-state-{journal.stem}", workdir / f"oracle-{journal.stem}.jsonl"
     started = time.perf_counter()
     subprocess.run(
-        [*recurrence(), "replay", str(journal), "--state", str(state), "--out", str(out)],
+        [*recurrence_command(), "replay", str(journal), "--state", str(state), "--out", str(out)],
         check=True,
         capture_output=True,
     )
@@ -343,7 +292,7 @@ def bench(bootstrap: str, args: argparse.Namespace, workdir: Path) -> dict[str, 
         d.run("topics", "apply")
         started = time.perf_counter()
         d.start()
-        wait_for(d.ready, 120, "the worker to be ready")
+        wait_for(d.ready, 120, what="the worker to be ready")
         startup = time.perf_counter() - started
 
         # 1. throughput
@@ -381,7 +330,7 @@ def bench(bootstrap: str, args: argparse.Namespace, workdir: Path) -> dict[str, 
         end2 = d.journal_end()
         restarted = time.perf_counter()
         d.start()
-        wait_for(d.ready, 180, "the restarted worker to be ready")
+        wait_for(d.ready, 180, what="the restarted worker to be ready")
         ready_s = time.perf_counter() - restarted
         d.wait_applied(end2, args.timeout)
         caught_up_s = time.perf_counter() - restarted
@@ -448,7 +397,7 @@ def main() -> int:
     out = Path(args.out)
     workdir = Path(tempfile.mkdtemp(prefix="recurrence-kafka-bench-"))
     try:
-        with Broker() as broker:
+        with LocalBroker() as broker:
             report = bench(broker.bootstrap, args, workdir)
     finally:
         if not args.keep:

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from .harness import REPO, Deployment
+from recurrence.processor.stream.localrun import KAFKA_SH, LocalBroker
 
-KAFKA_SH = REPO / "deploy" / "kafka" / "kafka.sh"
+from .harness import Deployment
 
 
 def _docker_answers() -> bool:
@@ -47,18 +47,14 @@ def kafka_bootstrap() -> Iterator[str]:
             return
     if not KAFKA_SH.exists():
         pytest.fail(f"no broker: set KAFKA_BOOTSTRAP_SERVERS, run Docker, or provide {KAFKA_SH}")
-    was_running = subprocess.run(["bash", str(KAFKA_SH), "status"], check=False, capture_output=True).returncode == 0
-    up = subprocess.run(["bash", str(KAFKA_SH), "up"], check=False, capture_output=True, text=True, timeout=900)
-    if up.returncode != 0:
-        pytest.fail(f"kafka.sh up failed ({up.returncode}):\n{up.stderr[-3000:]}")
-    lines = [line for line in up.stdout.splitlines() if line.startswith("KAFKA_BOOTSTRAP_SERVERS=")]
-    if not lines:
-        pytest.fail(f"kafka.sh up printed no KAFKA_BOOTSTRAP_SERVERS line:\n{up.stdout}\n{up.stderr[-2000:]}")
     try:
-        yield lines[-1].split("=", 1)[1].strip()
+        broker = LocalBroker().__enter__()
+    except RuntimeError as failure:
+        pytest.fail(str(failure))
+    try:
+        yield broker.bootstrap
     finally:
-        if not was_running:
-            subprocess.run(["bash", str(KAFKA_SH), "down"], check=False, capture_output=True, timeout=120)
+        broker.__exit__(None, None, None)
 
 
 @pytest.fixture

@@ -9,16 +9,14 @@ teardown whatever happens.
 import asyncio
 import os
 import signal
-import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,33 +26,25 @@ import orjson
 from recurrence.processor.embedded import replay, statistics
 from recurrence.processor.store.memory import MemoryStore
 from recurrence.processor.stream.dump import read_records, record_id
+from recurrence.processor.stream.localrun import REPO, free_port, recurrence_command, wait_for
 from recurrence.processor.stream.settings import KafkaConnection
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def recurrence_command() -> list[str]:
-    script = Path(sys.executable).parent / "recurrence"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "recurrence.processor.cli"]
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def wait_for(condition: Callable[[], Any], timeout: float, interval: float = 0.25, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
-
+# The local-run helpers are re-exported: tests import everything Kafka from here.
+__all__ = [
+    "REPO",
+    "Deployment",
+    "Oracle",
+    "Worker",
+    "by_scope",
+    "comparable",
+    "dedupe",
+    "describe_difference",
+    "free_port",
+    "quote",
+    "recurrence_command",
+    "wait_for",
+    "write_journal",
+]
 
 # -- comparison ----------------------------------------------------------------------------
 
