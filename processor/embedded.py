@@ -28,10 +28,9 @@ import signal
 import stat
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable
 from contextlib import closing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 from types import FrameType, TracebackType
@@ -54,6 +53,7 @@ from recurrence.processor.patterns import PatternTracker
 from recurrence.processor.state import FORMAT_KEY, STATE_FORMAT, key, row_cache
 from recurrence.processor.store.base import RowCache, StateStore, Transaction
 from recurrence.processor.store.rocksdb import RocksStore
+from recurrence.processor.tally import Tally
 
 log = logging.getLogger("recurrence.embedded")
 
@@ -403,11 +403,8 @@ class StopSignals:
 
 
 @dataclass
-class RunSummary:
-    entries: int = 0
+class RunSummary(Tally):
     blank_lines: int = 0
-    records: Counter[str] = field(default_factory=Counter)
-    dead_letters: Counter[str] = field(default_factory=Counter)
     seconds: float = 0.0
     truncated_bytes: int = 0
     # Resume: the checkpoint whose prefix was skipped; or replayed_whole when the state had one but
@@ -419,9 +416,6 @@ class RunSummary:
 
     def line(self) -> str:
         rate = self.entries / self.seconds if self.seconds > 0 else 0.0
-        kinds = ", ".join(f"{k}={v}" for k, v in sorted(self.records.items())) or "none"
-        dead = sum(self.dead_letters.values())
-        codes = ", ".join(f"{k}={v}" for k, v in sorted(self.dead_letters.items()))
         repeated = (
             f"; {self.repeated_dead_letters} dead letters already written by an earlier run were not repeated"
             if self.repeated_dead_letters
@@ -430,7 +424,7 @@ class RunSummary:
         patterns = f"; {self.patterns} new pattern suggestions" if self.patterns else ""
         return (
             f"recurrence replay: {self.entries} entries in {self.seconds:.2f}s ({rate:,.0f} entries/s); "
-            f"records: {kinds}; dead letters: {dead}{f' ({codes})' if codes else ''}{repeated}{patterns}"
+            f"{self.describe()}{repeated}{patterns}"
         )
 
 
@@ -469,13 +463,12 @@ class _Batch:
                 if not self._first_diagnosis(line_number, entry):
                     summary.repeated_dead_letters += 1
                     continue
-                summary.dead_letters[record.error] += 1
                 log.debug("dead letter %s at line %d", record.error, line_number)
             # ``recurrence explain`` finds a record by id: the offset its line will have in the ledger.
             self.txn.put(record_key(record.record_id), b"%d" % (self.ledger.length + self.pending_bytes))
             self.pending.append(record.line + b"\n")
             self.pending_bytes += len(record.line) + 1
-            summary.records[record.record] += 1
+            summary.record(record)
             if record.record == "observation" and _RECURRED in record.line:
                 suggestion = self.patterns.observe(record.data())
                 if suggestion is not None:

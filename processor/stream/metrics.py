@@ -10,7 +10,6 @@ never scope content, Experience or Outcome text.
 """
 
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Protocol
@@ -21,6 +20,8 @@ from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
+
+from recurrence.processor.tally import Tally
 
 CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 # Journal timestamp -> outputs acknowledged: milliseconds when live, minutes or more for a backfill.
@@ -57,11 +58,8 @@ class LiveReadings:
 
 
 @dataclass
-class Metrics:
-    entries: int = 0
+class Metrics(Tally):
     batches: int = 0
-    records: Counter[str] = field(default_factory=Counter)
-    dead_letters: Counter[str] = field(default_factory=Counter)
     changelog_records: int = 0
     state_changes: int = 0
     batch_seconds: float = 0.0

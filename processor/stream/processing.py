@@ -53,6 +53,7 @@ from recurrence.processor.stream.types import (
     PartitionedState,
     Sink,
 )
+from recurrence.processor.tally import Tally
 
 log = logging.getLogger("recurrence.stream")
 
@@ -93,9 +94,9 @@ class _PartitionBatch:
 
 
 @dataclass
-class BatchResult:
-    entries: int = 0
-    records: int = 0
+class BatchResult(Tally):
+    """One batch's tally, plus what only a stream batch has."""
+
     change_sets: int = 0
     skipped: int = 0  # delivered again, already applied: not run
     filled: int = 0  # not delivered by the stream, read directly and run
@@ -263,15 +264,15 @@ class BatchProcessor:
         for (partition, _), meta in zip(change_sets, delivered, strict=True):
             self.state.flush_local(partition, batches[partition].txn, meta.offset)
 
-        result.records = len(emitted)
+        for record in emitted:
+            result.record(record)
         result.change_sets = len(change_sets)
-        self._count(plan, emitted, change_sets, next_offsets, result, time.perf_counter() - started)
+        self._count(plan, change_sets, next_offsets, result, time.perf_counter() - started)
         return result
 
     def _count(
         self,
         entries: Sequence[Entry],
-        records: Sequence[Emitted],
         change_sets: Sequence[tuple[int, Mapping[bytes, bytes | None]]],
         next_offsets: Mapping[int, int],
         result: BatchResult,
@@ -284,10 +285,8 @@ class BatchProcessor:
         m.batch_duration.observe(seconds)
         m.redelivered_skipped += result.skipped
         m.filled += result.filled
-        for record in records:
-            m.records[record.record] += 1
-            if record.error is not None:
-                m.dead_letters[record.error] += 1
+        m.records.update(result.records)
+        m.dead_letters.update(result.dead_letters)
         m.changelog_records += result.change_sets
         m.state_changes += sum(len(changes) for _, changes in change_sets)
         m.positions.update(next_offsets)
@@ -297,5 +296,5 @@ class BatchProcessor:
                 len(entries),
                 ", ".join(f"p{p}" for p in sorted(next_offsets)),
                 seconds,
-                len(records),
+                sum(result.records.values()),
             )
