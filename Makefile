@@ -13,7 +13,7 @@ help:
 	@echo "make test-fast  the suite without the Kafka tests"
 	@echo "make lint       ruff + mypy --strict"
 	@echo "make schemas    regenerate schemas/json/*.json from the models"
-	@echo "make bench      throughput and memory benchmark of the embedded runner"
+	@echo "make bench      embedded replay vs its validation limit, the 1M cost curve (tables into docs/performance.md)"
 	@echo "make bench-kafka  one worker end to end: entries/s and recovery after kill -9 (real broker)"
 	@echo "make kafka-up / kafka-down   a single-node KRaft broker on 127.0.0.1"
 	@echo "make tools      promtool and kubeconform into .cache/bin (tests that need them skip without)"
@@ -49,6 +49,7 @@ schemas: $(STAMP)
 	$(PY) -m recurrence.schemas.export
 
 bench: $(STAMP)
+	@$(PY) -c 'import matplotlib' 2>/dev/null || $(PY) -m pip install -q -e '.[bench]'
 	$(PY) bench/replay_bench.py
 
 bench-kafka: $(STAMP)

@@ -176,7 +176,9 @@ def curve(journal: Path, workdir: Path, checkpoints: list[int]) -> dict[str, Any
                 proc.stdin.flush()
                 stamps[count] = time.perf_counter() - started
     proc.stdin.close()
-    _, stderr = proc.communicate()
+    assert proc.stderr is not None
+    stderr = proc.stderr.read()
+    proc.wait()
     total = time.perf_counter() - started
     if proc.returncode != 0:
         raise RuntimeError(stderr.decode(errors="replace")[-2000:])

@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from recurrence.processor.state import ArtifactKey, FailureHeads, artifact_json
+from recurrence.processor.state import ArtifactKey, FailureHeads, artifact_json, compact
 from recurrence.schemas.canonical import digest, digest_bytes
 from recurrence.schemas.constants import EXPERIENCE_FAMILY, FAILURE_CHECK_STATUSES, FAILURE_OUTCOME_STATUSES
 from recurrence.schemas.normalize import normalize
@@ -61,12 +61,12 @@ class CandidateSet:
 def freeze(mode: str, candidates: Iterable[Candidate]) -> CandidateSet:
     ordered = tuple(sorted(candidates, key=lambda c: c.ref))
     refs_json = [c.ref_json for c in ordered]
-    canonical = orjson.dumps(refs_json, option=orjson.OPT_SORT_KEYS)
+    canonical = compact(orjson.dumps(refs_json, option=orjson.OPT_SORT_KEYS))
     by_key: dict[str, tuple[Candidate, ...]] = {}
     for c in ordered:
         by_key[c.signature_key] = (*by_key.get(c.signature_key, ()), c)
     return CandidateSet(
-        mode, ordered, orjson.Fragment(orjson.dumps(refs_json)), orjson.Fragment(canonical),
+        mode, ordered, orjson.Fragment(compact(orjson.dumps(refs_json))), orjson.Fragment(canonical),
         digest_bytes(canonical), by_key,
     )
 

@@ -25,6 +25,7 @@ from typing import Any, Final
 import orjson
 
 from recurrence.processor.records import Emitted
+from recurrence.processor.state import compact
 from recurrence.processor.store.base import Transaction
 from recurrence.schemas.canonical import digest, dumps
 
@@ -34,7 +35,7 @@ _PREFIX: Final = b'["pat",'
 
 
 def pattern_key(signature_key: str) -> bytes:
-    return orjson.dumps(["pat", signature_key])
+    return compact(orjson.dumps(["pat", signature_key]))
 
 
 @dataclass(slots=True)

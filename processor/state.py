@@ -30,8 +30,14 @@ ArtifactKey = tuple[str, str, int]
 SourceKey = tuple[str, str]
 
 
+def compact(data: bytes) -> bytes:
+    """A copy that owns exactly its bytes: orjson returns over-allocated buffers (~4 KiB each), which
+    is harmless for a passing value and ruinous for one kept (a cache key, a memoized fragment)."""
+    return bytes(memoryview(data))
+
+
 def key(*parts: str | int) -> bytes:
-    return orjson.dumps(parts)
+    return compact(orjson.dumps(parts))
 
 
 def prefix(*parts: str | int) -> bytes:
