@@ -10,7 +10,6 @@ validates every record the engine builds against the models
 (``Emitted.model``).
 """
 
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -19,13 +18,12 @@ import orjson
 from pydantic import TypeAdapter
 
 from recurrence.schemas.canonical import canonical_json, digest, digest_bytes, dumps
-from recurrence.schemas.records import OUTPUT_RECORD_TYPES, OutputRecord
+from recurrence.schemas.records import OutputRecord
 
 Origin = Mapping[str, str | int]
 
 _SORTED: Final = orjson.OPT_SORT_KEYS
 _OUTPUT: TypeAdapter[OutputRecord] = TypeAdapter(OutputRecord)
-assert len(OUTPUT_RECORD_TYPES) == 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,10 +45,6 @@ class Emitted:
         return _OUTPUT.validate_json(self.line)
 
 
-def _sha(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()
-
-
 def match(fields: dict[str, Any], refs_canonical: orjson.Fragment) -> Emitted:
     """``fields`` in MatchRecord order without ``record`` and ``match_digest``.
 
@@ -59,7 +53,7 @@ def match(fields: dict[str, Any], refs_canonical: orjson.Fragment) -> Emitted:
     """
     line_refs = fields["candidate_refs"]
     fields["candidate_refs"] = refs_canonical
-    match_digest = _sha(orjson.dumps(fields, option=_SORTED))
+    match_digest = digest_bytes(orjson.dumps(fields, option=_SORTED))
     fields["candidate_refs"] = line_refs
     line = orjson.dumps({"record": "match", **fields, "match_digest": match_digest})
     return Emitted("match", fields["scope_id"], match_digest, line)
@@ -67,7 +61,7 @@ def match(fields: dict[str, Any], refs_canonical: orjson.Fragment) -> Emitted:
 
 def observation(fields: dict[str, Any]) -> Emitted:
     """``fields`` in ObservationRecord order without ``record`` and ``observation_id``."""
-    observation_id = _sha(orjson.dumps(fields, option=_SORTED))
+    observation_id = digest_bytes(orjson.dumps(fields, option=_SORTED))
     line = orjson.dumps({"record": "observation", "observation_id": observation_id, **fields})
     return Emitted("observation", fields["scope_id"], observation_id, line)
 

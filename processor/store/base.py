@@ -77,11 +77,6 @@ class RowCache:
         self.uncached = uncached
         self.rows: dict[bytes, Any] = {}
 
-    def lookup(self, key: bytes) -> Any:
-        """The cached value, ``None`` for a cached absence, or ``_MISSING``."""
-        value = self.rows.get(key, _MISSING)
-        return None if value is _ABSENT else value
-
     def keep(self, key: bytes, value: Any) -> None:
         if self.capacity <= 0 or (self.uncached and key.startswith(self.uncached)):
             return
@@ -122,7 +117,7 @@ class Transaction:
         changes = self._changes
         if key in changes:
             return changes[key]
-        cached = self.cache.rows.get(key, _MISSING)  # RowCache.lookup inlined: the hottest read
+        cached = self.cache.rows.get(key, _MISSING)  # the hottest read: straight into the cache's dict
         if cached is not _MISSING:
             return None if cached is _ABSENT else cached
         raw = self.store.get(key)
