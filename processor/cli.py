@@ -174,6 +174,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
         seed=args.seed,
         garbage_ratio=args.garbage_ratio,
         experiences_per_scope=args.experiences_per_scope,
+        recent_window=args.recent_window,
         conflict_ratio=args.conflict_ratio,
     )
     out = sys.stdout.buffer
@@ -235,7 +236,16 @@ def _add_generate(commands: "argparse._SubParsersAction[argparse.ArgumentParser]
         type=positive_int,
         default=None,
         metavar="N",
-        help="cap on distinct Experiences per scope, so the working set stays bounded (default: no cap)",
+        help="cap on distinct Experiences per scope (default: no cap)",
+    )
+    p.add_argument(
+        "--recent-window",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="entries cite only the N most recent evidence sources, receipts, Handoffs, Outcomes and "
+        "Experience revisions of their scope (default: anything earlier); with --experiences-per-scope "
+        "the working set stays bounded however long the journal",
     )
     p.add_argument(
         "--conflict-ratio",
