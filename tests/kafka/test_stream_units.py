@@ -69,11 +69,12 @@ class RecordingSink:
         self.log.append(("send", kind))
         self.sent.setdefault(topic, []).append((key, value, headers))
         offset = self.offsets[topic] = self.offsets.get(topic, -1) + 1
+        written = partition if partition is not None else partition_for((key or b"").decode(), 4)
 
         async def acknowledged() -> Any:
             await asyncio.sleep(0)
             self.log.append(("ack", kind))
-            return SimpleNamespace(offset=offset)
+            return SimpleNamespace(partition=written, offset=offset)
 
         return asyncio.ensure_future(acknowledged())
 
