@@ -53,8 +53,10 @@ def parse_top(query: Mapping[str, str]) -> int:
 def explain_format(query: Mapping[str, str], accept: str | None) -> Format:
     """``?format=json|text`` wins; else JSON when the client accepts JSON and not plain text; else text."""
     wanted = query.get("format")
-    if wanted == "json" or wanted == "text":
-        return wanted
+    if wanted == "json":
+        return "json"
+    if wanted == "text":
+        return "text"
     if wanted:
         raise ValueError("format must be json or text")
     accept = (accept or "").lower()

@@ -132,7 +132,7 @@ def application(surface: EmbeddedReadSurface) -> web.Application:
         ("/", root),
         ("/statistics", all_statistics),
         ("/scopes/{scope_id}/statistics", scope_statistics),
-        ("/explain/{identity:.+}", explain),
+        ("/explain/{identity:[\\s\\S]+}", explain),
         ("/dead-letters", dead_letters),
         ("/patterns", patterns),
         ("/livez", probe),
