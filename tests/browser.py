@@ -79,7 +79,8 @@ def page_readings(url: str, screenshot: Path) -> dict[str, Any]:
             driver.execute_script("window.scrollTo(0, 0)")
             time.sleep(0.2)
         screenshot.parent.mkdir(parents=True, exist_ok=True)
-        driver.set_window_size(1280, max(1300, 120 + int(driver.execute_script("return document.documentElement.scrollHeight"))))
+        height = int(driver.execute_script("return document.documentElement.scrollHeight"))
+        driver.set_window_size(1280, max(1300, height + 120))
         driver.save_screenshot(str(screenshot))
         return {"scopes": scopes, "totals": totals, "dead_letters": dead_letters, "review": review,
                 "sparks": sparks, "patterns": patterns, "chosen": chosen, "explanation": explanation}
