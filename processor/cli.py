@@ -20,7 +20,7 @@ import orjson
 
 import recurrence
 from recurrence.processor.archive import FileArchive
-from recurrence.processor.cliargs import EXIT_OK, non_negative_int, positive_int, ratio
+from recurrence.processor.cliargs import EXIT_OK, non_negative_int, port_number, positive_int, ratio
 from recurrence.processor.embedded import (
     DEFAULT_BATCH,
     ReplayInterrupted,
@@ -167,6 +167,18 @@ def _cmd_patterns(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    # aiohttp is loaded only by the command that serves.
+    from recurrence.processor.serve import EmbeddedReadSurface, serve  # noqa: PLC0415
+
+    with _state(Path(args.state), must_exist=True, read_only=True) as store:
+        surface = EmbeddedReadSurface(
+            store, Path(args.out) if args.out else None, Path(args.journal) if args.journal else None
+        )
+        serve(surface, args.host, args.port)
+    return EXIT_OK
+
+
 def _cmd_generate(args: argparse.Namespace) -> int:
     spec = JournalSpec(
         entries=args.entries,
@@ -277,6 +289,16 @@ def _add_patterns(commands: "argparse._SubParsersAction[argparse.ArgumentParser]
     p.set_defaults(func=_cmd_patterns)
 
 
+def _add_serve(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    p = commands.add_parser("serve", help="the statistics page and the read surface (HTTP) over a state")
+    p.add_argument("--state", required=True, help="state directory written by replay")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default %(default)s)")
+    p.add_argument("--port", type=port_number, default=6067, help="port (default %(default)s)")
+    p.add_argument("--out", help="the ledger file, for /explain (default: the one the state last wrote)")
+    p.add_argument("--journal", help="the journal file, for /explain (default: the one the state last read)")
+    p.set_defaults(func=_cmd_serve)
+
+
 class CommandParser(argparse.ArgumentParser):
     """An ArgumentParser that remembers its subcommand groups (argparse keeps them private)."""
 
@@ -311,7 +333,7 @@ class _VersionAction(argparse.Action):
 
 # Commands that need nothing from the Kafka side: parsing their command line skips importing it
 # (pydantic-settings, asyncio, ...), a tenth of a second off every embedded run.
-EMBEDDED_COMMANDS = frozenset({"replay", "stats", "generate", "explain", "patterns"})
+EMBEDDED_COMMANDS = frozenset({"replay", "stats", "generate", "explain", "patterns", "serve"})
 
 
 def build_parser(with_stream: bool = True) -> argparse.ArgumentParser:
@@ -327,6 +349,7 @@ def build_parser(with_stream: bool = True) -> argparse.ArgumentParser:
     _add_generate(commands)
     _add_explain(commands)
     _add_patterns(commands)
+    _add_serve(commands)
     if not with_stream:
         _verbose_everywhere(commands)
         return parser

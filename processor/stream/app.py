@@ -158,6 +158,7 @@ class RecurrenceService:
                 owners=self._owners,
                 lag=self._lag,
                 probe=self._probe,
+                connection=settings.kafka,
             ),
         )
         self._last_report = (time.monotonic(), 0)

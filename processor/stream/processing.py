@@ -38,6 +38,7 @@ import orjson
 
 from recurrence.processor.engine import Engine, EngineConfig
 from recurrence.processor.exceptions import ConfigMismatchError
+from recurrence.processor.recordindex import index_record
 from recurrence.processor.records import Emitted
 from recurrence.processor.state import row_cache
 from recurrence.processor.store.base import RowCache, StateStore, Transaction
@@ -63,6 +64,9 @@ CONFIG_KEY: Final = b'["config"]'
 POSITION_KEY: Final = b'["stream","next_offset"]'
 
 
+_UNSCOPED: Final = frozenset({"rid", "dlc", "stream"})
+
+
 def route(topics: TopicNames, record: Emitted) -> str:
     if record.record in ("match", "observation"):
         return topics.ledger
@@ -72,10 +76,11 @@ def route(topics: TopicNames, record: Emitted) -> str:
 
 
 def _scope_of(changes: Mapping[bytes, bytes | None]) -> bytes:
-    # Every state key is ["<ns>","<scope_id>",...]; the changelog key names the scope for operators.
+    # Engine keys are ["<ns>","<scope_id>",...]; the changelog key names the scope for operators.
+    # Rows outside every scope (the record index, counters, the position) name none.
     for key in changes:
         parts = orjson.loads(key)
-        if len(parts) > 1 and isinstance(parts[1], str):
+        if len(parts) > 1 and isinstance(parts[1], str) and parts[0] not in _UNSCOPED:
             return str(parts[1]).encode()
     return b""
 
@@ -221,7 +226,7 @@ class BatchProcessor:
     ) -> BatchResult:
         result.entries = len(plan)
         deliveries: list[Awaitable[Delivered]] = []
-        emitted: list[Emitted] = []
+        emitted: list[tuple[int, str, Emitted]] = []  # (journal partition, topic, record)
         journal = self.topics.journal
 
         for entry in plan:
@@ -236,7 +241,15 @@ class BatchProcessor:
                            (ID_HEADER, f"{record.record}:{record.record_id}".encode())]
                 topic = route(self.topics, record)
                 deliveries.append(await self.sink.send(topic, key, record.line, partition, headers, entry.partition))
-                emitted.append(record)
+                emitted.append((entry.partition, topic, record))
+
+        # (2) every output record is durable before any state that records it.
+        acknowledged = await asyncio.gather(*deliveries)
+        self.metrics.outputs_acked(plan)
+        # ``explain`` reads a record back from where the broker put it: index it in the state of the
+        # journal partition that produced it (the scope's partition, or the source's for an unkeyed one).
+        for (source, topic, record), meta in zip(emitted, acknowledged, strict=True):
+            index_record(batches[source].txn, record, orjson.dumps([topic, meta.partition, meta.offset]))
 
         # One change set per partition per batch; the journal position travels inside it.
         change_sets: list[tuple[int, dict[bytes, bytes | None]]] = []
@@ -247,9 +260,6 @@ class BatchProcessor:
             change_sets.append((partition, batch.txn.prepare(batch.next_offset)))
             next_offsets[partition] = batch.next_offset
 
-        # (2) every output record is durable before any state that records it.
-        await asyncio.gather(*deliveries)
-        self.metrics.outputs_acked(plan)
         # (3) the change sets are durable in the changelog before the local database sees them.
         pending_changelog = [
             await self.sink.send(
@@ -264,7 +274,7 @@ class BatchProcessor:
         for (partition, _), meta in zip(change_sets, delivered, strict=True):
             self.state.flush_local(partition, batches[partition].txn, meta.offset)
 
-        for record in emitted:
+        for _, _, record in emitted:
             result.record(record)
         result.change_sets = len(change_sets)
         self._count(plan, change_sets, next_offsets, result, time.perf_counter() - started)

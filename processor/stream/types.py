@@ -27,6 +27,9 @@ class Entry:
 
 class Delivered(Protocol):
     @property
+    def partition(self) -> int: ...
+
+    @property
     def offset(self) -> int: ...
 
 

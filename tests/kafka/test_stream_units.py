@@ -7,16 +7,19 @@ batch.
 """
 
 import asyncio
+from collections import Counter
 from collections.abc import Awaitable, Mapping, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from recurrence.processor.engine import EngineConfig
+from recurrence.processor.recordindex import dead_letter_counts, record_key
 from recurrence.processor.store.base import Transaction
 from recurrence.processor.store.memory import MemoryStore
 from recurrence.processor.stream import changeset
@@ -69,11 +72,12 @@ class RecordingSink:
         self.log.append(("send", kind))
         self.sent.setdefault(topic, []).append((key, value, headers))
         offset = self.offsets[topic] = self.offsets.get(topic, -1) + 1
+        written = partition if partition is not None else partition_for((key or b"").decode(), 4)
 
         async def acknowledged() -> Any:
             await asyncio.sleep(0)
             self.log.append(("ack", kind))
-            return SimpleNamespace(offset=offset)
+            return SimpleNamespace(partition=written, offset=offset)
 
         return asyncio.ensure_future(acknowledged())
 
@@ -262,3 +266,21 @@ def test_partition_for_matches_the_java_default_partitioner() -> None:
     partitioner = DefaultPartitioner()
     for scope in ("team-a", "rfc-minimum", "scope-007", "ü"):
         assert partition_for(scope, 4) == partitioner(scope.encode(), [0, 1, 2, 3], [0, 1, 2, 3])
+
+
+def test_every_output_is_indexed_where_the_broker_put_it() -> None:
+    # ``/explain`` reads a record back by the index row its batch wrote: [topic, partition, offset].
+    sink, state = _run(_journal(400, seed=7), 64)
+    codes: Counter[str] = Counter()
+    for topic in TOPICS.outputs():
+        for offset, (key, value, headers) in enumerate(sink.sent.get(topic, [])):
+            source = int(dict(headers)[SOURCE_HEADER].decode().split(":")[0])
+            written = source if key is None else partition_for(key.decode(), 4)
+            ident = record_id(value).split(":", 1)[1]
+            assert state.stores[source].get(record_key(ident)) == orjson.dumps([topic, written, offset])
+            if topic == TOPICS.dead_letters:
+                codes[orjson.loads(value)["error"]] += 1
+    counted: Counter[str] = Counter()
+    for store in state.stores.values():
+        counted.update(dead_letter_counts(Transaction(store)))
+    assert counted == codes and sum(codes.values()) > 0
