@@ -149,7 +149,11 @@ class BatchProcessor:
                     "partition %d: %d entries up to offset %d were not delivered by the stream; read directly",
                     partition, len(records), stop - 1,
                 )
-            result = await self._process([Entry(partition, offset, value) for offset, value in records])
+            # Through ``stop`` even when no record was found: on a topic written in transactions (the
+            # repartition topic under exactly_once) the last offsets can be commit markers, which hold
+            # no record; without this the position would stay below the high watermark and "stall".
+            result = await self._process([Entry(partition, offset, value) for offset, value in records],
+                                         through={partition: stop})
             result.filled += len(records)
             self.metrics.filled += len(records)
             return result
@@ -181,10 +185,14 @@ class BatchProcessor:
                 )
 
     async def _plan(
-        self, entries: Sequence[Entry], batches: dict[int, _PartitionBatch]
+        self, entries: Sequence[Entry], batches: dict[int, _PartitionBatch], through: Mapping[int, int] | None = None
     ) -> tuple[list[Entry], BatchResult]:
-        """Entries to run, in order: each partition continues exactly at its recorded position."""
-        by_partition: dict[int, list[Entry]] = {}
+        """Entries to run, in order: each partition continues exactly at its recorded position.
+
+        ``through``: per partition, an offset up to which the source was read directly (every record
+        below it is among ``entries``); the recorded position moves there even past the last record.
+        """
+        by_partition: dict[int, list[Entry]] = {partition: [] for partition in through or {}}
         for entry in entries:
             by_partition.setdefault(entry.partition, []).append(entry)
         plan: list[Entry] = []
@@ -200,7 +208,9 @@ class BatchProcessor:
                     continue
                 if entry.offset > expected:
                     missing = await self.source.fetch(partition, expected, entry.offset)
-                    log.warning(
+                    # No record in the gap: transaction markers (a topic written under exactly_once).
+                    log.log(
+                        logging.WARNING if missing else logging.DEBUG,
                         "partition %d: the stream skipped offsets %d..%d (%d entries); read directly",
                         partition, expected, entry.offset - 1, len(missing),
                     )
@@ -208,13 +218,15 @@ class BatchProcessor:
                     plan.extend(Entry(partition, offset, value) for offset, value in missing)
                 plan.append(entry)
                 expected = entry.offset + 1
+            if through is not None and partition in through:
+                expected = max(expected, through[partition])
             batches[partition] = _PartitionBatch(txn, self.step.begin(txn), recorded, expected)
         return plan, result
 
-    async def _process(self, entries: Sequence[Entry]) -> BatchResult:
+    async def _process(self, entries: Sequence[Entry], through: Mapping[int, int] | None = None) -> BatchResult:
         started = time.perf_counter()
         batches: dict[int, _PartitionBatch] = {}
-        plan, result = await self._plan(entries, batches)
+        plan, result = await self._plan(entries, batches, through)
         await self.sink.begin(sorted(batches))
         try:
             return await self._run(plan, result, batches, started)

@@ -190,3 +190,18 @@ def test_a_foreign_record_on_the_repartition_topic_is_skipped() -> None:
     asyncio.run(processor.process(entries))
     assert TOPICS.patterns not in sink.sent
     assert processor.position(0) == 3  # consumed, not retried forever
+
+
+def test_catching_up_moves_past_offsets_that_hold_no_record() -> None:
+    # Under exactly_once the repartition topic ends with commit markers: offsets without a record.
+    lines = list(generate(JournalSpec(entries=40, scopes=1, seed=2)))
+    entries = [Entry(0, offset * 2, line) for offset, line in enumerate(lines)]  # every other offset a marker
+    state = Partitions()
+    processor = BatchProcessor(
+        topics=TOPICS, state=state, sink=RecordingSink(state.log), source=Journal(entries), config=EngineConfig()
+    )
+    asyncio.run(processor.process(entries[:10]))
+    assert processor.position(0) == 19
+    asyncio.run(processor.catch_up(0, 2 * len(lines) + 3))
+    assert processor.position(0) == 2 * len(lines) + 3
+    assert processor.metrics.filled == len(lines) - 10
