@@ -49,7 +49,7 @@ from recurrence.processor.exceptions import (
     UnusableError,
 )
 from recurrence.processor.journalfile import Checkpoint, JournalReader, Progress, check_journal, shown
-from recurrence.processor.patterns import PatternTracker
+from recurrence.processor.patterns import PatternTracker, is_recurred
 from recurrence.processor.recordindex import index_record
 from recurrence.processor.state import FORMAT_KEY, STATE_FORMAT, key, row_cache
 from recurrence.processor.store.base import RowCache, StateStore, Transaction
@@ -66,7 +66,6 @@ _CONFIG_KEY: Final = key("config")
 LEDGER_KEY: Final = key("ledger")
 JOURNAL_KEY: Final = key("journal")
 _DIAGNOSED: Final = "dl"
-_RECURRED: Final = b'"event":"recurred"'
 
 _REBUILD: Final = (
     "restore the ledger file the state wrote, or rebuild: replay the journal into a fresh --state with a fresh --out"
@@ -470,7 +469,7 @@ class _Batch:
             self.pending.append(record.line + b"\n")
             self.pending_bytes += len(record.line) + 1
             summary.record(record)
-            if record.record == "observation" and _RECURRED in record.line:
+            if is_recurred(record):
                 suggestion = self.patterns.observe(record.data())
                 if suggestion is not None:
                     summary.patterns += 1

@@ -250,13 +250,22 @@ def test_change_set_round_trip(changes: dict[bytes, bytes | None]) -> None:
             changeset.decode(encoded[:-1])
 
 
-def test_topics_are_append_only_and_co_partitioned() -> None:
+def test_topics_are_co_partitioned_and_only_statistics_is_compacted() -> None:
     specs = topic_specs(StreamSettings(topic_prefix="p", partitions=6, replication=3, min_insync=2))
-    assert {s.role for s in specs} == {"journal", "ledger", "review", "dead-letters", "changelog"}
+    assert {s.role for s in specs} == {
+        "journal", "ledger", "review", "dead-letters", "changelog", "statistics", "repartition", "patterns",
+        "patterns-changelog",
+    }
     for spec in specs:
         assert spec.partitions == 6 and spec.replication == 3
-        assert spec.config == {"cleanup.policy": "delete", "retention.ms": "-1", "min.insync.replicas": "2"}
-    assert "p-state-changelog" in {s.name for s in specs}
+        if spec.role == "statistics":
+            # A table topic: the last value per scope is its statistics.
+            assert spec.config == {"cleanup.policy": "compact", "min.insync.replicas": "2"}
+        else:
+            assert spec.config == {"cleanup.policy": "delete", "retention.ms": "-1", "min.insync.replicas": "2"}
+    names = {s.name for s in specs}
+    assert {"p-state-changelog", "p.statistics", "p.patterns", "p-recurred-repartition",
+            "p-patterns-changelog"} <= names
 
 
 def test_partition_for_matches_the_java_default_partitioner() -> None:
