@@ -31,12 +31,6 @@ UI_FILES: Final = {
     "app.css": "text/css; charset=utf-8",
 }
 
-#: What ``/patterns`` says on a runner that has no pattern source wired in.
-NO_PATTERN_SOURCE: Final = (
-    "this worker has no cross-scope pattern source; the patterns agent writes suggestions to <prefix>.patterns"
-)
-
-
 def parse_top(query: Mapping[str, str]) -> int:
     raw = query.get("top")
     if raw is None or raw == "":
@@ -97,11 +91,9 @@ def dead_letters_body(counts: Mapping[str, int]) -> dict[str, Any]:
     return {"total": sum(counts.values()), "by_code": dict(sorted(counts.items()))}
 
 
-def patterns_body(rows: list[dict[str, Any]] | None, min_scopes: int | None, note: str | None = None) -> dict[str, Any]:
-    """``rows`` None: the runner has no source of suggestions (the section says so instead of showing none)."""
-    if rows is None:
-        return {"available": False, "note": note or NO_PATTERN_SOURCE, "min_scopes": min_scopes, "patterns": []}
-    return {"available": True, "note": note, "min_scopes": min_scopes, "patterns": rows}
+def patterns_body(rows: list[dict[str, Any]], min_scopes: int) -> dict[str, Any]:
+    """Every pattern row (``recurrence patterns --all --json``), in ``patterns.listing`` order."""
+    return {"available": True, "note": None, "min_scopes": min_scopes, "patterns": rows}
 
 
 def ui_file(name: str) -> tuple[bytes, str] | None:

@@ -67,13 +67,13 @@ def document(server: Server) -> dict[str, Any]:
     unavailable = {"503": _error("a partition has no ready owner here (rebalancing, restoring); retry")} \
         if worker else {}
     probe = {"200": _json(_ref(ProbeBody), "ok"), "503": _json(_ref(ProbeBody), "not ok, with the reasons")}
-    statistics_params = [TOP]
-    if worker:
-        statistics_params = [TOP, {
-            "name": "local", "in": "query", "required": False,
-            "description": "1: only this worker's partitions (the fan-out's own call)",
-            "schema": {"type": "string", "enum": ["0", "1"]},
-        }]
+    # a worker's fan-out parameter (its own call to the other owners)
+    local = [{
+        "name": "local", "in": "query", "required": False,
+        "description": "1: only this worker's partitions (the fan-out's own call)",
+        "schema": {"type": "string", "enum": ["0", "1"]},
+    }] if worker else []
+    statistics_params = [TOP, *local]
     scope_path = {
         "name": "scope_id", "in": "path", "required": True,
         "schema": {"type": "string", "minLength": 1, "maxLength": MAX_SCOPE_ID_LENGTH, "pattern": "^[^/]+$"},
@@ -115,8 +115,9 @@ def document(server: Server) -> dict[str, Any]:
             {"200": _json(_ref(DeadLetterCounts), "counts"), **unavailable},
         ),
         "/patterns": _get(
-            "cross-scope pattern suggestions",
-            {"200": _json(_ref(PatternSuggestions), "suggestions, or why there are none here")},
+            "cross-scope pattern rows (suggested and below the threshold), as `recurrence patterns --all --json`",
+            {"200": _json(_ref(PatternSuggestions), "every pattern row, most scopes first"), **unavailable},
+            local,
         ),
         "/livez": _get("liveness probe", probe),
         "/readyz": _get("readiness probe", probe),

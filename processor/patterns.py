@@ -119,13 +119,15 @@ def patterns(txn: Transaction) -> Iterator[tuple[str, Pattern]]:
         yield orjson.loads(raw_key)[1], pattern
 
 
+def listing_order(row: dict[str, Any]) -> tuple[int, str]:
+    """The order of ``listing``: most scopes first, then by key (also merges partitions' listings)."""
+    return -int(row["scope_count"]), str(row["signature_key"])
+
+
 def listing(txn: Transaction, min_scopes: int, suggested_only: bool = True) -> list[dict[str, Any]]:
     """What ``recurrence patterns`` prints: keys by scope count, then key."""
-    found = sorted(
-        ((key, p) for key, p in patterns(txn) if p.suggested or not suggested_only),
-        key=lambda item: (-len(item[1].scopes), item[0]),
-    )
-    return [
+    found = ((key, p) for key, p in patterns(txn) if p.suggested or not suggested_only)
+    rows = [
         {
             "signature_key": key,
             "scope_count": len(p.scopes),
@@ -139,3 +141,4 @@ def listing(txn: Transaction, min_scopes: int, suggested_only: bool = True) -> l
         }
         for key, p in found
     ]
+    return sorted(rows, key=listing_order)

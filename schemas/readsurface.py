@@ -100,7 +100,11 @@ class PatternRow(Value):
 
 
 class PatternSuggestions(Value):
-    """What ``recurrence patterns --json`` lists; ``available`` is false where the runner has no source yet."""
+    """Every pattern row, as ``recurrence patterns --all --json`` lists them (suggested and below the threshold).
+
+    Both runners have a source now (the embedded state's rows; a worker's patterns table, fanned out), so
+    ``available`` is always true and ``note`` empty; both stay so the body keeps the shape it was published with.
+    """
 
     available: bool
     note: str | None = None

@@ -41,7 +41,7 @@ from recurrence.processor.stream.sink import FaustSink
 from recurrence.processor.stream.steps import PatternStep
 from recurrence.processor.stream.tablestore import StateTable
 from recurrence.processor.stream.types import Entry, PartitionedState
-from recurrence.processor.stream.views import ReadSurface, register
+from recurrence.processor.stream.views import PatternTable, ReadSurface, register
 
 log = logging.getLogger("recurrence.stream")
 
@@ -201,6 +201,11 @@ class RecurrenceService:
                 owners=self._owners,
                 lag=self._lag,
                 probe=self._probe,
+                pattern_table=PatternTable(
+                    state=cast(PartitionedState, self.patterns_table.data),
+                    ready_partitions=self.patterns_cluster.ready_partitions,
+                    owners=self.patterns_cluster.owners,
+                ),
                 connection=settings.kafka,
             ),
         )

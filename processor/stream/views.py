@@ -22,10 +22,18 @@ goes to the owner of S's partition, like ``/scopes/{S}/statistics``; without
 it, this worker looks in its own partitions' record indexes first (one key
 lookup each) and then asks every other owner (``?local=1``). A revision
 ``family/artifact_id@revision`` can exist in many scopes: its cards are
-collected from every partition. ``/dead-letters`` fans out and adds up;
-``/patterns`` answers from ``ReadSurface.pattern_source``; ``/ui`` is the
-statistics page and ``/openapi.json`` the document (both shared with
-``recurrence serve``, see ``httpapi``).
+collected from every partition. ``/dead-letters`` fans out and adds up.
+
+``GET /patterns`` lists the patterns agent's table, which is partitioned by
+signature key (not by scope) and so has its own owners: each worker lists the
+rows of its ready partitions of that table with ``patterns.listing`` (the
+function ``recurrence patterns --all --json`` and ``recurrence serve`` use),
+the asked worker fans out like ``/statistics`` and merges in ``listing``'s
+order. A key lives in exactly one partition, so the merge is a concatenation;
+a partition without a ready owner is a 503, never a shorter list.
+
+``/ui`` is the statistics page and ``/openapi.json`` the document (both shared
+with ``recurrence serve``, see ``httpapi``).
 
 ``/livez`` and ``/readyz`` are the Kubernetes probes (``probes``); ``/health``
 answers exactly as ``/readyz`` (an alias kept for existing checks).
@@ -56,6 +64,7 @@ from recurrence.processor.httpapi import (
     ui_file,
 )
 from recurrence.processor.openapi import document
+from recurrence.processor.patterns import listing, listing_order
 from recurrence.processor.recordindex import dead_letter_counts, record_key
 from recurrence.processor.state import State
 from recurrence.processor.store.base import StateStore, Transaction
@@ -70,11 +79,6 @@ log = logging.getLogger("recurrence.stream.web")
 FORWARD_TIMEOUT: Final = 10.0
 
 
-def no_pattern_source() -> list[dict[str, Any]] | None:
-    """Where the worker's pattern suggestions come from: None means it has no source (the page says so)."""
-    return None
-
-
 def partition_for(scope_id: str, partitions: int) -> int:
     """The Java/aiokafka default partitioner: the journal (and changelog) partition of a scope."""
     return int(murmur2(scope_id.encode()) & 0x7FFFFFFF) % partitions
@@ -82,6 +86,17 @@ def partition_for(scope_id: str, partitions: int) -> int:
 
 class NotReadyError(Exception):
     """The partition is not (yet) served here: rebalancing or restoring."""
+
+
+@dataclass(frozen=True)
+class PatternTable:
+    """The patterns agent's table: partitioned by signature key, so with owners of its own."""
+
+    state: PartitionedState
+    # partitions of the table this worker actively owns and has finished restoring
+    ready_partitions: Callable[[], set[int]]
+    # worker url -> partitions of the table it actively owns
+    owners: Callable[[], Mapping[str, set[int]]]
 
 
 @dataclass
@@ -99,10 +114,10 @@ class ReadSurface:
     owners: Callable[[], Mapping[str, set[int]]]
     lag: Callable[[], Mapping[int, int]]
     probe: Callable[[], ProbeInputs]
+    # the cross-scope pattern rows, for /patterns
+    pattern_table: PatternTable
     # read_committed reads of output and journal records, for /explain
     connection: KafkaConnection | None = None
-    # the cross-scope pattern rows (``patterns.listing`` form), or None without a source
-    pattern_source: Callable[[], list[dict[str, Any]] | None] = no_pattern_source
 
     def _states(self, partitions: Iterable[int]) -> list[StateStore]:
         ready = self.ready_partitions()
@@ -157,6 +172,18 @@ class ReadSurface:
             result.extend(s.model_dump(mode="json") for s in engine.statistics(scope_id, top))
         result.sort(key=lambda s: str(s["scope_id"]))
         return result
+
+    def local_patterns(self, partitions: Iterable[int]) -> list[dict[str, Any]]:
+        """Every pattern row of these partitions of the patterns table, in ``listing``'s order."""
+        table = self.pattern_table
+        ready = table.ready_partitions()
+        rows: list[dict[str, Any]] = []
+        for partition in sorted(partitions):
+            state = table.state.open_partition_state(partition) if partition in ready else None
+            if state is None:
+                raise NotReadyError(f"patterns partition {partition} is not ready on this worker")
+            rows.extend(listing(Transaction(state), self.config.pattern_scopes, suggested_only=False))
+        return sorted(rows, key=listing_order)
 
     def owner_of(self, partition: int) -> str | None:
         for url, owned in self.owners().items():
@@ -260,15 +287,20 @@ def register(app: Any, surface: ReadSurface) -> None:
             return error(view, 404, "no accepted entry for this scope")
         return json_response(view, found[0])
 
-    def coverage() -> tuple[Mapping[str, set[int]], set[int]]:
-        """Every owner and this worker's partitions; NotReadyError while a partition has no owner."""
-        owners = surface.owners()
+    def coverage(
+        owned: Callable[[], Mapping[str, set[int]]] = surface.owners,
+    ) -> tuple[Mapping[str, set[int]], set[int]]:
+        """Every owner and this worker's partitions (of the journal's table, or the ``owned`` callable's);
+        NotReadyError while a partition has no owner."""
+        owners = owned()
         covered = set().union(*owners.values()) if owners else set()
         missing = sorted(set(range(surface.partitions)) - covered)
         if missing:
             raise NotReadyError(f"partitions {missing} have no active owner (rebalancing?)")
-        mine = next((parts for url, parts in owners.items() if _same(url, surface.my_url)), set())
-        return owners, mine
+        return owners, mine_of(owners)
+
+    def mine_of(owners: Mapping[str, set[int]]) -> set[int]:
+        return next((parts for url, parts in owners.items() if _same(url, surface.my_url)), set())
 
     async def ask_others(owners: Mapping[str, set[int]], path: str, params: dict[str, str]) -> list[tuple[int, Any]]:
         remote = [url for url in owners if not _same(url, surface.my_url) and owners[url]]
@@ -352,7 +384,22 @@ def register(app: Any, surface: ReadSurface) -> None:
 
     @app.page("/patterns")  # type: ignore[untyped-decorator]
     async def patterns(view: Any, request: Any) -> Any:
-        return json_response(view, patterns_body(surface.pattern_source(), surface.config.pattern_scopes))
+        table = surface.pattern_table
+        min_scopes = surface.config.pattern_scopes
+        try:
+            if request.query.get("local") == "1":
+                return json_response(view, patterns_body(surface.local_patterns(mine_of(table.owners())), min_scopes))
+            owners, mine = coverage(table.owners)
+            rows = surface.local_patterns(mine)
+            for status, body in await ask_others(owners, "/patterns", {}):
+                if status != 200 or not isinstance(body, dict) or not isinstance(body.get("patterns"), list):
+                    return error(view, 503, f"a worker answered {status}")
+                rows.extend(body["patterns"])
+        except NotReadyError as not_ready:
+            return error(view, 503, str(not_ready))
+        except (aiohttp.ClientError, TimeoutError) as failure:
+            return error(view, 503, f"a worker did not answer: {type(failure).__name__}")
+        return json_response(view, patterns_body(sorted(rows, key=listing_order), min_scopes))
 
     spec = document("worker")
 

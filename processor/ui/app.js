@@ -190,10 +190,6 @@ function renderDeadLetters(body) {
 function renderPatterns(body) {
   const table = document.getElementById("patterns");
   table.tBodies[0].replaceChildren();
-  if (!body.available) {
-    document.getElementById("patterns-note").textContent = body.note;
-    return empty(table, 4, "no pattern source on this server");
-  }
   if (!body.patterns.length) return empty(table, 4, `no signature has recurred in ${body.min_scopes} scopes yet`);
   for (const p of body.patterns) {
     table.tBodies[0].append(el("tr", { "data-pattern": p.signature_key },
