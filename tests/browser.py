@@ -66,6 +66,11 @@ def page_readings(url: str, screenshot: Path) -> dict[str, Any]:
             for cell in driver.find_elements(By.CSS_SELECTOR, "td[data-spark]")
         }
         patterns = driver.find_element(By.ID, "patterns").text
+        # signature key -> its state column ("suggested" or "below K scopes"), in the order shown
+        pattern_rows = {
+            row.get_attribute("data-pattern"): row.find_elements(By.TAG_NAME, "td")[-1].text
+            for row in driver.find_elements(By.CSS_SELECTOR, "#patterns tr[data-pattern]")
+        }
         chosen = driver.find_element(By.CSS_SELECTOR, "#scopes tr.chosen").get_attribute("data-scope")
         # Open one explanation in the page, as a person would.
         links = driver.find_elements(By.CSS_SELECTOR, "#top a.explain")
@@ -83,7 +88,8 @@ def page_readings(url: str, screenshot: Path) -> dict[str, Any]:
         driver.set_window_size(1280, max(1300, height + 120))
         driver.save_screenshot(str(screenshot))
         return {"scopes": scopes, "totals": totals, "dead_letters": dead_letters, "review": review,
-                "sparks": sparks, "patterns": patterns, "chosen": chosen, "explanation": explanation}
+                "sparks": sparks, "patterns": patterns, "pattern_rows": pattern_rows, "chosen": chosen,
+                "explanation": explanation}
     finally:
         driver.quit()
 
@@ -95,3 +101,9 @@ def expected_readings(statistics: list[dict[str, Any]]) -> dict[str, Any]:
     totals = {f: sum(s["recurrence"][f] for s in statistics) for f in fields}
     totals["scopes"] = len(statistics)
     return {"scopes": scopes, "totals": totals}
+
+
+def expected_pattern_rows(listed: list[dict[str, Any]]) -> dict[str, str]:
+    """What the page's pattern section must show for these rows (``recurrence patterns --all --json``)."""
+    return {row["signature_key"]: "suggested" if row["suggested"] else f"below {row['min_scopes']} scopes"
+            for row in listed}

@@ -28,7 +28,7 @@ from recurrence.processor.stream.localrun import free_port, recurrence_command, 
 from recurrence.processor.synthetic import JournalSpec, generate
 from recurrence.schemas.readsurface import DeadLetterCounts, Explanation, PatternSuggestions
 from tests.apicheck import failures
-from tests.browser import SCREENSHOTS, expected_readings, page_readings
+from tests.browser import SCREENSHOTS, expected_pattern_rows, expected_readings, page_readings
 from tests.tools import REPO
 
 EXAMPLE = REPO / "examples" / "rfc-minimum.jsonl"
@@ -175,6 +175,9 @@ def test_the_page_shows_what_recurrence_stats_says(served: Served) -> None:
         (history,) = [c["history"] for c in card if c["scope_id"] == chosen["scope_id"]]
         assert shown["sparks"][identity] == "".join("R" if e == "recurred" else "a" for _, e in history)
     assert shown["explanation"].startswith("revision ")
+    listed = orjson.loads(served.cli("patterns", "--all", "--json"))
+    assert listed
+    assert list(shown["pattern_rows"].items()) == list(expected_pattern_rows(listed).items())
 
 
 def test_the_openapi_document_holds_against_the_server(served: Served) -> None:

@@ -8,6 +8,9 @@ are delivered again. Then:
 * the distinct suggestions on ``<prefix>.patterns`` are exactly the records
   of ``recurrence patterns --json`` of an embedded replay, one per signature
   key (none twice at all under exactly_once, read_committed);
+* the worker's ``GET /patterns`` (the patterns agent's table) lists exactly
+  the rows of ``recurrence patterns --all --json``, and its suggested ones are
+  ``recurrence patterns --json``;
 * the statistics topic, read from the start keeping the last value per key
   (``recurrence statistics-dump``), equals ``GET /statistics`` and the
   embedded ``recurrence stats``.
@@ -29,11 +32,17 @@ from .harness import Deployment, Oracle, wait_for, write_journal
 pytestmark = pytest.mark.kafka
 
 
-def _embedded_patterns(deployment: Deployment, journal: Path, tmp_path: Path) -> list[dict[str, Any]]:
+def _embedded_patterns(
+    deployment: Deployment, journal: Path, tmp_path: Path
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``recurrence patterns --json`` (the suggestions) and ``--all --json`` of an embedded replay."""
     state, ledger = tmp_path / "embedded-state", tmp_path / "embedded-ledger.jsonl"
     deployment.run("replay", str(journal), "--state", str(state), "--out", str(ledger))
     listed: list[dict[str, Any]] = orjson.loads(deployment.run("patterns", "--state", str(state), "--json").stdout)
-    return listed
+    every: list[dict[str, Any]] = orjson.loads(
+        deployment.run("patterns", "--state", str(state), "--all", "--json").stdout
+    )
+    return listed, every
 
 
 def _suggestions(deployment: Deployment) -> tuple[list[bytes], list[bytes]]:
@@ -59,8 +68,9 @@ def test_patterns_and_statistics_topics_equal_the_embedded_runner(
     write_journal(first, lines[:1500])
     write_journal(second, lines[1500:])
     oracle = Oracle.run(journal, tmp_path)
-    listed = _embedded_patterns(deployment, journal, tmp_path)
+    listed, every = _embedded_patterns(deployment, journal, tmp_path)
     assert len(listed) == 8 and all(row["suggested"] for row in listed)
+    assert len(every) > len(listed)  # rows below the threshold too
     want = {suggestion(row["signature_key"], row["min_scopes"]).line for row in listed}
 
     deployment.apply_topics()
@@ -83,6 +93,11 @@ def test_patterns_and_statistics_topics_equal_the_embedded_runner(
     assert sorted(keys) == sorted(row["signature_key"] for row in listed), "one suggestion per key"
     if guarantee == "exactly_once":
         assert len(raw) == len(distinct)
+    # /patterns answers from the patterns agent's table (its rows arrive with the suggestions' batches).
+    wait_for(lambda: worker.get_json("/patterns")[1].get("patterns") == every, 60, 0.5, "/patterns to equal --all")
+    status, patterns = worker.get_json("/patterns")
+    assert status == 200 and patterns == {"available": True, "note": None, "min_scopes": 3, "patterns": every}
+    assert [row for row in patterns["patterns"] if row["suggested"]] == listed
     status, served = worker.get_json("/statistics")
     assert status == 200 and served == oracle.statistics() == _statistics(deployment)
     # The command a downstream service would start from prints the same table.

@@ -21,14 +21,16 @@ import pytest
 from recurrence.processor.archive import FileArchive
 from recurrence.processor.embedded import replay, statistics
 from recurrence.processor.explain import Explainer
+from recurrence.processor.patterns import listing
 from recurrence.processor.recordindex import dead_letter_counts
 from recurrence.processor.state import State
 from recurrence.processor.store.base import Transaction
 from recurrence.processor.store.memory import MemoryStore
 from recurrence.processor.synthetic import JournalSpec, generate
+from recurrence.schemas.constants import DEFAULT_PATTERN_SCOPES
 from recurrence.schemas.readsurface import Explanation, PatternSuggestions
 from tests.apicheck import failures
-from tests.browser import SCREENSHOTS, expected_readings, page_readings
+from tests.browser import SCREENSHOTS, expected_pattern_rows, expected_readings, page_readings
 
 from .harness import REPO, Deployment, Worker, dedupe, wait_for, write_journal
 from .test_workers import _split
@@ -135,10 +137,31 @@ def test_dead_letters_are_explained_and_counted(cluster: Cluster) -> None:
         assert status == 200 and body == {"total": sum(want.values()), "by_code": dict(sorted(want.items()))}
 
 
-def test_patterns_say_where_they_come_from(cluster: Cluster) -> None:
-    status, body = cluster.workers[0].get("/patterns")
-    suggestions = PatternSuggestions.model_validate_json(body)
-    assert status == 200 and not suggestions.available and suggestions.note and suggestions.patterns == []
+def _embedded_patterns(cluster: Cluster) -> list[dict[str, Any]]:
+    """``recurrence patterns --all --json`` of the embedded replay; once every worker's /patterns equals it."""
+    want = listing(Transaction(cluster.store), DEFAULT_PATTERN_SCOPES, suggested_only=False)
+
+    def served() -> bool:
+        return all(worker.get_json("/patterns") == (200, {"available": True, "note": None,
+                                                          "min_scopes": DEFAULT_PATTERN_SCOPES, "patterns": want})
+                   for worker in cluster.workers)
+
+    # The patterns agent runs behind the journal agent: its rows arrive after the outputs.
+    wait_for(served, 120, 0.5, "/patterns on both workers to equal the embedded listing")
+    return want
+
+
+def test_patterns_on_either_worker_equal_the_embedded_listing(cluster: Cluster) -> None:
+    want = _embedded_patterns(cluster)
+    assert any(row["suggested"] for row in want) and not all(row["suggested"] for row in want)
+    status, body = cluster.workers[1].get("/patterns")
+    assert status == 200 and PatternSuggestions.model_validate_json(body).patterns
+    # Each worker's own rows (?local=1) are the rows of the keys it owns: together exactly the listing.
+    local = [worker.get_json("/patterns?local=1") for worker in cluster.workers]
+    assert all(status == 200 for status, _ in local)
+    keys = [row["signature_key"] for _, body in local for row in body["patterns"]]
+    assert sorted(keys) == sorted(row["signature_key"] for row in want)
+    assert all(body["patterns"] for _, body in local), "both workers own pattern keys: the answer was merged"
 
 
 def test_the_openapi_document_holds_against_a_live_worker(cluster: Cluster) -> None:
@@ -152,6 +175,7 @@ def test_the_openapi_document_holds_against_a_live_worker(cluster: Cluster) -> N
 
 def test_the_worker_page_shows_what_statistics_say(cluster: Cluster) -> None:
     worker = cluster.workers[1]
+    patterns = _embedded_patterns(cluster)
     shown = page_readings(worker.url + "/ui", SCREENSHOTS / "ui-worker.png")
     status, served = worker.get_json("/statistics?top=50")
     assert status == 200
@@ -159,5 +183,5 @@ def test_the_worker_page_shows_what_statistics_say(cluster: Cluster) -> None:
     assert want == expected_readings(statistics(cluster.store, None, 50))  # = `recurrence stats --top 50`
     assert shown["scopes"] == want["scopes"] and shown["totals"] == want["totals"]
     assert shown["dead_letters"] == dict(Counter(r["error"] for r in cluster.records if r["record"] == "dead_letter"))
-    assert "no pattern source" in shown["patterns"]
+    assert list(shown["pattern_rows"].items()) == list(expected_pattern_rows(patterns).items())
     assert shown["explanation"].startswith("revision ")
