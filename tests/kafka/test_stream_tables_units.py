@@ -4,7 +4,8 @@ The journal agent's batch processor runs over in-memory partitions with a
 recording sink; its repartition records then feed the patterns agent's batch
 processor, with duplicates and redeliveries mixed in. The embedded runner is
 the oracle for both: the last statistics value per scope equals ``recurrence
-stats``, and the pattern suggestions and rows equal ``recurrence patterns``.
+stats``, and the pattern suggestions and rows equal ``recurrence patterns`` (the rows as
+the worker's ``/patterns`` merges its partitions).
 """
 
 import asyncio
@@ -20,10 +21,11 @@ from recurrence.processor.engine import EngineConfig
 from recurrence.processor.patterns import listing, suggestion
 from recurrence.processor.store.base import Transaction
 from recurrence.processor.store.memory import MemoryStore
+from recurrence.processor.stream.metrics import Metrics
 from recurrence.processor.stream.processing import BatchProcessor
 from recurrence.processor.stream.steps import PatternStep
 from recurrence.processor.stream.types import ID_HEADER, Entry
-from recurrence.processor.stream.views import partition_for
+from recurrence.processor.stream.views import NotReadyError, PatternTable, ReadSurface, partition_for
 from recurrence.processor.synthetic import JournalSpec, generate
 from recurrence.schemas.constants import DEFAULT_PATTERN_SCOPES
 
@@ -139,10 +141,15 @@ def _patterns_run(
     return sink, state
 
 
-def _rows(state: Partitions, min_scopes: int, suggested_only: bool) -> list[dict[str, Any]]:
-    rows = [row for store in state.stores.values()
-            for row in listing(Transaction(store), min_scopes, suggested_only=suggested_only)]
-    return sorted(rows, key=lambda row: (-row["scope_count"], row["signature_key"]))
+def _surface(patterns: Partitions, min_scopes: int, ready: set[int]) -> ReadSurface:
+    """The worker's read surface over the patterns table's partitions (one worker owning all of them)."""
+    owned = set(range(PARTITIONS))
+    return ReadSurface(
+        state=Partitions(), config=EngineConfig(pattern_scopes=min_scopes), metrics=Metrics(),
+        partitions=PARTITIONS, my_url="http://w1", ready_partitions=lambda: owned, owners=lambda: {"http://w1": owned},
+        lag=dict, probe=lambda: pytest.fail("not read"),
+        pattern_table=PatternTable(state=patterns, ready_partitions=lambda: ready, owners=lambda: {"http://w1": owned}),
+    )
 
 
 @pytest.mark.parametrize("min_scopes", [3, 2])
@@ -166,8 +173,14 @@ def test_patterns_agent_equals_the_embedded_tracker(
         record = orjson.loads(value)
         assert key == record["signature_key"].encode()
         assert dict(headers)[ID_HEADER] == f"pattern:{record['pattern_id']}".encode()
-    # The rows, recurrence counts included: every copy and redelivery changed nothing.
-    assert _rows(state, min_scopes, suggested_only=False) == expected
+    # The rows, recurrence counts included: every copy and redelivery changed nothing. They are what the
+    # worker's /patterns lists: each partition's listing, merged in listing's order.
+    assert len(state.stores) == PARTITIONS, "every partition holds keys: the merge is exercised"
+    surface = _surface(state, min_scopes, ready=set(range(PARTITIONS)))
+    assert surface.local_patterns(range(PARTITIONS)) == expected
+    # A partition that is not ready here makes the answer a refusal, never a shorter list.
+    with pytest.raises(NotReadyError, match="patterns partition 2"):
+        _surface(state, min_scopes, ready={0, 1, 3}).local_patterns(range(PARTITIONS))
 
 
 def _oracle_rows(lines: list[bytes], min_scopes: int, workdir: Path) -> list[dict[str, Any]]:
