@@ -25,7 +25,7 @@ import faust
 from recurrence.processor.engine import EngineConfig
 from recurrence.processor.exceptions import RecurrenceError
 from recurrence.processor.stream.cluster import Cluster
-from recurrence.processor.stream.faustcompat import crashed
+from recurrence.processor.stream.faustcompat import WorkerApp, crashed
 from recurrence.processor.stream.journal import JournalReader
 from recurrence.processor.stream.metrics import LiveReadings, Metrics
 from recurrence.processor.stream.probes import ProbeInputs, readiness, rebalances, restore_progress
@@ -75,7 +75,7 @@ class RecurrenceService:
         names = settings.topics
         self.names = names
         self.canonical_url = settings.canonical_url
-        self.app = faust.App(
+        self.app = WorkerApp(
             settings.group_id,
             broker=settings.kafka.faust_broker(),
             broker_credentials=faust_credentials(settings.kafka),
