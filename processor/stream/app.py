@@ -25,8 +25,8 @@ import faust
 from recurrence.processor.engine import EngineConfig
 from recurrence.processor.exceptions import RecurrenceError
 from recurrence.processor.stream.cluster import Cluster
-from recurrence.processor.stream.faustcompat import WorkerApp, crashed
-from recurrence.processor.stream.journal import JournalReader
+from recurrence.processor.stream.faustcompat import crashed
+from recurrence.processor.stream.journal import PartitionReader
 from recurrence.processor.stream.metrics import LiveReadings, Metrics
 from recurrence.processor.stream.probes import ProbeInputs, readiness, rebalances, restore_progress
 from recurrence.processor.stream.processing import BatchProcessor
@@ -35,6 +35,7 @@ from recurrence.processor.stream.sink import FaustSink
 from recurrence.processor.stream.tablestore import StateTable
 from recurrence.processor.stream.types import Entry, PartitionedState
 from recurrence.processor.stream.views import ReadSurface, register
+from recurrence.processor.stream.workerapp import WorkerApp
 
 log = logging.getLogger("recurrence.stream")
 
@@ -132,7 +133,8 @@ class RecurrenceService:
             for name in names.outputs()
         }
         outputs[names.changelog] = self.table.changelog_topic
-        self.reader = JournalReader(settings.kafka, names.journal)
+        self.reader = PartitionReader(settings.kafka, names.journal)
+        self.changelog_reader = PartitionReader(settings.kafka, names.changelog)
         self.processor = BatchProcessor(
             topics=names,
             state=self.state,
@@ -140,7 +142,9 @@ class RecurrenceService:
             sink=FaustSink(self.app, outputs, names.journal, settings.processing_guarantee == "exactly_once"),
             config=self.config,
             metrics=self.metrics,
+            changelog=self.changelog_reader,
         )
+        self.app.on_partitions_assigned.connect(self._assigned)
         self.app.agent(self.journal, name=AGENT_NAME)(self._agent)
         self.app.timer(REPORT_INTERVAL)(self._report)
         self.app.timer(CATCH_UP_INTERVAL)(self._catch_up)
@@ -187,6 +191,10 @@ class RecurrenceService:
 
     async def _close_reader(self, app: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
         await self.reader.close()
+        await self.changelog_reader.close()
+
+    async def _assigned(self, app: Any, /, *args: Any, **kwargs: Any) -> None:
+        self.processor.assigned()
 
     async def _catch_up(self) -> None:
         """Entries the stream has not delivered for a while although the journal has them: run them."""

@@ -65,6 +65,7 @@ class Metrics(Tally):
     batch_seconds: float = 0.0
     redelivered_skipped: int = 0
     filled: int = 0
+    restore_repaired: int = 0  # change sets a restore had missed, read back from the changelog
     # journal partition -> next journal offset recorded in the state (durable)
     positions: dict[int, int] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
@@ -139,6 +140,9 @@ class _WorkerCollector(Collector):
                        m.redelivered_skipped)
         yield _counter("recurrence_stream_gaps_filled",
                        "Entries the stream did not deliver, read directly from the journal and run.", m.filled)
+        yield _counter("recurrence_restore_repaired_change_sets",
+                       "Committed change sets missing from a partition's restored state, read back and applied.",
+                       m.restore_repaired)
         yield _counter("recurrence_rebalances", "Consumer group rebalances this worker took part in.",
                        m.live.rebalances())
         yield from self._gauges()
