@@ -14,7 +14,7 @@ help:
 	@echo "make lint       ruff + mypy --strict"
 	@echo "make schemas    regenerate schemas/json/*.json from the models"
 	@echo "make bench      embedded replay vs its validation limit, the 1M cost curve (tables into docs/performance.md)"
-	@echo "make bench-kafka  one worker end to end: entries/s and recovery after kill -9 (real broker)"
+	@echo "make bench-kafka  worker vs embedded (both guarantees), 2 workers vs 1, then recovery after kill -9 (real broker)"
 	@echo "make kafka-up / kafka-down   a single-node KRaft broker on 127.0.0.1"
 	@echo "make tools      promtool and kubeconform into .cache/bin, Debian's chromium (tests that need them skip without)"
 
@@ -54,6 +54,7 @@ bench: $(STAMP)
 	$(PY) bench/replay_bench.py
 
 bench-kafka: $(STAMP)
+	$(PY) bench/kafka_bench.py --compare --entries 10000
 	$(PY) bench/kafka_bench.py
 
 # Checkers the Kafka tests run when present: promtool (`promtool check metrics` on a live

@@ -52,6 +52,7 @@ from recurrence.processor.stream.settings import KafkaConnection
 from recurrence.processor.synthetic import JournalSpec, write
 
 ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "performance.md"
 
 
 def emit(phase: str, **values: Any) -> dict[str, Any]:
@@ -67,15 +68,20 @@ def emit(phase: str, **values: Any) -> dict[str, Any]:
 
 
 class Deployment:
-    def __init__(self, bootstrap: str, workdir: Path, partitions: int, guarantee: str) -> None:
+    """Topics under one prefix and ONE worker process; ``sibling`` adds another worker to the group."""
+
+    def __init__(
+        self, bootstrap: str, workdir: Path, partitions: int, guarantee: str, prefix: str = "", name: str = "w1"
+    ) -> None:
         self.bootstrap = bootstrap
         self.workdir = workdir
-        self.prefix = f"bench{uuid.uuid4().hex[:10]}"
+        self.prefix = prefix or f"bench{uuid.uuid4().hex[:10]}"
+        self.name = name
         self.partitions = partitions
         self.guarantee = guarantee
-        self.datadir = workdir / "worker-data"
+        self.datadir = workdir / f"{self.prefix}-{name}-data"
         self.port = free_port()
-        self.log = workdir / "worker.log"
+        self.log = workdir / f"{self.prefix}-{name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
@@ -123,7 +129,7 @@ class Deployment:
                     "--web-port",
                     str(self.port),
                     "--instance-id",
-                    f"{self.prefix}-w1",
+                    f"{self.prefix}-{self.name}",
                     "--processing-guarantee",
                     self.guarantee,
                 ],
@@ -136,6 +142,10 @@ class Deployment:
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, number: int) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, number)
 
     def kill9(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -169,17 +179,33 @@ class Deployment:
             and len(report["partitions"]) == self.partitions
         )
 
-    def applied(self) -> int | None:
-        """Sum of the durable journal positions in the worker's state (None while not answering)."""
+    def sibling(self, name: str) -> "Deployment":
+        return Deployment(self.bootstrap, self.workdir, self.partitions, self.guarantee, self.prefix, name)
+
+    def ready_partitions(self) -> set[int]:
+        """The partitions this worker serves (empty while it is not ready)."""
+        self._check_alive()
+        body = self._get("/health")
+        report = orjson.loads(body) if body else {}
+        if report.get("status") != "ok" or report.get("ready_partitions") != report.get("partitions"):
+            return set()
+        return set(report["partitions"])
+
+    def positions(self) -> dict[int, int]:
+        """The durable journal position per partition in the worker's state (empty while not answering)."""
         self._check_alive()
         body = self._get("/metrics")
-        if body is None:
-            return None
-        total = 0
-        for line in body.decode().splitlines():
+        found: dict[int, int] = {}
+        for line in (body or b"").decode().splitlines():
             if line.startswith("recurrence_journal_position{"):
-                total += int(float(line.rpartition(" ")[2]))
-        return total
+                label, _, value = line.rpartition(" ")
+                found[int(label.split('"')[1])] = int(float(value))
+        return found
+
+    def applied(self) -> int | None:
+        """Sum of the durable journal positions in the worker's state (None while not answering)."""
+        found = self.positions()
+        return sum(found.values()) if found else None
 
     def wait_applied(self, target: int, timeout: float) -> None:
         wait_for(lambda: (self.applied() or 0) >= target, timeout, what=f"{target} journal entries applied")
@@ -219,15 +245,25 @@ class Deployment:
 # -- comparison --------------------------------------------------------------------------------
 
 
+def comparable(value: bytes) -> bytes:
+    """A dead letter without its origin and id: a file line embedded, a topic offset on Kafka."""
+    record = orjson.loads(value)
+    if record.get("record") != "dead_letter":
+        return value
+    record.pop("origin", None)
+    record.pop("dead_letter_id", None)
+    return orjson.dumps(record)
+
+
 def by_scope(records: Iterable[bytes]) -> dict[str | None, list[bytes]]:
-    """Records deduplicated by id, grouped by scope, in order."""
+    """Records deduplicated by id, grouped by scope, in order, dead letters comparable across runners."""
     seen: set[str] = set()
     grouped: dict[str | None, list[bytes]] = defaultdict(list)
     for value in records:
         ident = record_id(value)
         if ident not in seen:
             seen.add(ident)
-            grouped[orjson.loads(value).get("scope_id")].append(value)
+            grouped[orjson.loads(value).get("scope_id")].append(comparable(value))
     return dict(grouped)
 
 
@@ -255,6 +291,113 @@ def oracle(journal: Path, workdir: Path) -> tuple[list[bytes], float]:
     )
     seconds = time.perf_counter() - started
     return [line for line in out.read_bytes().splitlines() if line.strip()], seconds
+
+
+# -- worker vs embedded, one run -------------------------------------------------------------------
+
+
+def group_rate(
+    bootstrap: str, workdir: Path, journal: Path, want: list[bytes], partitions: int, guarantee: str, workers: int,
+    timeout: float,
+) -> dict[str, Any]:
+    """Fresh topics, ``workers`` workers ready and sharing the partitions, then publish start -> all applied."""
+    first = Deployment(bootstrap, workdir, partitions, guarantee)
+    group = [first] + [first.sibling(f"w{i + 1}") for i in range(1, workers)]
+    try:
+        first.run("topics", "apply")
+        for worker in group:
+            worker.start()
+
+        def split() -> bool:
+            owned = [w.ready_partitions() for w in group]
+            return all(owned) and sum(len(o) for o in owned) == partitions and set().union(*owned) == set(
+                range(partitions)
+            )
+
+        wait_for(split, 180, what=f"{workers} worker(s) to share {partitions} partitions")
+        # The publisher is slower than a worker: publish while the workers are paused (well within
+        # the session timeout), then time resume -> every entry durable in the state.
+        for worker in group:
+            worker.signal(signal.SIGSTOP)
+        try:
+            publisher = first.publish(journal)
+            if publisher.wait(timeout=600) != 0:
+                raise RuntimeError(f"publish failed: {publisher.stderr.read().decode() if publisher.stderr else ''}")
+        finally:
+            for worker in group:
+                worker.signal(signal.SIGCONT)
+        t0 = time.perf_counter()
+        end = first.journal_end()
+
+        def applied() -> bool:
+            merged: dict[int, int] = {}
+            for worker in group:
+                for partition, position in worker.positions().items():
+                    merged[partition] = max(position, merged.get(partition, 0))
+            return sum(merged.values()) >= end
+
+        wait_for(applied, timeout, 0.05, what=f"{end} journal entries applied")
+        seconds = time.perf_counter() - t0
+        got, raw = first.outputs()
+        result = compare(got, want)
+        return {"entries": end, "seconds": round(seconds, 2), "entries_per_s": round(end / seconds),
+                "raw_records": raw, "equal": result["equal"]}
+    finally:
+        for worker in group:
+            worker.kill9()
+
+
+def comparison(bootstrap: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    """Goal 3 and 5 of issue 8 in one run: each figure beside its reference on the same journal."""
+    journal = workdir / "journal-compare.jsonl"
+    write(
+        JournalSpec(entries=args.entries, scopes=args.scopes, seed=args.seed, garbage_ratio=args.garbage,
+                    experiences_per_scope=args.experiences_per_scope or None),
+        str(journal),
+    )
+    want, embedded_s = oracle(journal, workdir)
+    embedded = emit("embedded", entries=args.entries, entries_per_s=round(args.entries / embedded_s),
+                    note="recurrence replay, process start included (reference)")
+    rows: dict[str, Any] = {"embedded": embedded}
+    for guarantee in ("at_least_once", "exactly_once"):
+        run = group_rate(bootstrap, workdir, journal, want, args.partitions, guarantee, 1, args.timeout)
+        rows[guarantee] = emit("worker", guarantee=guarantee, partitions=args.partitions, workers=1,
+                               vs_embedded=round(run["entries_per_s"] / embedded["entries_per_s"], 3), **run)
+    for workers in (1, 2):
+        run = group_rate(bootstrap, workdir, journal, want, 2, "at_least_once", workers, args.timeout)
+        rows[f"scale-{workers}"] = emit("scale", guarantee="at_least_once", partitions=2, workers=workers, **run)
+    rows["scale_ratio"] = round(rows["scale-2"]["entries_per_s"] / rows["scale-1"]["entries_per_s"], 2)
+    return rows
+
+
+def comparison_table(rows: dict[str, Any]) -> str:
+    embedded = rows["embedded"]["entries_per_s"]
+    lines = [
+        "| what | entries/s | reference in the same run | ratio | goal | output equals the embedded ledger |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    for guarantee, goal in (("at_least_once", "75%"), ("exactly_once", "60%")):
+        row = rows[guarantee]
+        lines.append(
+            f"| one worker, {row['partitions']} partitions, {guarantee} | {row['entries_per_s']:,} | "
+            f"embedded replay {embedded:,} | {row['vs_embedded']:.0%} | {goal} | {'yes' if row['equal'] else 'NO'} |"
+        )
+    one, two = rows["scale-1"], rows["scale-2"]
+    lines.append(
+        f"| two workers, 2 partitions, at_least_once | {two['entries_per_s']:,} | one worker {one['entries_per_s']:,} "
+        f"| {rows['scale_ratio']:.2f}x | 1.6x | {'yes' if one['equal'] and two['equal'] else 'NO'} |"
+    )
+    return "\n".join(lines) + "\n"
+
+
+def update_doc(text: str) -> None:
+    start, end = "<!-- bench:kafka:start -->", "<!-- bench:kafka:end -->"
+    doc = DOC.read_text(encoding="utf-8")
+    if start not in doc:
+        return
+    before, rest = doc.split(start, 1)
+    _, after = rest.split(end, 1)
+    DOC.write_text(f"{before}{start}\n{text}{end}{after}", encoding="utf-8")
 
 
 # -- the benchmark ------------------------------------------------------------------------------
@@ -393,15 +536,31 @@ def main() -> int:
         help="report file; each processing guarantee keeps its own entry under 'runs'",
     )
     parser.add_argument("--keep", action="store_true", help="keep the work directory (journals, worker log)")
+    parser.add_argument(
+        "--compare", action="store_true",
+        help="instead: one worker under each guarantee and two workers vs one on 2 partitions, each beside its "
+        "reference on the same journal (--entries of it); writes the table into docs/performance.md",
+    )
     args = parser.parse_args()
     out = Path(args.out)
     workdir = Path(tempfile.mkdtemp(prefix="recurrence-kafka-bench-"))
     try:
         with LocalBroker() as broker:
-            report = bench(broker.bootstrap, args, workdir)
+            if args.compare:
+                rows = comparison(broker.bootstrap, args, workdir)
+            else:
+                report = bench(broker.bootstrap, args, workdir)
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
+    if args.compare:
+        table = comparison_table(rows)
+        print(table)
+        update_doc(table)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        (out.parent / "kafka-compare.json").write_text(json.dumps(rows, indent=2) + "\n")
+        equal = all(rows[k]["equal"] for k in ("at_least_once", "exactly_once", "scale-1", "scale-2"))
+        return 0 if equal else 1
     out.parent.mkdir(parents=True, exist_ok=True)
     previous = json.loads(out.read_text()) if out.exists() else {}
     runs = previous.get("runs", {}) if isinstance(previous, dict) else {}

@@ -255,9 +255,9 @@ def _add_generate(commands: "argparse._SubParsersAction[argparse.ArgumentParser]
         type=positive_int,
         default=None,
         metavar="N",
-        help="entries cite only the N most recent evidence sources, receipts, Handoffs, Outcomes and "
-        "Experience revisions of their scope (default: anything earlier); with --experiences-per-scope "
-        "the working set stays bounded however long the journal",
+        help="entries cite only the N most recent evidence sources, receipts, Handoffs and Outcomes of their "
+        "scope, and Handoffs one of an Experience's 3 latest revisions (default: anything earlier); with "
+        "--experiences-per-scope the working set stays bounded however long the journal",
     )
     p.add_argument(
         "--conflict-ratio",

@@ -85,6 +85,11 @@ def _source(
     }
 
 
+# Under a recent window a Handoff cites one of an Experience's few latest revisions (current
+# guidance), so the cited revisions stay few however many revisions an Experience accumulates.
+RECENT_REVISIONS = 3
+
+
 class _Scope:
     def __init__(
         self, name: str, rng: random.Random, experience_cap: int | None = None, window: int | None = None
@@ -114,7 +119,7 @@ class _Scope:
     def _oldest(self, artifact_id: str) -> int:
         """The oldest revision of an Experience a Handoff may still cite."""
         head = self.experiences[artifact_id]
-        return 1 if self.window is None else max(1, head - self.window + 1)
+        return 1 if self.window is None else max(1, head - min(self.window, RECENT_REVISIONS) + 1)
 
     def _keep(self, pool: list[str], item: str) -> None:
         pool.append(item)

@@ -18,7 +18,7 @@ from recurrence.processor.exceptions import (
     StateDirError,
     TransactionStateError,
 )
-from recurrence.processor.synthetic import JournalSpec, generate, write
+from recurrence.processor.synthetic import RECENT_REVISIONS, JournalSpec, generate, write
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "rfc-minimum.jsonl"
@@ -256,7 +256,7 @@ def test_generate_recent_window_cites_only_recent_entries() -> None:
             if artifact["family"] == "handoff":
                 for citation in artifact["content"]["state"][0]["citations"]:
                     ref = citation["artifact_ref"]
-                    assert heads[(scope, ref["artifact_id"])] - ref["revision"] < window
+                    assert heads[(scope, ref["artifact_id"])] - ref["revision"] < min(window, RECENT_REVISIONS)
                 published.setdefault((scope, "handoff"), []).append(artifact["artifact_id"])
             else:
                 heads[(scope, artifact["artifact_id"])] = artifact["revision"]

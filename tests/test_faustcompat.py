@@ -12,7 +12,7 @@ import faust
 import pytest
 from aiokafka import AIOKafkaConsumer
 
-from recurrence.processor.stream import faustcompat
+from recurrence.processor.stream import faustcompat, workerapp
 from recurrence.processor.stream.app import stalled
 
 
@@ -83,3 +83,15 @@ def test_the_stall_rule(
     expected: tuple[tuple[int | None, float], bool],
 ) -> None:
     assert stalled(progress, position, highwater, now, 4.0) == expected
+
+
+@pytest.mark.parametrize(("owner", "method"), workerapp.OVERRIDDEN, ids=lambda v: getattr(v, "__name__", v))
+def test_the_methods_the_worker_app_overrides_still_exist(owner: type, method: str) -> None:
+    assert callable(getattr(owner, method, None)), f"{owner.__qualname__}.{method} moved"
+
+
+def test_the_worker_app_runs_on_the_corrected_transport(tmp_path: Path) -> None:
+    app = workerapp.WorkerApp("compat-w", broker="kafka://127.0.0.1:1", store="memory://", datadir=str(tmp_path))
+    transport = app.transport
+    assert transport.Consumer.__name__ == "_Consumer"
+    assert transport.TransactionManager.__name__ == "_TransactionManager"

@@ -76,3 +76,17 @@ def test_a_truncated_change_set_is_refused_not_half_applied(store: Any) -> None:
     with pytest.raises(changeset.ChangeSetError):
         store.apply_changelog_batch([_event(0, 1, whole[:-1])], None, None)
     assert _rows(store, 0) == []
+
+
+def test_a_change_set_at_or_below_the_applied_offset_is_not_applied_again(store: Any) -> None:
+    # A restore that reads back what the state already holds must not move keys back.
+    store.apply_changelog(0, [(4, b"s", changeset.encode({b"a": b"old"})), (6, b"s", changeset.encode({b"a": b"new"}))])
+    assert store.changelog_offset(0) == 6
+    generation = store.generation(0)
+    store.apply_changelog(0, [(4, b"s", changeset.encode({b"a": b"old"})), (6, b"s", changeset.encode({b"b": b"x"}))])
+    assert _rows(store, 0) == [(b"a", b"new")]
+    assert store.generation(0) == generation  # nothing applied: the row cache stays valid
+    store.apply_changelog(0, [(6, b"s", None), (8, b"s", changeset.encode({b"b": b"2"}))])
+    assert _rows(store, 0) == [(b"a", b"new"), (b"b", b"2")]
+    assert store.changelog_offset(0) == 8
+    assert store.changelog_offset(1) is None

@@ -32,7 +32,7 @@ from recurrence.processor.engine import EngineConfig
 from recurrence.processor.exceptions import RecurrenceError
 from recurrence.processor.stream.cluster import Cluster
 from recurrence.processor.stream.faustcompat import crashed
-from recurrence.processor.stream.journal import JournalReader
+from recurrence.processor.stream.journal import PartitionReader
 from recurrence.processor.stream.metrics import LiveReadings, Metrics
 from recurrence.processor.stream.probes import ProbeInputs, readiness, rebalances, restore_progress
 from recurrence.processor.stream.processing import BatchProcessor
@@ -42,6 +42,7 @@ from recurrence.processor.stream.steps import PatternStep
 from recurrence.processor.stream.tablestore import StateTable
 from recurrence.processor.stream.types import Entry, PartitionedState
 from recurrence.processor.stream.views import PatternTable, ReadSurface, register
+from recurrence.processor.stream.workerapp import WorkerApp
 
 log = logging.getLogger("recurrence.stream")
 
@@ -83,7 +84,7 @@ class RecurrenceService:
         names = settings.topics
         self.names = names
         self.canonical_url = settings.canonical_url
-        self.app = faust.App(
+        self.app = WorkerApp(
             settings.group_id,
             broker=settings.kafka.faust_broker(),
             broker_credentials=faust_credentials(settings.kafka),
@@ -162,7 +163,8 @@ class RecurrenceService:
         outputs[names.changelog] = self.table.changelog_topic
         outputs[names.patterns_changelog] = self.patterns_table.changelog_topic
         exactly_once = settings.processing_guarantee == "exactly_once"
-        self.reader = JournalReader(settings.kafka, names.journal)
+        self.reader = PartitionReader(settings.kafka, names.journal)
+        self.changelog_reader = PartitionReader(settings.kafka, names.changelog)
         self.processor = BatchProcessor(
             topics=names,
             state=self.state,
@@ -170,8 +172,10 @@ class RecurrenceService:
             sink=FaustSink(self.app, outputs, names.journal, exactly_once),
             config=self.config,
             metrics=self.metrics,
+            changelog=self.changelog_reader,
         )
-        self.patterns_reader = JournalReader(settings.kafka, names.recurred)
+        self.patterns_reader = PartitionReader(settings.kafka, names.recurred)
+        self.patterns_changelog_reader = PartitionReader(settings.kafka, names.patterns_changelog)
         self.metrics.patterns = Metrics()
         self.patterns_processor = BatchProcessor(
             topics=names,
@@ -181,7 +185,9 @@ class RecurrenceService:
             config=self.config,
             metrics=self.metrics.patterns,
             step=PatternStep(names, settings.pattern_scopes),
+            changelog=self.patterns_changelog_reader,
         )
+        self.app.on_partitions_assigned.connect(self._assigned)
         self.app.agent(self.journal, name=AGENT_NAME)(self._agent(self.processor))
         self.app.agent(self.recurred, name=PATTERNS_AGENT_NAME)(self._agent(self.patterns_processor))
         self.app.timer(REPORT_INTERVAL)(self._report)
@@ -240,6 +246,12 @@ class RecurrenceService:
     async def _close_reader(self, app: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
         await self.reader.close()
         await self.patterns_reader.close()
+        await self.changelog_reader.close()
+        await self.patterns_changelog_reader.close()
+
+    async def _assigned(self, app: Any, /, *args: Any, **kwargs: Any) -> None:
+        self.processor.assigned()
+        self.patterns_processor.assigned()
 
     async def _catch_up(self) -> None:
         """Entries the stream has not delivered for a while although the topic has them: run them."""

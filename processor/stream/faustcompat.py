@@ -3,8 +3,11 @@
 The worker needs a few things these libraries do not offer publicly: the
 transactional producer Faust keeps per journal partition and its lock (the
 exactly-once sink sends through them and holds them for a whole batch), a
-service's crashed flag (the liveness probe), and a consumer's client to read
-cluster metadata. They are reached only through the functions below;
+service's crashed flag (the liveness probe), a consumer's client to read
+cluster metadata, and, for the corrected Faust classes in ``workerapp``, the
+transactional producers by id and the consumer inside Faust's consumer
+thread. They are reached only through the functions below (``workerapp``
+overrides a few private *methods*, listed and checked there);
 faust-streaming is pinned to the minor version they were checked against
 (pyproject.toml), and ``tests/test_faustcompat.py`` builds an app and fails
 loudly, naming the attribute, when a new version moves any of them. Nowhere
@@ -22,14 +25,12 @@ CONSUMER_ATTRIBUTES: Final = ("_client",)
 
 def transaction_producer(app: Any, transactional_id: str) -> Any | None:
     """Faust's transactional producer for one id (``<app id>-<group>-<partition>``), if it exists."""
-    producers: dict[str, Any] = app.producer._transaction_producers
-    return producers.get(transactional_id)
+    return transaction_producers(app.producer).get(transactional_id)
 
 
 def transaction_lock(app: Any, transactional_id: str) -> asyncio.Lock:
     """The lock Faust's timed transaction commit takes for that producer."""
-    locks: dict[str, asyncio.Lock] = app.producer._trn_locks
-    return locks[transactional_id]
+    return transaction_locks(app.producer)[transactional_id]
 
 
 def crashed(service: Any) -> bool:
@@ -41,3 +42,21 @@ def crashed(service: Any) -> bool:
 def kafka_client(consumer: Any) -> Any:
     """The aiokafka client inside an AIOKafkaConsumer (its metadata calls are not public)."""
     return consumer._client
+
+
+
+def transaction_producers(producer: Any) -> dict[str, Any]:
+    """Faust's transactional producers by transactional id (a class attribute of its Producer)."""
+    producers: dict[str, Any] = producer._transaction_producers
+    return producers
+
+
+def transaction_locks(producer: Any) -> dict[str, asyncio.Lock]:
+    """The per-producer locks Faust's timed transaction commit takes, by transactional id."""
+    locks: dict[str, asyncio.Lock] = producer._trn_locks
+    return locks
+
+
+def thread_consumer(thread: Any) -> Any:
+    """The AIOKafkaConsumer inside Faust's consumer thread (raises if it has not started)."""
+    return thread._ensure_consumer()

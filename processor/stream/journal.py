@@ -1,4 +1,5 @@
-"""Direct reads of the journal topic, for the entries Faust's stream did not deliver.
+"""Direct reads of a topic by partition: the journal, for the entries Faust's stream did not
+deliver, and the state changelog, to check a partition's restore against it (``processing``).
 
 The stream path keeps its own journal position per partition in the engine
 state (see ``processing``). When the next entry Faust hands over is past that
@@ -15,11 +16,12 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from recurrence.processor.stream.settings import KafkaConnection
+from recurrence.processor.stream.types import ChangelogRecord
 
 FETCH_TIMEOUT = 60.0
 
 
-class JournalReader:
+class PartitionReader:
     def __init__(self, connection: KafkaConnection, topic: str) -> None:
         self._connection = connection
         self._topic = topic
@@ -47,8 +49,20 @@ class JournalReader:
             offsets = await consumer.beginning_offsets([tp])
             return int(offsets[tp])
 
+    async def log_end(self, partition: int) -> int:
+        async with self._lock:
+            consumer = await self._ensure()
+            tp = TopicPartition(self._topic, partition)
+            offsets = await consumer.end_offsets([tp])
+            return int(offsets[tp])
+
     async def fetch(self, partition: int, start: int, stop: int) -> list[tuple[int, bytes]]:
-        """Records with ``start <= offset < stop`` (transaction markers leave no record)."""
+        """Values of the records with ``start <= offset < stop`` (transaction markers leave no record)."""
+        return [(offset, value if value is not None else b"") for offset, _, value in
+                await self.fetch_records(partition, start, stop)]
+
+    async def fetch_records(self, partition: int, start: int, stop: int) -> list[ChangelogRecord]:
+        """(offset, key, value) of the records with ``start <= offset < stop``."""
         if stop <= start:
             return []
         async with self._lock:
@@ -56,7 +70,7 @@ class JournalReader:
             tp = TopicPartition(self._topic, partition)
             consumer.assign([tp])
             consumer.seek(tp, start)
-            records: list[tuple[int, bytes]] = []
+            records: list[ChangelogRecord] = []
             deadline = asyncio.get_running_loop().time() + FETCH_TIMEOUT
             while await consumer.position(tp) < stop:
                 if asyncio.get_running_loop().time() > deadline:
@@ -64,7 +78,7 @@ class JournalReader:
                 batches = await consumer.getmany(tp, timeout_ms=2000)
                 for message in batches.get(tp, []):
                     if start <= message.offset < stop:
-                        records.append((message.offset, message.value if message.value is not None else b""))
+                        records.append((message.offset, message.key, message.value))
             return records
 
     async def close(self) -> None:

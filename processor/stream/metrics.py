@@ -66,6 +66,7 @@ class Metrics(Tally):
     redelivered_skipped: int = 0
     filled: int = 0
     table_records: int = 0  # statistics-topic records (one per changed scope per batch)
+    restore_repaired: int = 0  # change sets a restore had missed, read back from the changelog
     # journal partition -> next journal offset recorded in the state (durable)
     positions: dict[int, int] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
@@ -149,6 +150,10 @@ class _WorkerCollector(Collector):
                            "Recurred observations the patterns agent ran (repartition topic).", m.patterns.entries)
             yield _counter("recurrence_pattern_suggestions", "Pattern suggestions written to the patterns topic.",
                            m.patterns.records.get("pattern", 0))
+        repaired = m.restore_repaired + (m.patterns.restore_repaired if m.patterns is not None else 0)
+        yield _counter("recurrence_restore_repaired_change_sets",
+                       "Committed change sets missing from a partition's restored state, read back and applied.",
+                       repaired)
         yield _counter("recurrence_rebalances", "Consumer group rebalances this worker took part in.",
                        m.live.rebalances())
         yield from self._gauges()

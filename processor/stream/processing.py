@@ -2,6 +2,8 @@
 
 For a batch of entries (any partitions, offset order per partition):
 
+0. the first time a partition is processed after an assignment, check its
+   restored state against the changelog (``restore_tail``);
 1. per partition, continue exactly at the journal position recorded in the
    state (``POSITION_KEY``): entries below it are skipped (already applied),
    entries the stream did not hand over are read from the journal directly;
@@ -55,6 +57,7 @@ from recurrence.processor.stream.steps import EngineStep
 from recurrence.processor.stream.types import (
     ID_HEADER,
     SOURCE_HEADER,
+    ChangelogSource,
     Delivered,
     Entry,
     JournalSource,
@@ -120,11 +123,14 @@ class BatchProcessor:
         config: EngineConfig,
         metrics: Metrics | None = None,
         step: Step | None = None,
+        changelog: ChangelogSource | None = None,
     ) -> None:
         self.topics = topics
         self.state = state
         self.sink = sink
         self.source = source
+        self.changelog = changelog
+        self._checked: set[int] = set()  # partitions whose restore was checked since the last assignment
         self.config = config
         self.metrics = metrics or Metrics()
         self.step: Step = step if step is not None else EngineStep(topics, config)
@@ -137,6 +143,41 @@ class BatchProcessor:
         state = self.state.open_partition_state(partition)
         return None if state is None else read_position(state)
 
+    def assigned(self) -> None:
+        """A new assignment: check every partition's restore again before its next batch."""
+        self._checked.clear()
+
+    async def restore_tail(self, partition: int) -> int:
+        """Apply the committed change sets the partition's restored state lacks; how many there were.
+
+        Faust's table recovery ends a partition's restore when its consumer
+        *position* reaches the changelog's end, and under exactly_once it does so
+        after a timeout without waiting for the records between (it cannot tell
+        them from transaction markers): a change set fetched but not yet handed to
+        the store was then silently missing, and the partition went on from an
+        older journal position, re-emitting records a read_committed consumer had
+        already seen. So before a partition's first batch after an assignment the
+        state's last changelog offset is compared with the changelog's committed
+        end, read now -- final by then, because the new owner's transactional
+        producer has fenced the previous one -- and whatever lies between is read
+        and applied (records at or below the state's offset are never applied again).
+        """
+        if self.changelog is None or partition in self._checked:
+            return 0
+        applied = self.state.changelog_offset(partition)
+        end = await self.changelog.log_end(partition)
+        start = 0 if applied is None else applied + 1
+        records = await self.changelog.fetch_records(partition, start, end) if start < end else []
+        if records:
+            log.warning(
+                "partition %d: %d change sets up to changelog offset %d were missing after the restore; applied",
+                partition, len(records), records[-1][0],
+            )
+            self.state.apply_changelog(partition, records)
+            self.metrics.restore_repaired += len(records)
+        self._checked.add(partition)
+        return len(records)
+
     async def process(self, entries: Sequence[Entry]) -> BatchResult:
         """Run a batch delivered by the stream (any partitions, offset order per partition)."""
         async with self._lock:
@@ -145,6 +186,7 @@ class BatchProcessor:
     async def catch_up(self, partition: int, stop: int) -> BatchResult:
         """Read and run the journal directly up to ``stop`` (the entries the stream has not delivered)."""
         async with self._lock:
+            await self.restore_tail(partition)
             start = read_position(self.state.partition_state(partition))
             if start is None:
                 start = await self.source.log_start(partition)
@@ -203,6 +245,7 @@ class BatchProcessor:
         plan: list[Entry] = []
         result = BatchResult()
         for partition, delivered in by_partition.items():
+            await self.restore_tail(partition)
             txn = self._transaction(partition)
             self._pin_config(txn, partition)
             recorded = txn.recorded_position()

@@ -22,7 +22,7 @@ partition's database holds whole scopes and the engine never needs a key from
 another partition.
 """
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import faust
@@ -35,15 +35,16 @@ from recurrence.processor.store.base import StateStore, Transaction
 from recurrence.processor.store.memory import MemoryStore
 from recurrence.processor.store.rocksdb import RocksStore
 from recurrence.processor.stream import changeset
+from recurrence.processor.stream.types import ChangelogRecord
 
 OFFSET_KEY = faust_rocksdb.Store.offset_key
 
 
-def _expand(value: bytes | None, key: bytes) -> Iterable[tuple[bytes, bytes | None]]:
+def _expand(value: bytes | None, key: bytes | None) -> Iterable[tuple[bytes, bytes | None]]:
     if changeset.is_changeset(value):
         assert value is not None
         return changeset.decode(value).items()
-    return ((key, value),)
+    return () if key is None else ((key, value),)  # a plain record; one without a key names nothing
 
 
 class ChangeSetRocksStore(faust_rocksdb.Store):
@@ -67,6 +68,10 @@ class ChangeSetRocksStore(faust_rocksdb.Store):
     def flush_local(self, partition: int, txn: Transaction, changelog_offset: int) -> None:
         txn.flush({OFFSET_KEY: str(changelog_offset).encode()})
 
+    def changelog_offset(self, partition: int) -> int | None:
+        raw = self._db_for_partition(partition).get(OFFSET_KEY)
+        return None if raw is None else int(raw)
+
     def apply_changelog_batch(
         self,
         batch: Iterable[Any],
@@ -74,23 +79,39 @@ class ChangeSetRocksStore(faust_rocksdb.Store):
         to_value: Callable[[Any], Any],
     ) -> None:
         """Recovery and standby replicas: expand change sets, one write batch per partition."""
-        batches: dict[int, WriteBatch] = {}
-        offsets: dict[int, int] = {}
+        by_partition: dict[int, list[ChangelogRecord]] = {}
         for event in batch:
             message = event.message
-            write = batches.get(message.partition)
-            if write is None:
-                write = batches[message.partition] = WriteBatch(raw_mode=True)
-            for key, value in _expand(message.value, message.key):
-                if value is None:
-                    write.delete(key)
+            by_partition.setdefault(message.partition, []).append((message.offset, message.key, message.value))
+        for partition, records in by_partition.items():
+            self.apply_changelog(partition, records)
+
+    def apply_changelog(self, partition: int, records: Sequence[ChangelogRecord]) -> None:
+        """Changelog records of one partition in one write batch, with the last one's offset.
+
+        Records at or below the offset the database already holds are skipped: each
+        was applied before (by Faust's recovery, a standby, or ``restore_tail``), and
+        applying an old change set again would move keys back.
+        """
+        db = self._db_for_partition(partition)
+        raw = db.get(OFFSET_KEY)
+        applied = -1 if raw is None else int(raw)
+        write = WriteBatch(raw_mode=True)
+        last = applied
+        for offset, key, value in records:
+            if offset <= last:
+                continue
+            for k, v in _expand(value, key):
+                if v is None:
+                    write.delete(k)
                 else:
-                    write.put(key, value)
-            offsets[message.partition] = max(message.offset, offsets.get(message.partition, -1))
-        for partition, write in batches.items():
-            write.put(OFFSET_KEY, str(offsets[partition]).encode())
-            self._db_for_partition(partition).write(write)
-            self._changed(partition)
+                    write.put(k, v)
+            last = offset
+        if last == applied:
+            return
+        write.put(OFFSET_KEY, str(last).encode())
+        db.write(write)
+        self._changed(partition)
 
     def _db_for_partition(self, partition: int) -> Any:
         if partition not in self._dbs:
@@ -105,6 +126,7 @@ class ChangeSetMemoryStore(faust_memory.Store[bytes, bytes]):
         super().__post_init__()
         self._partitions: dict[int, MemoryStore] = {}
         self._generations: dict[int, int] = {}
+        self._offsets: dict[int, int] = {}
 
     def partition_state(self, partition: int) -> StateStore:
         state = self._partitions.get(partition)
@@ -120,6 +142,10 @@ class ChangeSetMemoryStore(faust_memory.Store[bytes, bytes]):
 
     def flush_local(self, partition: int, txn: Transaction, changelog_offset: int) -> None:
         txn.flush()
+        self._offsets[partition] = changelog_offset
+
+    def changelog_offset(self, partition: int) -> int | None:
+        return self._offsets.get(partition)
 
     def apply_changelog_batch(
         self,
@@ -129,8 +155,16 @@ class ChangeSetMemoryStore(faust_memory.Store[bytes, bytes]):
     ) -> None:
         for event in batch:
             message = event.message
-            self.partition_state(message.partition).apply(dict(_expand(message.value, message.key)))
-            self._generations[message.partition] = self._generations.get(message.partition, 0) + 1
+            self.apply_changelog(message.partition, [(message.offset, message.key, message.value)])
+
+    def apply_changelog(self, partition: int, records: Sequence[ChangelogRecord]) -> None:
+        applied = self._offsets.get(partition, -1)
+        for offset, key, value in records:
+            if offset <= applied:
+                continue
+            self.partition_state(partition).apply(dict(_expand(value, key)))
+            applied = self._offsets[partition] = offset
+            self._generations[partition] = self._generations.get(partition, 0) + 1
 
 
 class StateTable(faust.Table[bytes, bytes]):

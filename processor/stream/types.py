@@ -7,7 +7,7 @@ in memory; ``dump`` reads the header without loading Faust.
 
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Final, Protocol, TypeAlias
 
 from recurrence.processor.records import Emitted, Origin
 from recurrence.processor.store.base import StateStore, Transaction
@@ -65,8 +65,22 @@ class Sink(Protocol):
         ...
 
 
+#: One changelog record as read back: (offset, key, value).
+ChangelogRecord: TypeAlias = tuple[int, bytes | None, bytes | None]
+
+
+class ChangelogSource(Protocol):
+    """Direct reads of the state changelog (read_committed), to check a restore against it."""
+
+    async def log_end(self, partition: int) -> int:
+        """The offset after the last committed record (the last stable offset under exactly_once)."""
+        ...
+
+    async def fetch_records(self, partition: int, start: int, stop: int) -> list[ChangelogRecord]: ...
+
+
 class JournalSource(Protocol):
-    """Direct reads of the journal (``journal.JournalReader``), for entries the stream skipped."""
+    """Direct reads of the journal (``journal.PartitionReader``), for entries the stream skipped."""
 
     async def log_start(self, partition: int) -> int: ...
 
@@ -90,6 +104,14 @@ class PartitionedState(Protocol):
 
     def flush_local(self, partition: int, txn: Transaction, changelog_offset: int) -> None:
         """Write a prepared batch that is durable in the changelog, atomically with its offset."""
+        ...
+
+    def changelog_offset(self, partition: int) -> int | None:
+        """The offset of the last changelog record the partition's state contains (None: none yet)."""
+        ...
+
+    def apply_changelog(self, partition: int, records: Sequence[ChangelogRecord]) -> None:
+        """Apply changelog records read back (those at or below ``changelog_offset`` are skipped)."""
         ...
 
 
