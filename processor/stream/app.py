@@ -54,6 +54,7 @@ PATTERNS_AGENT_NAME: Final = "recurrence-patterns"
 REPORT_INTERVAL: Final = 15.0
 CATCH_UP_INTERVAL: Final = 2.0
 STALL_SECONDS: Final = 4.0
+PRODUCER_BATCH_BYTES: Final = 512 * 1024
 
 
 def faust_credentials(connection: KafkaConnection) -> Any:
@@ -108,6 +109,10 @@ class RecurrenceService:
             stream_wait_empty=True,
             # One fetch is one batch (``fetches``): this caps the entries per batch.
             broker_max_poll_records=settings.batch_max,
+            # The sink appends a batch's outputs to one producer batch per topic partition
+            # (``sink``): large batches, under the broker's default 1 MB per record batch.
+            producer_max_batch_size=PRODUCER_BATCH_BYTES,
+            producer_max_request_size=4 * PRODUCER_BATCH_BYTES,
             web_enabled=True,
             web_bind=settings.web_host,
             web_host=settings.web_host,

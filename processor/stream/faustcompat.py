@@ -45,6 +45,11 @@ def kafka_client(consumer: Any) -> Any:
 
 
 
+def plain_producer(app: Any) -> Any:
+    """The AIOKafkaProducer behind Faust's (non-transactional) Producer; raises if it has not started."""
+    return app.producer._ensure_producer()
+
+
 def transaction_producers(producer: Any) -> dict[str, Any]:
     """Faust's transactional producers by transactional id (a class attribute of its Producer)."""
     producers: dict[str, Any] = producer._transaction_producers
