@@ -235,7 +235,7 @@ class RecurrenceService:
 
         async def agent(stream: Any) -> None:
             while True:
-                fetched = await channel.get()
+                fetched = await channel.get(self.settings.batch_max, self.settings.batch_within)
                 try:
                     entries = self._entries(fetched, topic)
                     if not entries:

@@ -38,6 +38,17 @@ class Fetched:
     generation: int
     records: Mapping[int, Sequence[Any]]  # partition -> aiokafka ConsumerRecords, offset order
 
+    @property
+    def count(self) -> int:
+        return sum(len(records) for records in self.records.values())
+
+    def merged(self, later: "Fetched") -> "Fetched":
+        """This fetch followed by a later one of the same generation (offsets keep increasing per partition)."""
+        records = {partition: list(found) for partition, found in self.records.items()}
+        for partition, found in later.records.items():
+            records.setdefault(partition, []).extend(found)
+        return Fetched(self.generation, records)
+
 
 OffsetCommit = Callable[[dict[int, int]], Awaitable[object]]
 
@@ -48,16 +59,49 @@ class FetchChannel:
         self._queue: asyncio.Queue[Fetched] = asyncio.Queue(maxsize)
         self._idle = asyncio.Event()
         self._idle.set()
+        self._arrived = asyncio.Event()
+        self._carry: Fetched | None = None  # taken from the queue but left for the next batch
         self._uncommitted: dict[int, int] = {}
         self._committer: asyncio.Task[None] | None = None
 
     async def put(self, fetched: Fetched) -> None:
         await self._queue.put(fetched)
+        self._arrived.set()
 
-    async def get(self) -> Fetched:
-        """The next fetch; the channel counts as busy until ``done``."""
-        fetched = await self._queue.get()
+    async def get(self, max_records: int, within: float) -> Fetched:
+        """The next batch: fetches merged up to ``max_records``; the channel counts as busy until ``done``.
+
+        Under a live load a fetch holds what arrived while the previous batch ran, often a few
+        records per partition, and every batch has fixed costs (three acknowledged produce
+        stages, a statistics record per changed scope, an offset commit or a transaction per
+        partition). So fetches already waiting are merged into the batch, and a small batch
+        waits up to ``within`` seconds for more. A fetch that would take the batch past
+        ``max_records`` starts the next batch instead.
+        """
+        fetched = self._carry if self._carry is not None else await self._queue.get()
+        self._carry = None
         self._idle.clear()  # no await between taking the item and this: quiesce cannot miss it
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within
+        count = fetched.count
+        while count < max_records:
+            if self._queue.empty():
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                # Wait for a put, not on the queue itself: a timed-out get could swallow an item.
+                self._arrived.clear()
+                try:
+                    await asyncio.wait_for(self._arrived.wait(), remaining)
+                except TimeoutError:
+                    break
+                continue
+            following = self._queue.get_nowait()
+            if following.generation != fetched.generation or count + following.count > max_records:
+                self._carry = following
+                break
+            fetched = fetched.merged(following)
+            count = fetched.count
         return fetched
 
     def done(self) -> None:
@@ -84,7 +128,8 @@ class FetchChannel:
 
     async def quiesce(self) -> int:
         """Drop the fetches not yet taken, wait for the batch in flight and its commit; how many were dropped."""
-        dropped = 0
+        dropped = 0 if self._carry is None else 1
+        self._carry = None
         while not self._queue.empty():
             self._queue.get_nowait()
             dropped += 1
