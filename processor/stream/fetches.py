@@ -27,8 +27,8 @@ from typing import Any, Final
 
 log = logging.getLogger("recurrence.stream")
 
-#: Fetches buffered ahead of the agent: one being run, one or two ready (the consumer thread keeps fetching).
-QUEUED_FETCHES: Final = 2
+#: Fetches buffered ahead of the agent (merged into its next batch; bounded, so memory stays ~16 fetches).
+QUEUED_FETCHES: Final = 16
 
 
 @dataclass(frozen=True)
