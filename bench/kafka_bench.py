@@ -357,9 +357,17 @@ def comparison(bootstrap: str, args: argparse.Namespace, workdir: Path) -> dict[
                     experiences_per_scope=args.experiences_per_scope or None),
         str(journal),
     )
-    want, embedded_s = oracle(journal, workdir)
+    # The reference is one short process: on a shared machine a single run can be off by 2x, so the
+    # median of three (fresh state each) is the reference.
+    runs = []
+    for number in range(3):
+        (workdir / f"embedded-{number}").mkdir()
+        runs.append(oracle(journal, workdir / f"embedded-{number}"))
+    want = runs[0][0]
+    embedded_s = sorted(seconds for _, seconds in runs)[1]
     embedded = emit("embedded", entries=args.entries, entries_per_s=round(args.entries / embedded_s),
-                    note="recurrence replay, process start included (reference)")
+                    runs_entries_per_s=[round(args.entries / seconds) for _, seconds in runs],
+                    note="recurrence replay, process start included, median of 3 (reference)")
     rows: dict[str, Any] = {"embedded": embedded}
     for guarantee in ("at_least_once", "exactly_once"):
         run = group_rate(bootstrap, workdir, journal, want, args.partitions, guarantee, 1, args.timeout)
