@@ -5,13 +5,14 @@ writes ``recurred`` observations to, keyed by signature key, and keeps the
 cross-scope pattern rows in its own table; both agents run ``BatchProcessor``
 with their ``Step`` (``steps``), so they share the durability order.
 
-The agent is a thin shell. It takes batches of raw journal records
-(``take_events``), hands them to ``BatchProcessor`` (engine, outputs durable,
-changelog durable, local state -- see ``processing``) and only then lets Faust
-acknowledge them. Anything unexpected while a batch is in flight (an exception,
-a cancellation) ends the process at once with exit code 70 and without
-acknowledging the batch: Faust would otherwise acknowledge and commit the
-batch's offsets on the way out, and a restart is the recovery path anyway.
+The agent is a thin shell. It takes each fetch of raw journal records whole
+(the worker's consumer hands it over without Faust's per-event path:
+``fetches``, ``workerapp``), hands it to ``BatchProcessor`` (engine, outputs
+durable, changelog durable, local state -- see ``processing``) and only then
+commits the group offsets (in the background; under exactly_once they are in
+the partition's transaction). Anything unexpected while a batch is in flight
+(an exception, a cancellation) ends the process at once with exit code 70 and
+without committing the batch, and a restart is the recovery path anyway.
 
 ``recurrence worker`` is the one way to start a worker: it checks the topics
 and the web port and builds the app from the settings models. There is no
@@ -32,6 +33,7 @@ from recurrence.processor.engine import EngineConfig
 from recurrence.processor.exceptions import RecurrenceError
 from recurrence.processor.stream.cluster import Cluster
 from recurrence.processor.stream.faustcompat import crashed
+from recurrence.processor.stream.fetches import FetchChannel, Fetched
 from recurrence.processor.stream.journal import PartitionReader
 from recurrence.processor.stream.metrics import LiveReadings, Metrics
 from recurrence.processor.stream.probes import ProbeInputs, readiness, rebalances, restore_progress
@@ -52,6 +54,7 @@ PATTERNS_AGENT_NAME: Final = "recurrence-patterns"
 REPORT_INTERVAL: Final = 15.0
 CATCH_UP_INTERVAL: Final = 2.0
 STALL_SECONDS: Final = 4.0
+PRODUCER_BATCH_BYTES: Final = 512 * 1024
 
 
 def faust_credentials(connection: KafkaConnection) -> Any:
@@ -104,6 +107,12 @@ class RecurrenceService:
             broker_heartbeat_interval=max(0.5, settings.session_timeout / 5),
             producer_acks=-1,
             stream_wait_empty=True,
+            # One fetch is one batch (``fetches``): this caps the entries per batch.
+            broker_max_poll_records=settings.batch_max,
+            # The sink appends a batch's outputs to one producer batch per topic partition
+            # (``sink``): large batches, under the broker's default 1 MB per record batch.
+            producer_max_batch_size=PRODUCER_BATCH_BYTES,
+            producer_max_request_size=4 * PRODUCER_BATCH_BYTES,
             web_enabled=True,
             web_bind=settings.web_host,
             web_host=settings.web_host,
@@ -188,8 +197,8 @@ class RecurrenceService:
             changelog=self.patterns_changelog_reader,
         )
         self.app.on_partitions_assigned.connect(self._assigned)
-        self.app.agent(self.journal, name=AGENT_NAME)(self._agent(self.processor))
-        self.app.agent(self.recurred, name=PATTERNS_AGENT_NAME)(self._agent(self.patterns_processor))
+        self.app.agent(self.journal, name=AGENT_NAME)(self._agent(self.processor, names.journal))
+        self.app.agent(self.recurred, name=PATTERNS_AGENT_NAME)(self._agent(self.patterns_processor, names.recurred))
         self.app.timer(REPORT_INTERVAL)(self._report)
         self.app.timer(CATCH_UP_INTERVAL)(self._catch_up)
         self.app.on_before_shutdown.connect(self._close_reader)
@@ -222,26 +231,48 @@ class RecurrenceService:
         return cast(PartitionedState, self.table.data)
 
     # -- the agents -------------------------------------------------------------------
-    def _agent(self, processor: BatchProcessor) -> Callable[[Any], Awaitable[None]]:
+    def _agent(self, processor: BatchProcessor, topic: str) -> Callable[[Any], Awaitable[None]]:
+        # The agent owns the topic's partitions (Faust subscribes, assigns, recovers and starts the
+        # transactional producers for it), but its records arrive as whole fetches (``fetches``).
+        channel = FetchChannel(topic)
+        self.app.fetch_channels[topic] = channel
+        exactly_once = self.settings.processing_guarantee == "exactly_once"
+
         async def agent(stream: Any) -> None:
-            settings = self.settings
-            async for events in stream.take_events(settings.batch_max, within=settings.batch_within):
-                entries = [
-                    Entry(e.message.partition, e.message.offset,
-                          e.message.value if e.message.value is not None else b"", e.message.timestamp)
-                    for e in events
-                ]
+            while True:
+                fetched = await channel.get(self.settings.batch_max, self.settings.batch_within)
                 try:
-                    await processor.process(entries)
-                except asyncio.CancelledError:
-                    self._abort("cancelled while a batch was in flight", entries)
-                except RecurrenceError as error:  # a refusal with an operator's message: one line, its exit code
-                    self._abort(str(error), entries, error.exit_code)
-                except Exception as error:  # any failure: never acknowledge a batch that is not durable
-                    log.critical("batch failed: %s", type(error).__name__, exc_info=error)
-                    self._abort(f"{type(error).__name__} while a batch was in flight", entries)
+                    entries = self._entries(fetched, topic)
+                    if not entries:
+                        continue
+                    try:
+                        await processor.process(entries)
+                    except asyncio.CancelledError:
+                        self._abort("cancelled while a batch was in flight", entries)
+                    except RecurrenceError as error:  # a refusal with an operator's message: one line, its exit code
+                        self._abort(str(error), entries, error.exit_code)
+                    except Exception as error:  # any failure: never commit a batch that is not durable
+                        log.critical("batch failed: %s", type(error).__name__, exc_info=error)
+                        self._abort(f"{type(error).__name__} while a batch was in flight", entries)
+                    if not exactly_once:  # under exactly_once the offsets went into each partition's transaction
+                        offsets = {e.partition: e.offset + 1 for e in entries}
+                        channel.commit_soon(offsets, lambda o: self.app.commit_journal(topic, o))
+                finally:
+                    channel.done()
 
         return agent
+
+    def _entries(self, fetched: Fetched, topic: str) -> list[Entry]:
+        """A fetch's records as entries, only of partitions this worker still owns in this generation."""
+        if fetched.generation != self.app.consumer_generation_id:
+            return []  # fetched before a rebalance; the new assignment seeks and the state's position decides
+        assigned = {tp.partition for tp in self.app.consumer.assignment() if tp.topic == topic}
+        return [
+            Entry(partition, record.offset, record.value if record.value is not None else b"",
+                  record.timestamp / 1000 if record.timestamp is not None else None)
+            for partition, records in fetched.records.items() if partition in assigned
+            for record in records
+        ]
 
     async def _close_reader(self, app: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
         await self.reader.close()

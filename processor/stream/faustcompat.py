@@ -20,7 +20,7 @@ from typing import Any, Final
 # (what, attribute) pairs the test checks on a freshly built app.
 PRODUCER_ATTRIBUTES: Final = ("_transaction_producers", "_trn_locks")
 SERVICE_ATTRIBUTES: Final = ("_crashed",)
-CONSUMER_ATTRIBUTES: Final = ("_client",)
+CONSUMER_ATTRIBUTES: Final = ("_client", "_fetch_max_wait_ms")
 
 
 def transaction_producer(app: Any, transactional_id: str) -> Any | None:
@@ -45,6 +45,11 @@ def kafka_client(consumer: Any) -> Any:
 
 
 
+def plain_producer(app: Any) -> Any:
+    """The AIOKafkaProducer behind Faust's (non-transactional) Producer; raises if it has not started."""
+    return app.producer._ensure_producer()
+
+
 def transaction_producers(producer: Any) -> dict[str, Any]:
     """Faust's transactional producers by transactional id (a class attribute of its Producer)."""
     producers: dict[str, Any] = producer._transaction_producers
@@ -55,6 +60,11 @@ def transaction_locks(producer: Any) -> dict[str, asyncio.Lock]:
     """The per-producer locks Faust's timed transaction commit takes, by transactional id."""
     locks: dict[str, asyncio.Lock] = producer._trn_locks
     return locks
+
+
+def set_fetch_max_wait(consumer: Any, milliseconds: int) -> None:
+    """Set an AIOKafkaConsumer's fetch wait before it starts (its fetcher is built from it in ``start``)."""
+    consumer._fetch_max_wait_ms = milliseconds
 
 
 def thread_consumer(thread: Any) -> Any:

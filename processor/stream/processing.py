@@ -307,6 +307,7 @@ class BatchProcessor:
                         copies.append(delivery)
 
         # (2) every output record is durable before any state that records it.
+        await self.sink.flush()
         acknowledged = await asyncio.gather(*deliveries)
         await asyncio.gather(*copies)
         self.metrics.outputs_acked(plan)
@@ -329,6 +330,7 @@ class BatchProcessor:
             for table in batch.run.finish(changes):
                 tables.append(await self.sink.send(table.topic, table.key, table.value, None, [], partition))
                 result.table_records += 1
+        await self.sink.flush()
         await asyncio.gather(*tables)
 
         # (3) the change sets are durable in the changelog before the local database sees them.
@@ -338,6 +340,7 @@ class BatchProcessor:
             )
             for partition, changes in change_sets
         ]
+        await self.sink.flush()
         delivered = await asyncio.gather(*pending_changelog)
         if next_offsets:
             await self.sink.commit(next_offsets)

@@ -259,9 +259,9 @@ class WorkerOptions(SettingsModel):
         description="suggest a cross-scope pattern when a signature recurs in this many scopes; fixed per app id",
         json_schema_extra=flag(metavar="K"),
     )
-    batch_max: int = Field(500, ge=1, le=100_000, description="journal entries per durable batch",
+    batch_max: int = Field(1000, ge=1, le=100_000, description="journal entries per durable batch",
                            json_schema_extra=flag(metavar="N"))
-    batch_within: float = Field(0.02, gt=0, le=10, description="seconds a batch waits to fill",
+    batch_within: float = Field(0.02, gt=0, le=10, description="seconds a small batch waits for more entries",
                                 json_schema_extra=flag(metavar="SECONDS"))
     # Group membership: a dead worker's partitions move after the session timeout; with a
     # stable instance id (static membership) a restarted worker takes them back at once.

@@ -1,24 +1,128 @@
-"""The worker's ``Sink``: output and changelog records through Faust's producers.
+"""The worker's ``Sink``: output and changelog records through Faust's producers, in batches.
 
 See ``FaustSink`` for why exactly_once needs its own handling of Faust's
-transactional producers (reached through ``faustcompat``).
+transactional producers (reached through ``faustcompat``), and ``_Batches``
+for why records are appended to batches instead of sent one by one.
 """
 
+import asyncio
 from collections.abc import Awaitable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import TopicPartition
+from aiokafka.partitioner import DefaultPartitioner
 
 from recurrence.processor.exceptions import TransactionStateError
-from recurrence.processor.stream.faustcompat import transaction_lock, transaction_producer
+from recurrence.processor.stream.faustcompat import plain_producer, transaction_lock, transaction_producer
 from recurrence.processor.stream.types import Delivered
 
 
-class FaustSink:
-    """``processing.Sink`` over the app's producer.
+@dataclass(frozen=True)
+class _Written:
+    partition: int
+    offset: int
 
-    at_least_once: ``Topic.send(force=True)`` sends now (not when the offset
-    commits) and the returned future resolves on the broker's acknowledgement.
+
+@dataclass
+class _Open:
+    """A batch being filled for one (producer, topic, partition), and the futures of its records."""
+
+    producer: Any
+    topic: str
+    partition: int
+    builder: Any
+    records: list[tuple[asyncio.Future[Delivered], int]] = field(default_factory=list)  # (future, index in batch)
+
+
+class _Batches:
+    """Records appended to aiokafka ``BatchBuilder``s per (producer, topic, partition), sent by ``flush``.
+
+    aiokafka's per-record ``send`` costs ~25-30 µs of CPU (a future and a
+    message object per record, Python-side encoding); a ``BatchBuilder``
+    encodes in C and the whole batch has one delivery future (~3 µs per
+    record; docs/worker-fastpath-study.md, Q2). Each record still gets its
+    own future, resolved with its partition and offset (the batch's base
+    offset plus the record's index in it), which the record index for
+    ``explain`` needs. A keyed record's partition is computed as the producer
+    would (the default partitioner over the topic's partitions).
+    """
+
+    def __init__(self) -> None:
+        self._open: dict[tuple[int, str, int], _Open] = {}
+        self._partitions: dict[str, list[int]] = {}
+        self._partitioner = DefaultPartitioner()
+        self._sent: list[Awaitable[Any]] = []
+
+    async def partition_for(self, producer: Any, topic: str, key: bytes) -> int:
+        partitions = self._partitions.get(topic)
+        if partitions is None:  # fixed for the worker's life: ``topics apply`` refuses a changed count
+            partitions = self._partitions[topic] = sorted(await producer.partitions_for(topic))
+        chosen: int = self._partitioner(key, partitions, partitions)
+        return chosen
+
+    async def append(
+        self, producer: Any, topic: str, partition: int, key: bytes | None, value: bytes,
+        headers: list[tuple[str, bytes]],
+    ) -> asyncio.Future[Delivered]:
+        slot_key = (id(producer), topic, partition)
+        slot = self._open.get(slot_key)
+        if slot is None:
+            slot = self._open[slot_key] = _Open(producer, topic, partition, producer.create_batch())
+        meta = slot.builder.append(timestamp=None, key=key, value=value, headers=headers)
+        if meta is None:  # full: send it and start another
+            await self._send(self._open.pop(slot_key))
+            slot = self._open[slot_key] = _Open(producer, topic, partition, producer.create_batch())
+            meta = slot.builder.append(timestamp=None, key=key, value=value, headers=headers)
+            if meta is None:
+                raise ValueError(f"a record of {len(value)} bytes does not fit in an empty batch for {topic}")
+        future: asyncio.Future[Delivered] = asyncio.get_running_loop().create_future()
+        slot.records.append((future, meta.offset))
+        return future
+
+    async def flush(self) -> None:
+        """Send every batch being filled (their records' futures resolve on the broker's acknowledgement)."""
+        open_slots, self._open = self._open, {}
+        for slot in open_slots.values():
+            await self._send(slot)
+
+    async def _send(self, slot: _Open) -> None:
+        slot.builder.close()
+        try:
+            sent = await slot.producer.send_batch(slot.builder, slot.topic, partition=slot.partition)
+        except Exception as error:
+            for future, _ in slot.records:
+                if not future.done():
+                    future.set_exception(error)
+            raise
+        records = slot.records
+
+        def resolve(batch: asyncio.Future[Any]) -> None:
+            error = batch.exception() if not batch.cancelled() else asyncio.CancelledError()
+            for future, index in records:
+                if future.done():
+                    continue
+                if error is not None:
+                    future.set_exception(error)
+                else:
+                    future.set_result(_Written(slot.partition, batch.result().offset + index))
+
+        sent.add_done_callback(resolve)
+
+    def abandon(self) -> None:
+        """A failed batch: drop what was never sent (the batch's process ends; nothing waits on them)."""
+        for slot in self._open.values():
+            for future, _ in slot.records:
+                future.cancel()
+        self._open.clear()
+
+
+class FaustSink:
+    """``processing.Sink`` over the app's producers.
+
+    at_least_once: records go through the AIOKafkaProducer of Faust's
+    Producer, appended to batches (``_Batches``) and sent by ``flush``; each
+    record's future resolves on the broker's acknowledgement (acks=all).
 
     exactly_once: Faust keeps one transactional producer per journal partition
     (transactional id ``<app id>-<topic group>-<partition>``). Faust's own
@@ -40,6 +144,7 @@ class FaustSink:
         self._journal = source
         self._exactly_once = exactly_once
         self._held: list[Any] = []
+        self._batches = _Batches()
 
     def _transactional_id(self, partition: int) -> str:
         group = self._app.assignor.group_for_topic(self._journal)
@@ -63,6 +168,7 @@ class FaustSink:
             self._held.append(lock)
 
     def end(self) -> None:
+        self._batches.abandon()  # nothing is left after a successful batch; after a failure, drop it
         while self._held:
             self._held.pop().release()
 
@@ -75,15 +181,15 @@ class FaustSink:
         headers: list[tuple[str, bytes]],
         source_partition: int,
     ) -> Awaitable[Delivered]:
-        if not self._exactly_once:
-            future: Awaitable[Delivered] = await self._app.producer.send(
-                topic, key, value, partition, None, headers or None
-            )
-            return future
-        sent: Awaitable[Delivered] = await self._producer(source_partition).send(
-            topic, value, key=key, partition=partition, headers=headers or None
-        )
-        return sent
+        producer = self._producer(source_partition) if self._exactly_once else plain_producer(self._app)
+        if partition is None:
+            if key is None:
+                raise ValueError(f"a record for {topic} needs a key or a partition")
+            partition = await self._batches.partition_for(producer, topic, key)
+        return await self._batches.append(producer, topic, partition, key, value, headers)
+
+    async def flush(self) -> None:
+        await self._batches.flush()
 
     async def commit(self, next_offsets: Mapping[int, int]) -> None:
         if not self._exactly_once:

@@ -46,9 +46,15 @@ class Sink(Protocol):
     ) -> Awaitable[Delivered]:
         """Hand a record to the producer; the returned awaitable resolves once it is durable.
 
+        A sink may buffer the record until ``flush`` (the worker's sends whole batches).
+
         ``source_partition`` is the journal partition whose entry produced the record (the
         exactly-once sink sends through that partition's transactional producer).
         """
+        ...
+
+    async def flush(self) -> None:
+        """Send whatever ``send`` has buffered so far (the awaitables it returned can then resolve)."""
         ...
 
     async def begin(self, partitions: Sequence[int]) -> None:

@@ -90,6 +90,9 @@ class RecordingSink:
 
         return asyncio.ensure_future(acknowledged())
 
+    async def flush(self) -> None:
+        """Nothing is buffered here: every record was handed over by ``send``."""
+
     async def begin(self, partitions: Sequence[int]) -> None:
         self.log.append(("begin", tuple(partitions)))
 

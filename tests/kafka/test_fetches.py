@@ -1,0 +1,132 @@
+"""The fetch channel between the worker's consumer and an agent (no broker): batches, rebalances, commits."""
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+from recurrence.processor.stream.fetches import FetchChannel, Fetched
+
+
+def _fetch(generation: int, **partitions: range) -> Fetched:
+    return Fetched(generation, {int(p[1:]): [SimpleNamespace(offset=o) for o in offsets]
+                                for p, offsets in partitions.items()})
+
+
+def _offsets(fetched: Fetched) -> dict[int, list[int]]:
+    return {p: [r.offset for r in records] for p, records in fetched.records.items()}
+
+
+def test_fetches_waiting_are_merged_up_to_the_cap_and_the_rest_starts_the_next_batch() -> None:
+    async def run() -> list[dict[int, list[int]]]:
+        channel = FetchChannel("j", maxsize=8)
+        await channel.put(_fetch(1, p0=range(0, 3), p1=range(0, 2)))
+        await channel.put(_fetch(1, p0=range(3, 5)))
+        await channel.put(_fetch(1, p1=range(2, 6)))  # would make 11 > 10: the next batch
+        first = await channel.get(10, within=0)
+        channel.done()
+        second = await channel.get(10, within=0)
+        channel.done()
+        return [_offsets(first), _offsets(second)]
+
+    first, second = asyncio.run(run())
+    assert first == {0: [0, 1, 2, 3, 4], 1: [0, 1]}
+    assert second == {1: [2, 3, 4, 5]}
+
+
+def test_a_new_generation_is_never_merged_into_an_old_one() -> None:
+    async def run() -> list[Fetched]:
+        channel = FetchChannel("j", maxsize=8)
+        await channel.put(_fetch(1, p0=range(0, 2)))
+        await channel.put(_fetch(2, p0=range(0, 2)))
+        batches = []
+        for _ in range(2):
+            batches.append(await channel.get(100, within=0))
+            channel.done()
+        return batches
+
+    first, second = asyncio.run(run())
+    assert (first.generation, first.count, second.generation, second.count) == (1, 2, 2, 2)
+
+
+def test_a_small_batch_waits_for_a_fetch_that_arrives_within_the_window() -> None:
+    async def run() -> Fetched:
+        channel = FetchChannel("j")
+        await channel.put(_fetch(1, p0=range(0, 1)))
+
+        async def later() -> None:
+            await asyncio.sleep(0)  # once the agent is waiting for more
+            await channel.put(_fetch(1, p0=range(1, 3)))
+
+        putter = asyncio.ensure_future(later())
+        batch = await channel.get(3, within=60.0)  # returns as soon as it holds 3 (never after the window)
+        await putter
+        return batch
+
+    assert _offsets(asyncio.run(run())) == {0: [0, 1, 2]}
+
+
+def test_quiesce_drops_queued_fetches_and_waits_for_the_batch_in_flight() -> None:
+    async def run() -> tuple[int, list[str]]:
+        channel = FetchChannel("j", maxsize=8)
+        events: list[str] = []
+        await channel.put(_fetch(1, p0=range(0, 2)))
+        await channel.put(_fetch(2, p0=range(2, 4)))  # carried: a new generation
+        await channel.put(_fetch(2, p0=range(4, 6)))
+        await channel.get(100, within=0)
+
+        async def finish_batch() -> None:
+            await asyncio.sleep(0.01)
+            events.append("batch done")
+            channel.done()
+
+        finishing = asyncio.ensure_future(finish_batch())
+        dropped = await channel.quiesce()
+        events.append("quiesced")
+        await finishing
+        return dropped, events
+
+    dropped, events = asyncio.run(run())
+    assert dropped == 2
+    assert events == ["batch done", "quiesced"]
+
+
+def test_offset_commits_run_one_at_a_time_and_the_latest_offsets_win() -> None:
+    async def run() -> list[dict[int, int]]:
+        channel = FetchChannel("j")
+        committed: list[dict[int, int]] = []
+        gate = asyncio.Event()
+
+        async def commit(offsets: dict[int, int]) -> Any:
+            committed.append(dict(offsets))
+            await gate.wait()
+            return True
+
+        channel.commit_soon({0: 10}, commit)
+        await asyncio.sleep(0)
+        channel.commit_soon({0: 20, 1: 5}, commit)  # while the first is in flight: queued
+        channel.commit_soon({0: 30}, commit)
+        gate.set()
+        await channel.quiesce()  # waits for the committer
+        return committed
+
+    assert asyncio.run(run()) == [{0: 10}, {0: 30, 1: 5}]
+
+
+def test_a_failed_commit_is_logged_and_the_next_one_still_runs() -> None:
+    async def run() -> list[dict[int, int]]:
+        channel = FetchChannel("j")
+        committed: list[dict[int, int]] = []
+
+        async def commit(offsets: dict[int, int]) -> Any:
+            committed.append(dict(offsets))
+            if len(committed) == 1:
+                raise RuntimeError("broker said no")
+            return True
+
+        channel.commit_soon({0: 10}, commit)
+        await channel.quiesce()
+        channel.commit_soon({0: 20}, commit)
+        await channel.quiesce()
+        return committed
+
+    assert asyncio.run(run()) == [{0: 10}, {0: 20}]
