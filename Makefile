@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 OUT    := out/example
 
-.PHONY: help venv run test test-fast lint schemas bench bench-kafka kafka-up kafka-down tools clean
+.PHONY: help venv run test test-fast lint schemas bench bench-kafka kafka-up kafka-down tools browser clean
 
 help:
 	@echo "make run        replay examples/rfc-minimum.jsonl embedded (no broker) and print statistics"
@@ -16,7 +16,7 @@ help:
 	@echo "make bench      embedded replay vs its validation limit, the 1M cost curve (tables into docs/performance.md)"
 	@echo "make bench-kafka  worker vs embedded (both guarantees), 2 workers vs 1, then recovery after kill -9 (real broker)"
 	@echo "make kafka-up / kafka-down   a single-node KRaft broker on 127.0.0.1"
-	@echo "make tools      promtool and kubeconform into .cache/bin (tests that need them skip without)"
+	@echo "make tools      promtool and kubeconform into .cache/bin, Debian's chromium (tests that need them skip without)"
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required")'
@@ -34,6 +34,7 @@ run: $(STAMP)
 	@$(VENV)/bin/recurrence stats --state $(OUT)/state
 	@echo "why was the RFC's recurrence counted?"
 	@$(VENV)/bin/recurrence explain "$$($(PY) -c 'import json,sys; print(next(r["observation_id"] for r in map(json.loads, open(sys.argv[1])) if r.get("event") == "recurred"))' $(OUT)/ledger.jsonl)" --state $(OUT)/state
+	@echo "the same on a page: $(VENV)/bin/recurrence serve --state $(OUT)/state, then open http://127.0.0.1:6067/ui"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check processor schemas topics tests bench recurrence
@@ -66,7 +67,17 @@ KUBECONFORM_V  := v0.7.0
 K8S_SCHEMAS    := .cache/k8s-schemas
 K8S_VERSION    := v1.33.0
 
-tools: $(TOOLS)/promtool $(TOOLS)/kubeconform $(K8S_SCHEMAS)/$(K8S_VERSION)-local-strict
+tools: $(TOOLS)/promtool $(TOOLS)/kubeconform $(K8S_SCHEMAS)/$(K8S_VERSION)-local-strict browser
+
+# The page's browser tests drive Debian's headless Chromium through its chromedriver
+# (Selenium is pointed at them; nothing downloads a browser). Installed with apt as root;
+# elsewhere those tests skip and say so.
+browser:
+	@command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 || \
+	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	    { apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	      chromium chromium-driver >/dev/null 2>&1; } ; } || \
+	  echo "make tools: chromium unavailable (needs apt as root); the browser tests will skip"
 
 # kubeconform fetches schemas from the web by default; these come from PyPI's
 # kubernetes-validate wheel instead, so the check runs offline.

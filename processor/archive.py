@@ -10,17 +10,13 @@ import os
 from pathlib import Path
 from typing import Any, Final
 
+from recurrence.processor.recordindex import record_key
 from recurrence.processor.state import key
 from recurrence.processor.store.base import StateStore
 
-RECORD_INDEX: Final = "rid"
 LEDGER_PATH_KEY: Final = key("ledger_path")
 JOURNAL_PATH_KEY: Final = key("journal_path")
 _CHUNK: Final = 1 << 20
-
-
-def record_key(record_id: str) -> bytes:
-    return key(RECORD_INDEX, record_id)
 
 
 def _read_line(path: Path, offset: int) -> bytes | None:

@@ -18,9 +18,9 @@ from typing import Any
 
 import orjson
 
-from recurrence import __version__
+import recurrence
 from recurrence.processor.archive import FileArchive
-from recurrence.processor.cliargs import EXIT_OK, non_negative_int, positive_int, ratio
+from recurrence.processor.cliargs import EXIT_OK, non_negative_int, port_number, positive_int, ratio
 from recurrence.processor.embedded import (
     DEFAULT_BATCH,
     ReplayInterrupted,
@@ -167,6 +167,18 @@ def _cmd_patterns(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    # aiohttp is loaded only by the command that serves.
+    from recurrence.processor.serve import EmbeddedReadSurface, serve  # noqa: PLC0415
+
+    with _state(Path(args.state), must_exist=True, read_only=True) as store:
+        surface = EmbeddedReadSurface(
+            store, Path(args.out) if args.out else None, Path(args.journal) if args.journal else None
+        )
+        serve(surface, args.host, args.port)
+    return EXIT_OK
+
+
 def _cmd_generate(args: argparse.Namespace) -> int:
     spec = JournalSpec(
         entries=args.entries,
@@ -174,6 +186,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
         seed=args.seed,
         garbage_ratio=args.garbage_ratio,
         experiences_per_scope=args.experiences_per_scope,
+        recent_window=args.recent_window,
         conflict_ratio=args.conflict_ratio,
     )
     out = sys.stdout.buffer
@@ -235,7 +248,16 @@ def _add_generate(commands: "argparse._SubParsersAction[argparse.ArgumentParser]
         type=positive_int,
         default=None,
         metavar="N",
-        help="cap on distinct Experiences per scope, so the working set stays bounded (default: no cap)",
+        help="cap on distinct Experiences per scope (default: no cap)",
+    )
+    p.add_argument(
+        "--recent-window",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="entries cite only the N most recent evidence sources, receipts, Handoffs and Outcomes of their "
+        "scope, and Handoffs one of an Experience's 3 latest revisions (default: anything earlier); with "
+        "--experiences-per-scope the working set stays bounded however long the journal",
     )
     p.add_argument(
         "--conflict-ratio",
@@ -267,6 +289,16 @@ def _add_patterns(commands: "argparse._SubParsersAction[argparse.ArgumentParser]
     p.set_defaults(func=_cmd_patterns)
 
 
+def _add_serve(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    p = commands.add_parser("serve", help="the statistics page and the read surface (HTTP) over a state")
+    p.add_argument("--state", required=True, help="state directory written by replay")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default %(default)s)")
+    p.add_argument("--port", type=port_number, default=6067, help="port (default %(default)s)")
+    p.add_argument("--out", help="the ledger file, for /explain (default: the one the state last wrote)")
+    p.add_argument("--journal", help="the journal file, for /explain (default: the one the state last read)")
+    p.set_defaults(func=_cmd_serve)
+
+
 class CommandParser(argparse.ArgumentParser):
     """An ArgumentParser that remembers its subcommand groups (argparse keeps them private)."""
 
@@ -291,12 +323,25 @@ def _verbose_everywhere(commands: Any) -> None:
             _verbose_everywhere(group)
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _VersionAction(argparse.Action):
+    """``--version``, with the installed version looked up only when asked for."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        print(f"recurrence {recurrence.__version__}")
+        parser.exit()
+
+
+# Commands that need nothing from the Kafka side: parsing their command line skips importing it
+# (pydantic-settings, asyncio, ...), a tenth of a second off every embedded run.
+EMBEDDED_COMMANDS = frozenset({"replay", "stats", "generate", "explain", "patterns", "serve"})
+
+
+def build_parser(with_stream: bool = True) -> argparse.ArgumentParser:
     parser = CommandParser(
         prog="recurrence",
         description="Recurring-failure ledger: did what we learned from a failure ever help?",
     )
-    parser.add_argument("--version", action="version", version=f"recurrence {__version__}")
+    parser.add_argument("--version", action=_VersionAction, nargs=0, help="show the version and exit")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
     commands = parser.add_subparsers(dest="command", required=True)
     _add_replay(commands)
@@ -304,6 +349,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_generate(commands)
     _add_explain(commands)
     _add_patterns(commands)
+    _add_serve(commands)
+    if not with_stream:
+        _verbose_everywhere(commands)
+        return parser
     try:
         from recurrence.processor.stream.cli import register  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415
     except ImportError:  # pragma: no cover - the stream package ships with the product
@@ -345,8 +394,10 @@ def _message(error: BaseException) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    command = next((a for a in arguments if not a.startswith("-")), None)
+    parser = build_parser(with_stream=command not in EMBEDDED_COMMANDS)
+    args = parser.parse_args(arguments)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -9,7 +9,7 @@ import argparse
 
 from recurrence.processor.exceptions import EXIT_FAILED, EXIT_OK, EXIT_UNUSABLE
 
-__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_UNUSABLE", "non_negative_int", "positive_int", "ratio"]
+__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_UNUSABLE", "non_negative_int", "port_number", "positive_int", "ratio"]
 
 
 def positive_int(text: str) -> int:
@@ -30,4 +30,11 @@ def ratio(text: str) -> float:
     value = float(text)
     if not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError("must be between 0 and 1")
+    return value
+
+
+def port_number(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError("must be a port number, 0..65535")
     return value

@@ -38,7 +38,7 @@ from typing import IO, Any, Final, Self
 
 import orjson
 
-from recurrence.processor.archive import JOURNAL_PATH_KEY, LEDGER_PATH_KEY, record_key
+from recurrence.processor.archive import JOURNAL_PATH_KEY, LEDGER_PATH_KEY
 from recurrence.processor.engine import Engine, EngineConfig
 from recurrence.processor.exceptions import (
     ConfigMismatchError,
@@ -49,7 +49,8 @@ from recurrence.processor.exceptions import (
     UnusableError,
 )
 from recurrence.processor.journalfile import Checkpoint, JournalReader, Progress, check_journal, shown
-from recurrence.processor.patterns import PatternTracker
+from recurrence.processor.patterns import PatternTracker, is_recurred
+from recurrence.processor.recordindex import index_record
 from recurrence.processor.state import FORMAT_KEY, STATE_FORMAT, key, row_cache
 from recurrence.processor.store.base import RowCache, StateStore, Transaction
 from recurrence.processor.store.rocksdb import RocksStore
@@ -65,7 +66,6 @@ _CONFIG_KEY: Final = key("config")
 LEDGER_KEY: Final = key("ledger")
 JOURNAL_KEY: Final = key("journal")
 _DIAGNOSED: Final = "dl"
-_RECURRED: Final = b'"event":"recurred"'
 
 _REBUILD: Final = (
     "restore the ledger file the state wrote, or rebuild: replay the journal into a fresh --state with a fresh --out"
@@ -465,11 +465,11 @@ class _Batch:
                     continue
                 log.debug("dead letter %s at line %d", record.error, line_number)
             # ``recurrence explain`` finds a record by id: the offset its line will have in the ledger.
-            self.txn.put(record_key(record.record_id), b"%d" % (self.ledger.length + self.pending_bytes))
+            index_record(self.txn, record, b"%d" % (self.ledger.length + self.pending_bytes))
             self.pending.append(record.line + b"\n")
             self.pending_bytes += len(record.line) + 1
             summary.record(record)
-            if record.record == "observation" and _RECURRED in record.line:
+            if is_recurred(record):
                 suggestion = self.patterns.observe(record.data())
                 if suggestion is not None:
                     summary.patterns += 1

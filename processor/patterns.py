@@ -32,6 +32,13 @@ from recurrence.schemas.canonical import digest, dumps
 # How many scopes and revisions a pattern row lists (counts keep going past them).
 MAX_LISTED: Final = 64
 _PREFIX: Final = b'["pat",'
+# An observation line names its event once, as ``"event":"recurred"`` (records are compact JSON).
+_RECURRED: Final = b'"event":"recurred"'
+
+
+def is_recurred(record: Emitted) -> bool:
+    """Does the tracker take this output record? (A byte test: observations are the hot path.)"""
+    return record.record == "observation" and _RECURRED in record.line
 
 
 def pattern_key(signature_key: str) -> bytes:

@@ -54,7 +54,7 @@ def source_json(ref: SourceKey) -> dict[str, str]:
 
 
 # Rows written once per entry or per Source and rarely read back stay out of the row cache.
-_UNCACHED: Final = (b'["pos",', b'["cand",')
+_UNCACHED: Final = (b'["pos",', b'["cand",', b'["rid",')
 
 
 def row_cache(capacity: int = 50_000) -> RowCache:

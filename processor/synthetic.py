@@ -48,6 +48,11 @@ class JournalSpec:
     # cap, later Experience entries are new revisions, so a scope's working set
     # stops growing while the journal keeps going.
     experiences_per_scope: int | None = None
+    # How far back a scope's entries reach when they cite (None: anywhere in its history).
+    # With a window, evidence, receipts, Handoffs and Outcomes are cited from the most
+    # recent ``recent_window`` of each kind, the way a task cites what it just produced:
+    # with ``experiences_per_scope``, the rows a replay keeps touching stay bounded.
+    recent_window: int | None = None
     # Share of entries that re-send an earlier entry of the scope: identical (a
     # silent re-delivery), or changed at its old position (position_conflict) or
     # at a new one (immutable_conflict). 0 draws nothing, so the journal is the
@@ -80,11 +85,19 @@ def _source(
     }
 
 
+# Under a recent window a Handoff cites one of an Experience's few latest revisions (current
+# guidance), so the cited revisions stay few however many revisions an Experience accumulates.
+RECENT_REVISIONS = 3
+
+
 class _Scope:
-    def __init__(self, name: str, rng: random.Random, experience_cap: int | None = None) -> None:
+    def __init__(
+        self, name: str, rng: random.Random, experience_cap: int | None = None, window: int | None = None
+    ) -> None:
         self.name = name
         self.rng = rng
         self.experience_cap = experience_cap
+        self.window = window
         self.position = 0
         self.evidence: list[str] = []
         self.experiences: dict[str, int] = {}  # artifact_id -> head revision
@@ -103,6 +116,16 @@ class _Scope:
         self.counter += 1
         return f"{prefix}-{self.name}-{self.counter}"
 
+    def _oldest(self, artifact_id: str) -> int:
+        """The oldest revision of an Experience a Handoff may still cite."""
+        head = self.experiences[artifact_id]
+        return 1 if self.window is None else max(1, head - min(self.window, RECENT_REVISIONS) + 1)
+
+    def _keep(self, pool: list[str], item: str) -> None:
+        pool.append(item)
+        if self.window is not None and len(pool) > self.window:
+            del pool[0]
+
     def entry(self) -> dict[str, Any]:
         rng = self.rng
         if len(self.evidence) < 2 or rng.random() < 0.08:
@@ -117,7 +140,7 @@ class _Scope:
 
     def _evidence(self) -> dict[str, Any]:
         source_id = self.uid("ev")
-        self.evidence.append(source_id)
+        self._keep(self.evidence, source_id)
         return _source(self.name, self.next_position(), source_id, "git-change", "x.v1", {"note": "evidence"})
 
     def _experience(self) -> dict[str, Any]:
@@ -159,9 +182,14 @@ class _Scope:
         rng = self.rng
         artifact_id = self.uid("H")
         self.handoffs[artifact_id] = 1
+        if self.window is not None and len(self.handoffs) > self.window:
+            del self.handoffs[next(iter(self.handoffs))]
         cited = rng.sample(sorted(self.experiences), k=min(len(self.experiences), rng.randint(1, 3)))
         citations = [
-            {"kind": "artifact", "artifact_ref": _ref("experience", e, rng.randint(1, self.experiences[e]))}
+            {
+                "kind": "artifact",
+                "artifact_ref": _ref("experience", e, rng.randint(self._oldest(e), self.experiences[e])),
+            }
             for e in cited
         ]
         return {
@@ -186,7 +214,7 @@ class _Scope:
     def _receipt(self) -> dict[str, Any]:
         rng = self.rng
         source_id = self.uid("R")
-        self.receipts.append(source_id)
+        self._keep(self.receipts, source_id)
         handoff = rng.choice(sorted(self.handoffs))
         status = "accepted" if rng.random() < 0.85 else "declined"
         content: dict[str, Any] = {
@@ -216,7 +244,7 @@ class _Scope:
     def _outcome(self) -> dict[str, Any]:
         rng = self.rng
         source_id = self.uid("O")
-        self.outcomes.append(source_id)
+        self._keep(self.outcomes, source_id)
         index = rng.randrange(len(_CUES))
         status = rng.choice(["succeeded", "failed", "failed", "blocked", "partial"])
         check_status = rng.choice(["passed", "passed", "failed", "timed_out", "skipped", "unavailable"])
@@ -308,7 +336,8 @@ def generate(spec: JournalSpec) -> Iterator[bytes]:
     """Yield journal lines (without newline); per-scope order is preserved."""
     rng = random.Random(spec.seed)
     scopes = [
-        _Scope(f"scope-{i:03d}", random.Random(rng.random()), spec.experiences_per_scope) for i in range(spec.scopes)
+        _Scope(f"scope-{i:03d}", random.Random(rng.random()), spec.experiences_per_scope, spec.recent_window)
+        for i in range(spec.scopes)
     ]
     for _ in range(spec.entries):
         if spec.garbage_ratio and rng.random() < spec.garbage_ratio:

@@ -8,9 +8,15 @@ Kafka topics as code). One distinct name, so an application with its own
 ``schemas`` or ``topics`` package can install it beside them.
 """
 
-from importlib.metadata import PackageNotFoundError, version
 
-try:
-    __version__ = version("recurrence")
-except PackageNotFoundError:  # pragma: no cover - running from a source tree without an install
-    __version__ = "0.0.0+unknown"
+
+def __getattr__(name: str) -> str:
+    # Looked up on first use: importlib.metadata costs every command ~25 ms of start-up.
+    if name != "__version__":
+        raise AttributeError(f"module 'recurrence' has no attribute {name!r}")
+    from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
+
+    try:
+        return version("recurrence")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree without an install
+        return "0.0.0+unknown"

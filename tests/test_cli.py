@@ -18,7 +18,7 @@ from recurrence.processor.exceptions import (
     StateDirError,
     TransactionStateError,
 )
-from recurrence.processor.synthetic import JournalSpec, generate, write
+from recurrence.processor.synthetic import RECENT_REVISIONS, JournalSpec, generate, write
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "rfc-minimum.jsonl"
@@ -213,6 +213,54 @@ def test_generate_experiences_per_scope_bounds_the_working_set() -> None:
         if entry["type"] == "artifact" and entry["artifact"]["family"] == "experience":
             experiences.setdefault(entry["scope_id"], set()).add(entry["artifact"]["artifact_id"])
     assert experiences and all(len(ids) <= 3 for ids in experiences.values())
+
+
+def test_generate_recent_window_cites_only_recent_entries() -> None:
+    window = 5
+    done = subprocess.run(
+        [sys.executable, "-m", "recurrence.processor.cli", "generate", "--entries", "3000", "--scopes", "2",
+         "--seed", "5", "--experiences-per-scope", "3", "--recent-window", str(window)],
+        capture_output=True,
+        check=True,
+    )
+    spec = JournalSpec(entries=3000, scopes=2, seed=5, experiences_per_scope=3, recent_window=window)
+    assert done.stdout == b"".join(line + b"\n" for line in generate(spec))
+    # Per scope and kind, the order in which sources and Handoffs were published, and each
+    # Experience's head revision: every citation must reach at most ``window`` back.
+    published: dict[tuple[str, str], list[str]] = {}
+    heads: dict[tuple[str, str], int] = {}
+    cited_any = 0
+
+    def recent(scope: str, kind: str, ident: str) -> bool:
+        return ident in published.get((scope, kind), [])[-window:]
+
+    for line in done.stdout.splitlines():
+        entry = json.loads(line)
+        scope = entry["scope_id"]
+        if entry["type"] == "source":
+            content = json.loads(entry["source"]["content"])
+            kind = entry["source"]["metadata"]["kind"]
+            if kind == "task-outcome":
+                for item in [*content["checks"], *content["observations"]]:
+                    for citation in item["evidence"]:
+                        ident = citation["source_ref"]["source_id"]
+                        cited_any += 1
+                        assert ident == "missing-evidence" or recent(scope, "git-change", ident)
+                receipt = content["handoff_receipt_ref"]
+                assert receipt is None or recent(scope, "handoff-receipt", receipt["source_id"])
+            if kind == "handoff-receipt":
+                assert recent(scope, "handoff", content["selected_revision"]["artifact_id"])
+            published.setdefault((scope, kind), []).append(entry["source_ref"]["source_id"])
+        elif entry["type"] == "artifact":
+            artifact = entry["artifact"]
+            if artifact["family"] == "handoff":
+                for citation in artifact["content"]["state"][0]["citations"]:
+                    ref = citation["artifact_ref"]
+                    assert heads[(scope, ref["artifact_id"])] - ref["revision"] < min(window, RECENT_REVISIONS)
+                published.setdefault((scope, "handoff"), []).append(artifact["artifact_id"])
+            else:
+                heads[(scope, artifact["artifact_id"])] = artifact["revision"]
+    assert cited_any > 100
 
 
 @pytest.mark.parametrize(

@@ -104,6 +104,20 @@ def test_reading_outputs_back_needs_no_faust() -> None:
     assert _reaches("recurrence.processor.stream.dump", ("faust", "mode")) == []
 
 
+@pytest.mark.parametrize(
+    "name",
+    ["recurrence.processor.serve", "recurrence.processor.httpapi", "recurrence.processor.openapi",
+     "recurrence.processor.recordindex"],
+)
+def test_the_embedded_read_surface_needs_no_kafka(name: str) -> None:
+    # ``recurrence serve`` runs where no broker and no Faust are: aiohttp and the state only.
+    assert _reaches(name, ("faust", "mode", "aiokafka", "recurrence.processor.stream")) == []
+
+
+def test_the_record_index_is_core() -> None:
+    assert _reaches("recurrence.processor.recordindex", BACKENDS + RUNNERS) == []
+
+
 def test_benchmarks_do_not_import_tests() -> None:
     for path in (ROOT / "bench").rglob("*.py"):
         tree = ast.parse(path.read_text(encoding="utf-8"))

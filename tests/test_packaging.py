@@ -73,4 +73,6 @@ def test_building_the_wheel_raises_no_deprecation_warning(tmp_path: Path) -> Non
 
     names = zipfile.ZipFile(wheel).namelist()
     assert "recurrence/py.typed" in names and "recurrence/processor/stream/settings.py" in names
+    # The statistics page ships inside the package (both servers read it from there).
+    assert {f"recurrence/processor/ui/{f}" for f in ("index.html", "app.js", "app.css")} <= set(names)
     assert not any(n.startswith(("schemas/", "topics/", "processor/")) for n in names)

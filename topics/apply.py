@@ -3,8 +3,9 @@
 Drift is anything that would break the stream path's guarantees: a partition
 count that differs from the definition (a scope would change partitions, or
 the changelog would not line up with the journal), a cleanup policy other than
-``delete`` (compaction drops change sets and ledger records), a finite
-retention, a different replication factor or ``min.insync.replicas``.
+the definition's (compaction drops change sets and ledger records; the
+statistics table topic must be compacted), a finite retention on an
+append-only topic, a different replication factor or ``min.insync.replicas``.
 Fixing drift is an operator decision (migrate to new topics, or alter configs
 by hand), so ``apply`` only reports it, with a non-zero exit code.
 """

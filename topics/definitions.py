@@ -1,11 +1,15 @@
 """The topics of one deployment (a topic prefix and an app id), as data.
 
-All topics are append-only: ``cleanup.policy=delete`` with ``retention.ms=-1``
-(nothing ever expires) and never compacted. That includes the state changelog:
-each of its records is one journal entry's whole change set (not a per-key
-value), so compaction would drop state. Every topic has the same partition
-count, because a scope's journal partition is also its changelog partition and
-(by key) its output partition.
+Every topic but one is append-only: ``cleanup.policy=delete`` with
+``retention.ms=-1`` (nothing ever expires), never compacted. That includes the
+state changelogs: each of their records is one batch's whole change set (not a
+per-key value), so compaction would drop state. The exception is
+``<prefix>.statistics``, a table topic (a KTable changelog in Kafka Streams
+terms): its value per key *is* the scope's current statistics, so compaction
+keeps exactly what a consumer needs. Every topic has the same partition count,
+because a scope's journal partition is also its changelog partition and (by
+key) its output partition, and the patterns agent's repartition topic and
+changelog line up the same way by signature key.
 """
 
 from dataclasses import dataclass, field
@@ -14,6 +18,8 @@ from typing import Final
 from recurrence.processor.stream.settings import StreamSettings
 
 APPEND_ONLY: Final = {"cleanup.policy": "delete", "retention.ms": "-1"}
+# Last value per key; old values may be cleaned as soon as they are superseded.
+COMPACTED: Final = {"cleanup.policy": "compact"}
 
 
 @dataclass(frozen=True)
@@ -28,15 +34,23 @@ class TopicSpec:
 
 def topic_specs(settings: StreamSettings) -> list[TopicSpec]:
     names = settings.topics
-    config = {**APPEND_ONLY, "min.insync.replicas": str(settings.min_insync)}
+    insync = {"min.insync.replicas": str(settings.min_insync)}
 
-    def spec(name: str, role: str, description: str) -> TopicSpec:
-        return TopicSpec(name, role, settings.partitions, settings.replication, dict(config), description)
+    def spec(name: str, role: str, description: str, policy: dict[str, str] = APPEND_ONLY) -> TopicSpec:
+        return TopicSpec(name, role, settings.partitions, settings.replication, {**policy, **insync}, description)
 
     return [
         spec(names.journal, "journal", "Source journal entries, keyed by scope_id, in position order per scope"),
         spec(names.ledger, "ledger", "match and observation records, keyed by scope_id"),
         spec(names.review, "review", "review_proposal and admission records, keyed by scope_id"),
         spec(names.dead_letters, "dead-letters", "dead_letter records (key scope_id when readable)"),
-        spec(names.changelog, "changelog", "engine state: one change set per applied journal entry"),
+        spec(names.changelog, "changelog", "engine state: one change set per journal partition per batch"),
+        spec(
+            names.statistics, "statistics",
+            "each changed scope's RecurrenceStatistics after every batch, keyed by scope_id (last value wins)",
+            COMPACTED,
+        ),
+        spec(names.recurred, "repartition", "recurred observations keyed by signature key, for the patterns agent"),
+        spec(names.patterns, "patterns", "pattern suggestions (a signature recurring in K scopes), keyed by it"),
+        spec(names.patterns_changelog, "patterns-changelog", "patterns agent state: one change set per batch"),
     ]

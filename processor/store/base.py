@@ -65,8 +65,10 @@ _ABSENT: Final = object()
 class RowCache:
     """Decoded rows of committed state, at most ``capacity`` of them.
 
-    Eviction drops the older half by insertion order when full: cheaper than
-    an LRU on every hit, and a hot row simply comes back on its next read.
+    Eviction drops the least recently used half when full (a hit or a write
+    moves a row to the end of the dict's order): one bulk eviction instead of
+    one per insert, while rows every entry touches (a scope's counters, its
+    failure heads, cited evidence) are never the ones dropped.
     Keys under ``uncached`` prefixes (rows written once and rarely read again)
     are never kept. Only a transaction's ``flush`` and the backend's own
     readers fill it, so it never holds a value the store does not.
@@ -81,10 +83,10 @@ class RowCache:
         if self.capacity <= 0 or (self.uncached and key.startswith(self.uncached)):
             return
         rows = self.rows
-        if len(rows) >= self.capacity and key not in rows:
+        if rows.pop(key, _MISSING) is _MISSING and len(rows) >= self.capacity:
             for old in list(rows)[: max(1, self.capacity // 2)]:
                 del rows[old]
-        rows[key] = _ABSENT if value is None else value
+        rows[key] = _ABSENT if value is None else value  # at the end: the most recently used
 
     def clear(self) -> None:
         """Forget everything (the store changed behind the cache, e.g. a restore)."""
@@ -117,8 +119,10 @@ class Transaction:
         changes = self._changes
         if key in changes:
             return changes[key]
-        cached = self.cache.rows.get(key, _MISSING)  # the hottest read: straight into the cache's dict
+        rows = self.cache.rows  # the hottest read: straight into the cache's dict
+        cached = rows.pop(key, _MISSING)
         if cached is not _MISSING:
+            rows[key] = cached  # now the most recently used: eviction drops the least recently used half
             return None if cached is _ABSENT else cached
         raw = self.store.get(key)
         value = None if raw is None else decode(raw)

@@ -70,8 +70,13 @@ class RocksStore:
             except OSError as error:
                 raise StateDirError(f"cannot create state directory {path}: {error.strerror}") from error
         access = AccessType.read_only() if read_only else AccessType.read_write()
+        options = rocks_options()
         try:
-            db = Rdict(str(path), options=rocks_options(), access_type=access)
+            # The options go in twice on purpose: given only ``options``, rocksdict reopens an existing
+            # database with the column family options it reloads from the OPTIONS file, where the
+            # table options (bloom filter, block cache) come back as defaults: every get then read a
+            # data block, misses included (7 µs instead of under 1 µs at a million entries).
+            db = Rdict(str(path), options=options, column_families={"default": options}, access_type=access)
         except Exception as error:  # rocksdict raises plain Exception subclasses
             raise StateDirError(f"cannot open state directory {path}: {error}") from error
         return cls(db, durable=durable)

@@ -1,4 +1,9 @@
-"""The Faust app: one agent over the journal, one changelog-backed RocksDB table, web views.
+"""The Faust app: the engine agent over the journal, the patterns agent, two changelog-backed tables, web views.
+
+The patterns agent (issue 11.2) consumes the repartition topic the engine agent
+writes ``recurred`` observations to, keyed by signature key, and keeps the
+cross-scope pattern rows in its own table; both agents run ``BatchProcessor``
+with their ``Step`` (``steps``), so they share the durability order.
 
 The agent is a thin shell. It takes batches of raw journal records
 (``take_events``), hands them to ``BatchProcessor`` (engine, outputs durable,
@@ -18,6 +23,7 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any, Final, cast
 
 import faust
@@ -30,8 +36,9 @@ from recurrence.processor.stream.journal import PartitionReader
 from recurrence.processor.stream.metrics import LiveReadings, Metrics
 from recurrence.processor.stream.probes import ProbeInputs, readiness, rebalances, restore_progress
 from recurrence.processor.stream.processing import BatchProcessor
-from recurrence.processor.stream.settings import TABLE_NAME, KafkaConnection, StreamSettings
+from recurrence.processor.stream.settings import PATTERNS_TABLE_NAME, TABLE_NAME, KafkaConnection, StreamSettings
 from recurrence.processor.stream.sink import FaustSink
+from recurrence.processor.stream.steps import PatternStep
 from recurrence.processor.stream.tablestore import StateTable
 from recurrence.processor.stream.types import Entry, PartitionedState
 from recurrence.processor.stream.views import ReadSurface, register
@@ -41,6 +48,7 @@ log = logging.getLogger("recurrence.stream")
 
 EXIT_BATCH_ABORTED: Final = 70
 AGENT_NAME: Final = "recurrence-engine"
+PATTERNS_AGENT_NAME: Final = "recurrence-patterns"
 REPORT_INTERVAL: Final = 15.0
 CATCH_UP_INTERVAL: Final = 2.0
 STALL_SECONDS: Final = 4.0
@@ -72,7 +80,7 @@ class RecurrenceService:
             rebalances=lambda: rebalances(self.app),
             ready=lambda: readiness(self._probe()).ok,
         )).with_process_metrics()
-        self.config = EngineConfig(review_threshold=settings.review_threshold)
+        self.config = EngineConfig(review_threshold=settings.review_threshold, pattern_scopes=settings.pattern_scopes)
         names = settings.topics
         self.names = names
         self.canonical_url = settings.canonical_url
@@ -121,6 +129,25 @@ class RecurrenceService:
         )
         self.app.tables.add(self.table)
         self.cluster = Cluster(self.app, names.journal, names.changelog, self.table.name)
+        self.recurred = self.app.topic(
+            names.recurred,
+            key_type=bytes,
+            value_type=bytes,
+            key_serializer="raw",
+            value_serializer="raw",
+            partitions=settings.partitions,
+        )
+        self.patterns_table = StateTable(
+            self.app,
+            name=PATTERNS_TABLE_NAME,
+            key_type=bytes,
+            value_type=bytes,
+            partitions=settings.partitions,
+            beacon=self.app.tables.beacon,
+            help="cross-scope pattern rows by signature key (one change set per batch)",
+        )
+        self.app.tables.add(self.patterns_table)
+        self.patterns_cluster = Cluster(self.app, names.recurred, names.patterns_changelog, self.patterns_table.name)
         outputs = {
             name: self.app.topic(
                 name,
@@ -130,26 +157,44 @@ class RecurrenceService:
                 value_serializer="raw",
                 partitions=settings.partitions,
             )
-            for name in names.outputs()
+            for name in (*names.outputs(), names.statistics, names.patterns)
         }
+        outputs[names.recurred] = self.recurred
         outputs[names.changelog] = self.table.changelog_topic
+        outputs[names.patterns_changelog] = self.patterns_table.changelog_topic
+        exactly_once = settings.processing_guarantee == "exactly_once"
         self.reader = PartitionReader(settings.kafka, names.journal)
         self.changelog_reader = PartitionReader(settings.kafka, names.changelog)
         self.processor = BatchProcessor(
             topics=names,
             state=self.state,
             source=self.reader,
-            sink=FaustSink(self.app, outputs, names.journal, settings.processing_guarantee == "exactly_once"),
+            sink=FaustSink(self.app, outputs, names.journal, exactly_once),
             config=self.config,
             metrics=self.metrics,
             changelog=self.changelog_reader,
         )
+        self.patterns_reader = PartitionReader(settings.kafka, names.recurred)
+        self.patterns_changelog_reader = PartitionReader(settings.kafka, names.patterns_changelog)
+        self.metrics.patterns = Metrics()
+        self.patterns_processor = BatchProcessor(
+            topics=names,
+            state=cast(PartitionedState, self.patterns_table.data),
+            source=self.patterns_reader,
+            sink=FaustSink(self.app, outputs, names.recurred, exactly_once),
+            config=self.config,
+            metrics=self.metrics.patterns,
+            step=PatternStep(names, settings.pattern_scopes),
+            changelog=self.patterns_changelog_reader,
+        )
         self.app.on_partitions_assigned.connect(self._assigned)
-        self.app.agent(self.journal, name=AGENT_NAME)(self._agent)
+        self.app.agent(self.journal, name=AGENT_NAME)(self._agent(self.processor))
+        self.app.agent(self.recurred, name=PATTERNS_AGENT_NAME)(self._agent(self.patterns_processor))
         self.app.timer(REPORT_INTERVAL)(self._report)
         self.app.timer(CATCH_UP_INTERVAL)(self._catch_up)
         self.app.on_before_shutdown.connect(self._close_reader)
         self._progress: dict[int, tuple[int | None, float]] = {}
+        self._patterns_progress: dict[int, tuple[int | None, float]] = {}
         register(
             self.app,
             ReadSurface(
@@ -162,6 +207,7 @@ class RecurrenceService:
                 owners=self._owners,
                 lag=self._lag,
                 probe=self._probe,
+                connection=settings.kafka,
             ),
         )
         self._last_report = (time.monotonic(), 0)
@@ -170,54 +216,66 @@ class RecurrenceService:
     def state(self) -> PartitionedState:
         return cast(PartitionedState, self.table.data)
 
-    # -- the agent --------------------------------------------------------------------
-    async def _agent(self, stream: Any) -> None:
-        settings = self.settings
-        async for events in stream.take_events(settings.batch_max, within=settings.batch_within):
-            entries = [
-                Entry(e.message.partition, e.message.offset, e.message.value if e.message.value is not None else b"",
-                      e.message.timestamp)
-                for e in events
-            ]
-            try:
-                await self.processor.process(entries)
-            except asyncio.CancelledError:
-                self._abort("cancelled while a batch was in flight", entries)
-            except RecurrenceError as error:  # a refusal with an operator's message: one line, its exit code
-                self._abort(str(error), entries, error.exit_code)
-            except Exception as error:  # any failure: never acknowledge a batch that is not durable
-                log.critical("batch failed: %s", type(error).__name__, exc_info=error)
-                self._abort(f"{type(error).__name__} while a batch was in flight", entries)
+    # -- the agents -------------------------------------------------------------------
+    def _agent(self, processor: BatchProcessor) -> Callable[[Any], Awaitable[None]]:
+        async def agent(stream: Any) -> None:
+            settings = self.settings
+            async for events in stream.take_events(settings.batch_max, within=settings.batch_within):
+                entries = [
+                    Entry(e.message.partition, e.message.offset,
+                          e.message.value if e.message.value is not None else b"", e.message.timestamp)
+                    for e in events
+                ]
+                try:
+                    await processor.process(entries)
+                except asyncio.CancelledError:
+                    self._abort("cancelled while a batch was in flight", entries)
+                except RecurrenceError as error:  # a refusal with an operator's message: one line, its exit code
+                    self._abort(str(error), entries, error.exit_code)
+                except Exception as error:  # any failure: never acknowledge a batch that is not durable
+                    log.critical("batch failed: %s", type(error).__name__, exc_info=error)
+                    self._abort(f"{type(error).__name__} while a batch was in flight", entries)
+
+        return agent
 
     async def _close_reader(self, app: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
         await self.reader.close()
         await self.changelog_reader.close()
+        await self.patterns_reader.close()
+        await self.patterns_changelog_reader.close()
 
     async def _assigned(self, app: Any, /, *args: Any, **kwargs: Any) -> None:
         self.processor.assigned()
+        self.patterns_processor.assigned()
 
     async def _catch_up(self) -> None:
-        """Entries the stream has not delivered for a while although the journal has them: run them."""
-        ready = self._ready_partitions()
+        """Entries the stream has not delivered for a while although the topic has them: run them."""
+        await self._catch_up_agent(self.cluster, self.processor, self._progress)
+        await self._catch_up_agent(self.patterns_cluster, self.patterns_processor, self._patterns_progress)
+
+    async def _catch_up_agent(
+        self, cluster: Cluster, processor: BatchProcessor, progress_by_partition: dict[int, tuple[int | None, float]]
+    ) -> None:
+        ready = cluster.ready_partitions()
         now = time.monotonic()
-        for tp in self._journal_tps():
+        for tp in cluster.journal_partitions():
             if tp.partition not in ready:
-                self._progress.pop(tp.partition, None)
+                progress_by_partition.pop(tp.partition, None)
                 continue
-            highwater = self.cluster.highwater(tp)
-            position = self.processor.position(tp.partition)
-            progress, stuck = stalled(self._progress.get(tp.partition), position, highwater, now, STALL_SECONDS)
-            self._progress[tp.partition] = progress
+            highwater = cluster.highwater(tp)
+            position = processor.position(tp.partition)
+            progress, stuck = stalled(progress_by_partition.get(tp.partition), position, highwater, now, STALL_SECONDS)
+            progress_by_partition[tp.partition] = progress
             if not stuck or highwater is None:
                 continue
             try:
-                await self.processor.catch_up(tp.partition, highwater)
+                await processor.catch_up(tp.partition, highwater)
             except asyncio.CancelledError:
                 self._abort("cancelled while catching up", [])
             except Exception as error:  # as for a batch: never go on after a half-done catch-up
                 log.critical("catching up failed: %s", type(error).__name__, exc_info=error)
                 self._abort(f"{type(error).__name__} while catching up", [])
-            self._progress[tp.partition] = (self.processor.position(tp.partition), time.monotonic())
+            progress_by_partition[tp.partition] = (processor.position(tp.partition), time.monotonic())
 
     def _abort(self, why: str, entries: list[Entry], code: int = EXIT_BATCH_ABORTED) -> None:
         first = {e.partition: e.offset for e in reversed(entries)}
@@ -256,9 +314,8 @@ class RecurrenceService:
         return lag
 
     def _probe(self) -> ProbeInputs:
-        agent = next(iter(self.app.agents.values()), None)
         return ProbeInputs(
-            agent_crashed=agent is not None and crashed(agent),
+            agent_crashed=any(crashed(agent) for agent in self.app.agents.values()),
             rebalancing=bool(self.app.rebalancing),
             recovered=bool(cast(Any, self.app.tables).recovery.completed.is_set() and not self.app.in_recovery),
             partitions=sorted(tp.partition for tp in self._journal_tps()),

@@ -1,4 +1,4 @@
-"""Kafka subcommands of ``recurrence``: worker, topics, publish, ledger-dump, status.
+"""Kafka subcommands of ``recurrence``: worker, topics, publish, ledger-dump, statistics-dump, status.
 
 Faust is imported only when ``worker`` runs, so the other commands start fast.
 Every flag comes from the settings models (``cliflags``); failures are
@@ -127,6 +127,17 @@ def _cmd_ledger_dump(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_statistics_dump(args: argparse.Namespace) -> int:
+    from recurrence.processor.stream.dump import read_statistics  # noqa: PLC0415
+
+    settings = _settings(args)
+    statistics = asyncio.run(read_statistics(settings.kafka, settings.topics.statistics))
+    with _output(args.out) as out:
+        out.write(orjson.dumps(statistics, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
+    print(f"recurrence statistics-dump: {len(statistics)} scopes from {settings.topics.statistics}", file=sys.stderr)
+    return EXIT_OK
+
+
 def _cmd_status(args: argparse.Namespace) -> int:
     from recurrence.processor.stream.status import group_progress  # noqa: PLC0415
 
@@ -209,8 +220,8 @@ def register(commands: Any) -> None:
     g.add_argument(
         "--kinds",
         default="ledger,review,dead-letters",
-        help="comma-separated output topics to read: ledger, review, dead-letters (singular/plural and record "
-        "kinds such as observations or admissions accepted; default all)",
+        help="comma-separated output topics to read: ledger, review, dead-letters, patterns (singular/plural and "
+        "record kinds such as observations or admissions accepted; default the ledger: all but patterns)",
     )
     g.add_argument("--no-dedupe", action="store_true", help="write every raw record, duplicates included")
     g.add_argument(
@@ -226,6 +237,13 @@ def register(commands: Any) -> None:
         help="--until-caught-up gives up after this long with exit 2 (default %(default)g)",
     )
     p.set_defaults(func=_cmd_ledger_dump)
+
+    p = commands.add_parser(
+        "statistics-dump", help="read the statistics table topic: the last value per scope, as recurrence stats prints"
+    )
+    _common(p)
+    p.add_argument("--out", help="output file (default stdout)")
+    p.set_defaults(func=_cmd_statistics_dump)
 
     p = commands.add_parser("status", help="per journal partition: end offset, the group's committed offset, lag")
     _common(p)

@@ -47,6 +47,8 @@ KIND_ALIASES: Final = {
     "ledger": ("ledger", "ledgers", "match", "matches", "observation", "observations"),
     "review": ("review", "reviews", "review_proposal", "review_proposals", "admission", "admissions"),
     "dead-letters": ("dead-letters", "dead-letter", "dead_letters", "dead_letter", "deadletters", "dlq"),
+    # Not part of the ledger (the default kinds): the patterns agent's suggestions.
+    "patterns": ("patterns", "pattern", "suggestions", "suggestion"),
 }
 
 
@@ -63,7 +65,9 @@ def topics_for_kinds(names: TopicNames, kinds: str) -> list[str]:
         chosen.add(lookup[word])
     if not chosen:
         raise SettingsError(f"--kinds names no topic: choose from {', '.join(KIND_ALIASES)}")
-    by_kind = {"ledger": names.ledger, "review": names.review, "dead-letters": names.dead_letters}
+    by_kind = {
+        "ledger": names.ledger, "review": names.review, "dead-letters": names.dead_letters, "patterns": names.patterns,
+    }
     return [by_kind[kind] for kind in KIND_ALIASES if kind in chosen]
 
 
@@ -240,3 +244,39 @@ async def dump(connection: KafkaConnection, topics: Sequence[str], out: IO[bytes
         _write(out, value)
     out.flush()
     return summary
+
+
+async def read_table(connection: KafkaConnection, topic: str) -> dict[bytes, bytes]:
+    """A table topic (``<prefix>.statistics``) read from the beginning: the last value per key.
+
+    Up to the end offsets found at start, ``read_committed``; keyless records and
+    tombstones (none are written) are ignored and dropped.
+    """
+    table: dict[bytes, bytes] = {}
+    async with started(connection, _consumer(connection)) as consumer:
+        counts = await require_topics(connection, kafka_client(consumer), [topic])
+        tps = [TopicPartition(topic, p) for p in range(counts[topic])]
+        consumer.assign(tps)
+        await bounded(connection, consumer.seek_to_beginning(*tps))
+        ends: dict[TopicPartition, int] = await bounded(connection, consumer.end_offsets(tps))
+        remaining = {tp for tp in tps if await consumer.position(tp) < ends[tp]}
+        while remaining:
+            batches: dict[TopicPartition, list[Any]] = await consumer.getmany(*remaining, timeout_ms=1000)
+            for tp, messages in batches.items():
+                for message in messages:
+                    if message.offset >= ends[tp] or message.key is None:
+                        continue
+                    if message.value is None:
+                        table.pop(message.key, None)
+                    else:
+                        table[message.key] = message.value
+            for tp in list(remaining):
+                if await consumer.position(tp) >= ends[tp]:
+                    remaining.discard(tp)
+    return table
+
+
+async def read_statistics(connection: KafkaConnection, topic: str) -> list[Any]:
+    """The statistics topic as ``recurrence stats`` and ``GET /statistics`` print it: a list by scope_id."""
+    table = await read_table(connection, topic)
+    return [orjson.loads(table[key]) for key in sorted(table)]

@@ -66,11 +66,14 @@ class Metrics(Tally):
     redelivered_skipped: int = 0
     filled: int = 0
     restore_repaired: int = 0  # change sets a restore had missed, read back from the changelog
+    table_records: int = 0  # statistics-topic records (one per changed scope per batch)
     # journal partition -> next journal offset recorded in the state (durable)
     positions: dict[int, int] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
     registry: CollectorRegistry = field(default_factory=lambda: CollectorRegistry(auto_describe=True))
     live: LiveReadings = field(default_factory=LiveReadings)
+    # The patterns agent's own tally (its entries are repartitioned observations, not journal entries).
+    patterns: "Metrics | None" = None
 
     def __post_init__(self) -> None:
         self.latency = Histogram(
@@ -143,6 +146,13 @@ class _WorkerCollector(Collector):
         yield _counter("recurrence_restore_repaired_change_sets",
                        "Committed change sets missing from a partition's restored state, read back and applied.",
                        m.restore_repaired)
+        yield _counter("recurrence_statistics_records",
+                       "Statistics-topic records written: one per scope a batch changed.", m.table_records)
+        if m.patterns is not None:
+            yield _counter("recurrence_pattern_observations",
+                           "Recurred observations the patterns agent ran (repartition topic).", m.patterns.entries)
+            yield _counter("recurrence_pattern_suggestions", "Pattern suggestions written to the patterns topic.",
+                           m.patterns.records.get("pattern", 0))
         yield _counter("recurrence_rebalances", "Consumer group rebalances this worker took part in.",
                        m.live.rebalances())
         yield from self._gauges()

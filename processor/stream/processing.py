@@ -10,7 +10,9 @@ For a batch of entries (any partitions, offset order per partition):
    the pinned settings (``CONFIG_KEY``) are checked or stamped;
 2. run ``Engine.process`` on each raw entry in one ``Transaction`` per
    partition (nothing reaches the table yet) and hand every output record to
-   the producer, in order, keyed by ``scope_id``;
+   the producer, in order, keyed by ``scope_id`` (a ``recurred`` observation
+   also to the repartition topic, keyed by signature key); then, per
+   partition, the statistics of every scope the batch changed;
 3. wait until every output record is acknowledged by the broker (acks=all);
 4. write each partition's batch as ONE change set -- it also carries the new
    journal position -- and wait for those acknowledgements (under exactly_once,
@@ -27,6 +29,10 @@ reached the changelog runs again on the old state and re-emits byte-identical
 records (same ids); a batch whose change set did reach it is skipped by the
 recorded position and emits nothing. No record is lost; duplicates are
 identical and deduplicated by id.
+
+The same processor runs the patterns agent over the repartition topic: what
+runs per record is a ``Step`` (``steps``), the engine by default; "journal"
+above is then the step's source topic and the state the patterns table.
 """
 
 import asyncio
@@ -38,14 +44,16 @@ from typing import Final
 
 import orjson
 
-from recurrence.processor.engine import Engine, EngineConfig
+from recurrence.processor.engine import EngineConfig
 from recurrence.processor.exceptions import ConfigMismatchError
+from recurrence.processor.recordindex import index_record
 from recurrence.processor.records import Emitted
 from recurrence.processor.state import row_cache
 from recurrence.processor.store.base import RowCache, StateStore, Transaction
 from recurrence.processor.stream import changeset
 from recurrence.processor.stream.metrics import Metrics
 from recurrence.processor.stream.settings import TopicNames
+from recurrence.processor.stream.steps import EngineStep
 from recurrence.processor.stream.types import (
     ID_HEADER,
     SOURCE_HEADER,
@@ -55,6 +63,8 @@ from recurrence.processor.stream.types import (
     JournalSource,
     PartitionedState,
     Sink,
+    Step,
+    StepRun,
 )
 from recurrence.processor.tally import Tally
 
@@ -66,19 +76,15 @@ CONFIG_KEY: Final = b'["config"]'
 POSITION_KEY: Final = b'["stream","next_offset"]'
 
 
-def route(topics: TopicNames, record: Emitted) -> str:
-    if record.record in ("match", "observation"):
-        return topics.ledger
-    if record.record in ("review_proposal", "admission"):
-        return topics.review
-    return topics.dead_letters
+_UNSCOPED: Final = frozenset({"rid", "dlc", "stream"})
 
 
 def _scope_of(changes: Mapping[bytes, bytes | None]) -> bytes:
-    # Every state key is ["<ns>","<scope_id>",...]; the changelog key names the scope for operators.
+    # Engine keys are ["<ns>","<scope_id>",...]; the changelog key names the scope for operators.
+    # Rows outside every scope (the record index, counters, the position) name none.
     for key in changes:
         parts = orjson.loads(key)
-        if len(parts) > 1 and isinstance(parts[1], str):
+        if len(parts) > 1 and isinstance(parts[1], str) and parts[0] not in _UNSCOPED:
             return str(parts[1]).encode()
     return b""
 
@@ -91,7 +97,7 @@ def read_position(state: StateStore) -> int | None:
 @dataclass(frozen=True)
 class _PartitionBatch:
     txn: Transaction
-    engine: Engine
+    run: StepRun
     recorded: int | None  # the journal position the state held when the batch began
     next_offset: int  # the position once this batch is durable
 
@@ -103,6 +109,7 @@ class BatchResult(Tally):
     change_sets: int = 0
     skipped: int = 0  # delivered again, already applied: not run
     filled: int = 0  # not delivered by the stream, read directly and run
+    table_records: int = 0  # e.g. statistics of the scopes the batch changed
 
 
 class BatchProcessor:
@@ -116,6 +123,7 @@ class BatchProcessor:
         config: EngineConfig,
         metrics: Metrics | None = None,
         changelog: ChangelogSource | None = None,
+        step: Step | None = None,
     ) -> None:
         self.topics = topics
         self.state = state
@@ -125,6 +133,7 @@ class BatchProcessor:
         self._checked: set[int] = set()  # partitions whose restore was checked since the last assignment
         self.config = config
         self.metrics = metrics or Metrics()
+        self.step: Step = step if step is not None else EngineStep(topics, config)
         self._lock = asyncio.Lock()
         self._caches: dict[int, RowCache] = {}
         self._generations: dict[int, int] = {}
@@ -187,7 +196,11 @@ class BatchProcessor:
                     "partition %d: %d entries up to offset %d were not delivered by the stream; read directly",
                     partition, len(records), stop - 1,
                 )
-            result = await self._process([Entry(partition, offset, value) for offset, value in records])
+            # Through ``stop`` even when no record was found: on a topic written in transactions (the
+            # repartition topic under exactly_once) the last offsets can be commit markers, which hold
+            # no record; without this the position would stay below the high watermark and "stall".
+            result = await self._process([Entry(partition, offset, value) for offset, value in records],
+                                         through={partition: stop})
             result.filled += len(records)
             self.metrics.filled += len(records)
             return result
@@ -204,7 +217,7 @@ class BatchProcessor:
 
     def _pin_config(self, txn: Transaction, partition: int) -> None:
         """The settings derived state depends on are fixed per partition state, as per embedded state."""
-        wanted = self.config.pinned()
+        wanted = self.step.pinned()
         raw: bytes | None = txn.get(CONFIG_KEY)
         if raw is None:
             txn.put(CONFIG_KEY, orjson.dumps(wanted))
@@ -213,15 +226,20 @@ class BatchProcessor:
         for name, value in wanted.items():
             if stored.get(name, value) != value:
                 raise ConfigMismatchError(
-                    f"the state of journal partition {partition} was built with {name}={stored[name]}, not {value}; "
+                    f"the state of {self.step.source} partition {partition} was built with "
+                    f"{name}={stored[name]}, not {value}; "
                     "keep the setting, or rebuild all derived state with a new --app-id (docs/kafka.md)"
                 )
 
     async def _plan(
-        self, entries: Sequence[Entry], batches: dict[int, _PartitionBatch]
+        self, entries: Sequence[Entry], batches: dict[int, _PartitionBatch], through: Mapping[int, int] | None = None
     ) -> tuple[list[Entry], BatchResult]:
-        """Entries to run, in order: each partition continues exactly at its recorded position."""
-        by_partition: dict[int, list[Entry]] = {}
+        """Entries to run, in order: each partition continues exactly at its recorded position.
+
+        ``through``: per partition, an offset up to which the source was read directly (every record
+        below it is among ``entries``); the recorded position moves there even past the last record.
+        """
+        by_partition: dict[int, list[Entry]] = {partition: [] for partition in through or {}}
         for entry in entries:
             by_partition.setdefault(entry.partition, []).append(entry)
         plan: list[Entry] = []
@@ -238,7 +256,9 @@ class BatchProcessor:
                     continue
                 if entry.offset > expected:
                     missing = await self.source.fetch(partition, expected, entry.offset)
-                    log.warning(
+                    # No record in the gap: transaction markers (a topic written under exactly_once).
+                    log.log(
+                        logging.WARNING if missing else logging.DEBUG,
                         "partition %d: the stream skipped offsets %d..%d (%d entries); read directly",
                         partition, expected, entry.offset - 1, len(missing),
                     )
@@ -246,13 +266,15 @@ class BatchProcessor:
                     plan.extend(Entry(partition, offset, value) for offset, value in missing)
                 plan.append(entry)
                 expected = entry.offset + 1
-            batches[partition] = _PartitionBatch(txn, Engine(txn, self.config), recorded, expected)
+            if through is not None and partition in through:
+                expected = max(expected, through[partition])
+            batches[partition] = _PartitionBatch(txn, self.step.begin(txn), recorded, expected)
         return plan, result
 
-    async def _process(self, entries: Sequence[Entry]) -> BatchResult:
+    async def _process(self, entries: Sequence[Entry], through: Mapping[int, int] | None = None) -> BatchResult:
         started = time.perf_counter()
         batches: dict[int, _PartitionBatch] = {}
-        plan, result = await self._plan(entries, batches)
+        plan, result = await self._plan(entries, batches, through)
         await self.sink.begin(sorted(batches))
         try:
             return await self._run(plan, result, batches, started)
@@ -264,39 +286,55 @@ class BatchProcessor:
     ) -> BatchResult:
         result.entries = len(plan)
         deliveries: list[Awaitable[Delivered]] = []
-        emitted: list[Emitted] = []
-        journal = self.topics.journal
+        emitted: list[tuple[int, str, Emitted]] = []  # (source partition, primary topic, record)
+        copies: list[Awaitable[Delivered]] = []  # the same record on a further topic (the repartition)
+        source = self.step.source
 
         for entry in plan:
-            engine = batches[entry.partition].engine
-            origin: dict[str, str | int] = {"topic": journal, "partition": entry.partition, "offset": entry.offset}
-            for index, record in enumerate(engine.process(entry.value, origin)):
-                scope_id = record.scope_id
-                key = scope_id.encode() if scope_id else None
-                # Unkeyed dead letters stay beside their source partition (same partition counts).
-                partition = None if key is not None else entry.partition
+            run = batches[entry.partition].run
+            origin: dict[str, str | int] = {"topic": source, "partition": entry.partition, "offset": entry.offset}
+            for index, record in enumerate(run.process(entry.value, origin)):
                 headers = [(SOURCE_HEADER, f"{entry.partition}:{entry.offset}:{index}".encode()),
                            (ID_HEADER, f"{record.record}:{record.record_id}".encode())]
-                topic = route(self.topics, record)
-                deliveries.append(await self.sink.send(topic, key, record.line, partition, headers, entry.partition))
-                emitted.append(record)
+                for number, (topic, key) in enumerate(self.step.routes(record)):
+                    # Unkeyed dead letters stay beside their source partition (same partition counts).
+                    partition = None if key is not None else entry.partition
+                    delivery = await self.sink.send(topic, key, record.line, partition, headers, entry.partition)
+                    if number == 0:
+                        deliveries.append(delivery)
+                        emitted.append((entry.partition, topic, record))
+                    else:
+                        copies.append(delivery)
 
-        # One change set per partition per batch; the journal position travels inside it.
+        # (2) every output record is durable before any state that records it.
+        acknowledged = await asyncio.gather(*deliveries)
+        await asyncio.gather(*copies)
+        self.metrics.outputs_acked(plan)
+        # ``explain`` reads a record back from where the broker put it: index it in the state of the
+        # source partition that produced it (the scope's partition, or the source's for an unkeyed one).
+        for (partition, topic, record), meta in zip(emitted, acknowledged, strict=True):
+            index_record(batches[partition].txn, record, orjson.dumps([topic, meta.partition, meta.offset]))
+
+        # One change set per partition per batch; the journal position travels inside it. Table
+        # records (statistics per changed scope) are outputs too: durable before the change set.
         change_sets: list[tuple[int, dict[bytes, bytes | None]]] = []
         next_offsets: dict[int, int] = {}
+        tables: list[Awaitable[Delivered]] = []
         for partition, batch in batches.items():
             if batch.next_offset == batch.recorded and not batch.txn.staged:
                 continue
-            change_sets.append((partition, batch.txn.prepare(batch.next_offset)))
+            changes = batch.txn.prepare(batch.next_offset)
+            change_sets.append((partition, changes))
             next_offsets[partition] = batch.next_offset
+            for table in batch.run.finish(changes):
+                tables.append(await self.sink.send(table.topic, table.key, table.value, None, [], partition))
+                result.table_records += 1
+        await asyncio.gather(*tables)
 
-        # (2) every output record is durable before any state that records it.
-        await asyncio.gather(*deliveries)
-        self.metrics.outputs_acked(plan)
         # (3) the change sets are durable in the changelog before the local database sees them.
         pending_changelog = [
             await self.sink.send(
-                self.topics.changelog, _scope_of(changes), changeset.encode(changes), partition, [], partition
+                self.step.changelog, _scope_of(changes), changeset.encode(changes), partition, [], partition
             )
             for partition, changes in change_sets
         ]
@@ -307,7 +345,7 @@ class BatchProcessor:
         for (partition, _), meta in zip(change_sets, delivered, strict=True):
             self.state.flush_local(partition, batches[partition].txn, meta.offset)
 
-        for record in emitted:
+        for _, _, record in emitted:
             result.record(record)
         result.change_sets = len(change_sets)
         self._count(plan, change_sets, next_offsets, result, time.perf_counter() - started)
@@ -331,6 +369,7 @@ class BatchProcessor:
         m.records.update(result.records)
         m.dead_letters.update(result.dead_letters)
         m.changelog_records += result.change_sets
+        m.table_records += result.table_records
         m.state_changes += sum(len(changes) for _, changes in change_sets)
         m.positions.update(next_offsets)
         if entries:

@@ -32,7 +32,8 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from recurrence.processor.exceptions import SettingsError
-from recurrence.schemas.constants import RECURRENCE_REVIEW_STREAK_THRESHOLD
+from recurrence.processor.patterns import MAX_LISTED
+from recurrence.schemas.constants import DEFAULT_PATTERN_SCOPES, RECURRENCE_REVIEW_STREAK_THRESHOLD
 
 DEFAULT_BOOTSTRAP: Final = "127.0.0.1:39092"
 DEFAULT_PREFIX: Final = "recurrence"
@@ -40,6 +41,7 @@ DEFAULT_PARTITIONS: Final = 4
 DEFAULT_WEB_PORT: Final = 6066
 DEFAULT_DATADIR: Final = "recurrence-data"
 TABLE_NAME: Final = "state"
+PATTERNS_TABLE_NAME: Final = "patterns"
 CONFIG_ENV: Final = "RECURRENCE_CONFIG"
 
 Guarantee = Literal["at_least_once", "exactly_once"]
@@ -252,6 +254,11 @@ class WorkerOptions(SettingsModel):
         description="terminal recurrence streak that proposes a review; fixed per app id",
         json_schema_extra=flag(metavar="N"),
     )
+    pattern_scopes: int = Field(
+        DEFAULT_PATTERN_SCOPES, ge=1, le=MAX_LISTED,  # a pattern row lists at most MAX_LISTED scopes
+        description="suggest a cross-scope pattern when a signature recurs in this many scopes; fixed per app id",
+        json_schema_extra=flag(metavar="K"),
+    )
     batch_max: int = Field(500, ge=1, le=100_000, description="journal entries per durable batch",
                            json_schema_extra=flag(metavar="N"))
     batch_within: float = Field(0.02, gt=0, le=10, description="seconds a batch waits to fill",
@@ -282,8 +289,14 @@ class TopicNames(BaseModel):
     review: str
     dead_letters: str
     changelog: str
+    # Issue 11: the statistics table topic, the pattern suggestions, and the patterns agent's own topics.
+    statistics: str
+    patterns: str
+    recurred: str  # ``recurred`` observations re-keyed by signature key (engine agent -> patterns agent)
+    patterns_changelog: str
 
     def outputs(self) -> tuple[str, str, str]:
+        """The ledger topics: together they hold exactly the embedded runner's ledger."""
         return (self.ledger, self.review, self.dead_letters)
 
 
@@ -384,6 +397,10 @@ class StreamSettings(BaseModel):
         return self.worker.review_threshold
 
     @property
+    def pattern_scopes(self) -> int:
+        return self.worker.pattern_scopes
+
+    @property
     def batch_max(self) -> int:
         return self.worker.batch_max
 
@@ -419,6 +436,11 @@ class StreamSettings(BaseModel):
             dead_letters=f"{p}.dead-letters",
             # Faust names a table's changelog "<app id>-<table>-changelog".
             changelog=f"{self.group_id}-{TABLE_NAME}-changelog",
+            statistics=f"{p}.statistics",
+            patterns=f"{p}.patterns",
+            # Internal to one app id, like its changelogs (Kafka Streams: "<app id>-<name>-repartition").
+            recurred=f"{self.group_id}-recurred-repartition",
+            patterns_changelog=f"{self.group_id}-{PATTERNS_TABLE_NAME}-changelog",
         )
 
 

@@ -33,10 +33,11 @@ class FaustSink:
     read_committed consumers see each output once.
     """
 
-    def __init__(self, app: Any, topics: Mapping[str, Any], journal: str, exactly_once: bool) -> None:
+    def __init__(self, app: Any, topics: Mapping[str, Any], source: str, exactly_once: bool) -> None:
+        # ``source``: the topic the agent consumes (the journal, or the patterns agent's repartition topic).
         self._app = app
         self._topics = topics
-        self._journal = journal
+        self._journal = source
         self._exactly_once = exactly_once
         self._held: list[Any] = []
 

@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol, TypeAlias
 
+from recurrence.processor.records import Emitted, Origin
 from recurrence.processor.store.base import StateStore, Transaction
 
 #: Header on every output record: "<journal partition>:<journal offset>:<index in the entry's output>".
@@ -26,6 +27,9 @@ class Entry:
 
 
 class Delivered(Protocol):
+    @property
+    def partition(self) -> int: ...
+
     @property
     def offset(self) -> int: ...
 
@@ -111,3 +115,48 @@ class PartitionedState(Protocol):
         ...
 
 
+
+
+@dataclass(frozen=True)
+class TableRecord:
+    """A keyed value written after a batch (a table topic: the last value per key is the state)."""
+
+    topic: str
+    key: bytes
+    value: bytes
+
+
+class StepRun(Protocol):
+    """One partition's part of one batch: the step over that partition's ``Transaction``."""
+
+    def process(self, raw: bytes, origin: Origin) -> list[Emitted]:
+        """Apply one input record; the output records, in order."""
+        ...
+
+    def finish(self, changes: Mapping[bytes, bytes | None]) -> list[TableRecord]:
+        """After the batch's last record, given its change set: table records to write with the outputs."""
+        ...
+
+
+class Step(Protocol):
+    """What a batch runs per input record: the engine over the journal, or the pattern tracker."""
+
+    @property
+    def source(self) -> str:
+        """The topic the agent consumes (its offsets are the positions the state records)."""
+        ...
+
+    @property
+    def changelog(self) -> str:
+        """The changelog topic of the step's table."""
+        ...
+
+    def pinned(self) -> dict[str, int]:
+        """The settings the step's state depends on: stamped into each partition, then enforced."""
+        ...
+
+    def begin(self, txn: Transaction) -> StepRun: ...
+
+    def routes(self, record: Emitted) -> list[tuple[str, bytes | None]]:
+        """(topic, key) for each copy of an output record; key None: beside the source partition."""
+        ...

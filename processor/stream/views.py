@@ -15,6 +15,18 @@ partition of key ``scope_id``, which is also its changelog partition). So:
 
 ``?top=N`` bounds ``top_revisions`` (0..1000, default the contract's 20).
 
+``GET /explain/{id}`` runs the same ``Explainer`` as ``recurrence explain``
+over the partition that holds the record (see ``topicarchive``). An id does
+not name its partition (it is a digest), so: with ``?scope=S`` the request
+goes to the owner of S's partition, like ``/scopes/{S}/statistics``; without
+it, this worker looks in its own partitions' record indexes first (one key
+lookup each) and then asks every other owner (``?local=1``). A revision
+``family/artifact_id@revision`` can exist in many scopes: its cards are
+collected from every partition. ``/dead-letters`` fans out and adds up;
+``/patterns`` answers from ``ReadSurface.pattern_source``; ``/ui`` is the
+statistics page and ``/openapi.json`` the document (both shared with
+``recurrence serve``, see ``httpapi``).
+
 ``/livez`` and ``/readyz`` are the Kubernetes probes (``probes``); ``/health``
 answers exactly as ``/readyz`` (an alias kept for existing checks).
 ``/metrics`` is prometheus_client's exposition of the worker's registry.
@@ -32,16 +44,35 @@ import orjson
 from aiokafka.partitioner import murmur2
 
 from recurrence.processor.engine import Engine, EngineConfig
-from recurrence.processor.store.base import Transaction
+from recurrence.processor.explain import Explainer, NotFoundError, RevisionRef
+from recurrence.processor.httpapi import (
+    dead_letters_body,
+    explain_body,
+    explain_format,
+    merge_revisions,
+    narrow,
+    parse_top,
+    patterns_body,
+    ui_file,
+)
+from recurrence.processor.openapi import document
+from recurrence.processor.recordindex import dead_letter_counts, record_key
+from recurrence.processor.state import State
+from recurrence.processor.store.base import StateStore, Transaction
 from recurrence.processor.stream.metrics import CONTENT_TYPE, Metrics
 from recurrence.processor.stream.probes import ProbeInputs, ProbeResult, liveness, readiness
+from recurrence.processor.stream.settings import KafkaConnection
+from recurrence.processor.stream.topicarchive import Location, PassArchive, TopicReader, in_passes
 from recurrence.processor.stream.types import PartitionedState
-from recurrence.schemas.constants import DEFAULT_TOP_REVISIONS
 
 log = logging.getLogger("recurrence.stream.web")
 
-MAX_TOP: Final = 1000
 FORWARD_TIMEOUT: Final = 10.0
+
+
+def no_pattern_source() -> list[dict[str, Any]] | None:
+    """Where the worker's pattern suggestions come from: None means it has no source (the page says so)."""
+    return None
 
 
 def partition_for(scope_id: str, partitions: int) -> int:
@@ -68,6 +99,52 @@ class ReadSurface:
     owners: Callable[[], Mapping[str, set[int]]]
     lag: Callable[[], Mapping[int, int]]
     probe: Callable[[], ProbeInputs]
+    # read_committed reads of output and journal records, for /explain
+    connection: KafkaConnection | None = None
+    # the cross-scope pattern rows (``patterns.listing`` form), or None without a source
+    pattern_source: Callable[[], list[dict[str, Any]] | None] = no_pattern_source
+
+    def _states(self, partitions: Iterable[int]) -> list[StateStore]:
+        ready = self.ready_partitions()
+        states = []
+        for partition in sorted(partitions):
+            state = self.state.open_partition_state(partition) if partition in ready else None
+            if state is None:
+                raise NotReadyError(f"partition {partition} is not ready on this worker")
+            states.append(state)
+        return states
+
+    async def local_explain(self, identity: str, partitions: Iterable[int]) -> dict[str, Any] | None:
+        """The explanation from these partitions of this worker, or None when none of them holds the id."""
+        states = self._states(partitions)
+        revision = RevisionRef.parse(identity)
+        if revision is not None:
+            parts = []
+            for state in states:
+                try:
+                    parts.append(Explainer(State(Transaction(state)), PassArchive(state, {}, set())).revision(revision))
+                except NotFoundError:
+                    continue
+            return merge_revisions(parts) if parts else None
+        for state in states:
+            if state.get(record_key(identity)) is None:
+                continue
+            if self.connection is None:
+                raise NotReadyError("this worker has no broker connection to read records back")
+
+            def run(fetched: dict[Location, bytes | None], misses: set[Location], state: StateStore = state) -> Any:
+                return Explainer(State(Transaction(state)), PassArchive(state, fetched, misses)).explain(identity)
+
+            result: dict[str, Any] = await in_passes(run, TopicReader(self.connection))
+            return result
+        return None
+
+    def local_dead_letters(self, partitions: Iterable[int]) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for state in self._states(partitions):
+            for code, count in dead_letter_counts(Transaction(state)).items():
+                counts[code] = counts.get(code, 0) + count
+        return counts
 
     def local_statistics(self, partitions: Iterable[int], scope_id: str | None, top: int) -> list[dict[str, Any]]:
         ready = self.ready_partitions()
@@ -86,19 +163,6 @@ class ReadSurface:
             if partition in owned:
                 return url
         return None
-
-
-def _parse_top(query: Mapping[str, str]) -> int:
-    raw = query.get("top")
-    if raw is None or raw == "":
-        return DEFAULT_TOP_REVISIONS
-    try:
-        top = int(raw)
-    except ValueError:
-        raise ValueError("top must be an integer") from None
-    if not 0 <= top <= MAX_TOP:
-        raise ValueError(f"top must be between 0 and {MAX_TOP}")
-    return top
 
 
 def _same(url_a: str, url_b: str) -> bool:
@@ -131,7 +195,7 @@ def register(app: Any, surface: ReadSurface) -> None:
     @app.page("/statistics")  # type: ignore[untyped-decorator]
     async def statistics(view: Any, request: Any) -> Any:
         try:
-            top = _parse_top(request.query)
+            top = parse_top(request.query)
         except ValueError as bad:
             return error(view, 400, str(bad))
         if request.query.get("local") == "1":
@@ -169,7 +233,7 @@ def register(app: Any, surface: ReadSurface) -> None:
     @app.page("/scopes/{scope_id}/statistics")  # type: ignore[untyped-decorator]
     async def scope_statistics(view: Any, request: Any, scope_id: str) -> Any:
         try:
-            top = _parse_top(request.query)
+            top = parse_top(request.query)
         except ValueError as bad:
             return error(view, 400, str(bad))
         partition = partition_for(scope_id, surface.partitions)
@@ -195,6 +259,121 @@ def register(app: Any, surface: ReadSurface) -> None:
         if not found:
             return error(view, 404, "no accepted entry for this scope")
         return json_response(view, found[0])
+
+    def coverage() -> tuple[Mapping[str, set[int]], set[int]]:
+        """Every owner and this worker's partitions; NotReadyError while a partition has no owner."""
+        owners = surface.owners()
+        covered = set().union(*owners.values()) if owners else set()
+        missing = sorted(set(range(surface.partitions)) - covered)
+        if missing:
+            raise NotReadyError(f"partitions {missing} have no active owner (rebalancing?)")
+        mine = next((parts for url, parts in owners.items() if _same(url, surface.my_url)), set())
+        return owners, mine
+
+    async def ask_others(owners: Mapping[str, set[int]], path: str, params: dict[str, str]) -> list[tuple[int, Any]]:
+        remote = [url for url in owners if not _same(url, surface.my_url) and owners[url]]
+        return list(await asyncio.gather(*(fetch(url, path, {**params, "local": "1"}) for url in remote)))
+
+    async def explain_anywhere(identity: str) -> dict[str, Any] | None:
+        """Own partitions first; then every other owner (a revision: cards from all of them)."""
+        owners, mine = coverage()
+        found = await surface.local_explain(identity, mine)
+        is_revision = RevisionRef.parse(identity) is not None
+        if found is not None and not is_revision:
+            return found
+        parts = [] if found is None else [found]
+        for status, body in await ask_others(owners, f"/explain/{quote(identity, safe='')}", {"format": "json"}):
+            if status == 200 and isinstance(body, dict):
+                if not is_revision:
+                    return body
+                parts.append(body)
+            elif status != 404:
+                raise NotReadyError(f"a worker answered {status} to explain")
+        return merge_revisions(parts) if parts else None
+
+    @app.page("/explain/{identity:[\\s\\S]+}")  # type: ignore[untyped-decorator]
+    async def explain(view: Any, request: Any, identity: str) -> Any:
+        query = request.query
+        try:
+            fmt = explain_format(query, request.headers.get("Accept"))
+        except ValueError as bad:
+            return error(view, 400, str(bad))
+        scope_id = query.get("scope") or None
+        try:
+            if query.get("local") == "1":
+                result = await surface.local_explain(identity, surface.owners().get(surface.my_url, set()))
+            elif scope_id is not None:
+                partition = partition_for(scope_id, surface.partitions)
+                owner = surface.owner_of(partition)
+                if owner is None:
+                    return error(view, 503, f"partition {partition} has no active owner (rebalancing?)")
+                if _same(owner, surface.my_url):
+                    result = await surface.local_explain(identity, [partition])
+                elif query.get("forwarded") == "1":
+                    return error(view, 503, "ownership is changing; retry")
+                else:
+                    status, body = await fetch(owner, f"/explain/{quote(identity, safe='')}",
+                                               {"scope": scope_id, "format": "json", "forwarded": "1"})
+                    if status != 200:
+                        return json_response(view, body, status)
+                    result = body
+            else:
+                result = await explain_anywhere(identity)
+            if result is None:
+                raise NotFoundError(f"no record or revision {identity} on this worker's partitions")
+            result = narrow(result, scope_id)
+        except NotFoundError as missing:
+            return error(view, 404, str(missing))
+        except NotReadyError as not_ready:
+            return error(view, 503, str(not_ready))
+        except (aiohttp.ClientError, TimeoutError) as failure:
+            return error(view, 503, f"a worker or the broker did not answer: {type(failure).__name__}")
+        body, content_type = explain_body(result, "json" if query.get("local") == "1" else fmt)
+        return view.bytes(body, headers={"Content-Type": content_type})
+
+    @app.page("/dead-letters")  # type: ignore[untyped-decorator]
+    async def dead_letters(view: Any, request: Any) -> Any:
+        try:
+            if request.query.get("local") == "1":
+                owned = surface.owners().get(surface.my_url, set())
+                return json_response(view, dead_letters_body(surface.local_dead_letters(owned)))
+            owners, mine = coverage()
+            counts = surface.local_dead_letters(mine)
+            for status, body in await ask_others(owners, "/dead-letters", {}):
+                if status != 200 or not isinstance(body, dict):
+                    return error(view, 503, f"a worker answered {status}")
+                for code, count in body.get("by_code", {}).items():
+                    counts[code] = counts.get(code, 0) + int(count)
+        except NotReadyError as not_ready:
+            return error(view, 503, str(not_ready))
+        except (aiohttp.ClientError, TimeoutError) as failure:
+            return error(view, 503, f"a worker did not answer: {type(failure).__name__}")
+        return json_response(view, dead_letters_body(counts))
+
+    @app.page("/patterns")  # type: ignore[untyped-decorator]
+    async def patterns(view: Any, request: Any) -> Any:
+        return json_response(view, patterns_body(surface.pattern_source(), surface.config.pattern_scopes))
+
+    spec = document("worker")
+
+    @app.page("/openapi.json")  # type: ignore[untyped-decorator]
+    async def openapi(view: Any, request: Any) -> Any:
+        return json_response(view, spec)
+
+    async def page_file(view: Any, name: str) -> Any:
+        found = ui_file(name)
+        if found is None:
+            return error(view, 404, "no such file")
+        body, content_type = found
+        return view.bytes(body, headers={"Content-Type": content_type})
+
+    @app.page("/ui")  # type: ignore[untyped-decorator]
+    async def ui(view: Any, request: Any) -> Any:
+        return await page_file(view, "index.html")
+
+    @app.page("/ui/{name}")  # type: ignore[untyped-decorator]
+    async def ui_asset(view: Any, request: Any, name: str) -> Any:
+        return await page_file(view, name)
 
     def probe_response(view: Any, result: ProbeResult) -> Any:
         return json_response(view, result.body, 200 if result.ok else 503)

@@ -19,7 +19,9 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer
 
+from recurrence.processor.stream.settings import StreamSettings
 from recurrence.processor.synthetic import JournalSpec, generate
+from recurrence.topics.definitions import topic_specs
 from tests.tools import find
 
 from .harness import REPO, Deployment, Oracle, recurrence_command, wait_for, write_journal
@@ -120,7 +122,7 @@ def test_one_config_file_for_topics_apply_and_the_worker(deployment: Deployment,
     env["RECURRENCE_CONFIG"] = str(config)
     deployment.env = lambda: env  # type: ignore[method-assign]
     applied = deployment.run("topics", "apply")
-    assert applied.stdout.count("created") == 5
+    assert applied.stdout.count("created") == len(topic_specs(StreamSettings()))
     worker = deployment.worker("w1").start()
     report = worker.wait_ready(partitions=6)
     assert report["partitions"] == [0, 1, 2, 3, 4, 5]

@@ -7,16 +7,19 @@ batch.
 """
 
 import asyncio
+from collections import Counter
 from collections.abc import Awaitable, Mapping, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from recurrence.processor.engine import EngineConfig
+from recurrence.processor.recordindex import dead_letter_counts, record_key
 from recurrence.processor.store.base import Transaction
 from recurrence.processor.store.memory import MemoryStore
 from recurrence.processor.stream import changeset
@@ -78,11 +81,12 @@ class RecordingSink:
             self.changelog.setdefault(partition, []).append(value)
         self.sent.setdefault(topic, []).append((key, value, headers))
         offset = self.offsets[topic] = self.offsets.get(topic, -1) + 1
+        written = partition if partition is not None else partition_for((key or b"").decode(), 4)
 
         async def acknowledged() -> Any:
             await asyncio.sleep(0)
             self.log.append(("ack", kind))
-            return SimpleNamespace(offset=offset)
+            return SimpleNamespace(partition=written, offset=offset)
 
         return asyncio.ensure_future(acknowledged())
 
@@ -255,13 +259,22 @@ def test_change_set_round_trip(changes: dict[bytes, bytes | None]) -> None:
             changeset.decode(encoded[:-1])
 
 
-def test_topics_are_append_only_and_co_partitioned() -> None:
+def test_topics_are_co_partitioned_and_only_statistics_is_compacted() -> None:
     specs = topic_specs(StreamSettings(topic_prefix="p", partitions=6, replication=3, min_insync=2))
-    assert {s.role for s in specs} == {"journal", "ledger", "review", "dead-letters", "changelog"}
+    assert {s.role for s in specs} == {
+        "journal", "ledger", "review", "dead-letters", "changelog", "statistics", "repartition", "patterns",
+        "patterns-changelog",
+    }
     for spec in specs:
         assert spec.partitions == 6 and spec.replication == 3
-        assert spec.config == {"cleanup.policy": "delete", "retention.ms": "-1", "min.insync.replicas": "2"}
-    assert "p-state-changelog" in {s.name for s in specs}
+        if spec.role == "statistics":
+            # A table topic: the last value per scope is its statistics.
+            assert spec.config == {"cleanup.policy": "compact", "min.insync.replicas": "2"}
+        else:
+            assert spec.config == {"cleanup.policy": "delete", "retention.ms": "-1", "min.insync.replicas": "2"}
+    names = {s.name for s in specs}
+    assert {"p-state-changelog", "p.statistics", "p.patterns", "p-recurred-repartition",
+            "p-patterns-changelog"} <= names
 
 
 def test_partition_for_matches_the_java_default_partitioner() -> None:
@@ -338,3 +351,21 @@ def test_a_restore_that_missed_committed_change_sets_is_completed_before_the_fir
 
 def _tagged(sink: RecordingSink) -> list[tuple[str, bytes]]:
     return [(dict(h)[SOURCE_HEADER].decode(), v) for t in TOPICS.outputs() for _k, v, h in sink.sent.get(t, [])]
+
+
+def test_every_output_is_indexed_where_the_broker_put_it() -> None:
+    # ``/explain`` reads a record back by the index row its batch wrote: [topic, partition, offset].
+    sink, state = _run(_journal(400, seed=7), 64)
+    codes: Counter[str] = Counter()
+    for topic in TOPICS.outputs():
+        for offset, (key, value, headers) in enumerate(sink.sent.get(topic, [])):
+            source = int(dict(headers)[SOURCE_HEADER].decode().split(":")[0])
+            written = source if key is None else partition_for(key.decode(), 4)
+            ident = record_id(value).split(":", 1)[1]
+            assert state.stores[source].get(record_key(ident)) == orjson.dumps([topic, written, offset])
+            if topic == TOPICS.dead_letters:
+                codes[orjson.loads(value)["error"]] += 1
+    counted: Counter[str] = Counter()
+    for store in state.stores.values():
+        counted.update(dead_letter_counts(Transaction(store)))
+    assert counted == codes and sum(codes.values()) > 0

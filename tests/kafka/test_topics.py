@@ -5,20 +5,27 @@ import asyncio
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from recurrence.processor.stream.settings import StreamSettings
+from recurrence.topics.definitions import topic_specs
+
 from .harness import Deployment
 
 pytestmark = pytest.mark.kafka
+# journal, ledger, review, dead letters, state changelog, statistics, repartition, patterns, patterns changelog
+TOPICS = len(topic_specs(StreamSettings()))
 
 
 def test_apply_creates_missing_topics_and_reports_drift(deployment: Deployment) -> None:
-    # Someone created the ledger topic by hand, compacted and with 2 partitions.
+    # Someone created the ledger topic by hand, compacted and with 2 partitions, and the statistics
+    # table topic without compaction.
     async def create_by_hand() -> None:
         admin = AIOKafkaAdminClient(bootstrap_servers=deployment.bootstrap)
         await admin.start()
         try:
-            await admin.create_topics(
-                [NewTopic(f"{deployment.prefix}.ledger", 2, 1, topic_configs={"cleanup.policy": "compact"})]
-            )
+            await admin.create_topics([
+                NewTopic(f"{deployment.prefix}.ledger", 2, 1, topic_configs={"cleanup.policy": "compact"}),
+                NewTopic(f"{deployment.prefix}.statistics", 4, 1, topic_configs={"cleanup.policy": "delete"}),
+            ])
         finally:
             await admin.close()
 
@@ -29,12 +36,14 @@ def test_apply_creates_missing_topics_and_reports_drift(deployment: Deployment) 
     assert f"drift        {deployment.prefix}.ledger" in result.stdout
     assert "has 2 partitions, the definition says 4" in result.stdout
     assert "cleanup.policy=compact, the definition says delete" in result.stdout
+    assert f"drift        {deployment.prefix}.statistics" in result.stdout
+    assert "cleanup.policy=delete, the definition says compact" in result.stdout
     assert "nothing was changed" in result.stderr
 
     # Nothing was altered: the same drift again, everything else is fine now.
     again = deployment.run("topics", "apply", check=False)
     assert again.returncode == 3
-    assert again.stdout.count("ok ") == 4 and again.stdout.count("drift") == 1
+    assert again.stdout.count("ok ") == TOPICS - 2 and again.stdout.count("drift") == 2
 
     # The worker refuses to start on drift.
     worker = deployment.run("worker", "--datadir", str(deployment.workdir / "w"), check=False, timeout=60)
@@ -44,6 +53,6 @@ def test_apply_creates_missing_topics_and_reports_drift(deployment: Deployment) 
 def test_dry_run_reports_missing_topics(deployment: Deployment) -> None:
     result = deployment.run("topics", "apply", "--dry-run", check=False)
     assert result.returncode == 2
-    assert result.stdout.count("would create") == 5
+    assert result.stdout.count("would create") == TOPICS == 9
     assert deployment.run("topics", "apply").returncode == 0
-    assert deployment.run("topics", "apply", "--dry-run").stdout.count("ok ") == 5
+    assert deployment.run("topics", "apply", "--dry-run").stdout.count("ok ") == TOPICS

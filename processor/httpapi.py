@@ -1,0 +1,115 @@
+"""The HTTP read surface's shared parts, for the worker's Faust views and ``recurrence serve`` alike.
+
+Both servers answer the same paths with the same bodies (docs/web.md); what
+differs is only where the state is (one embedded store, or partitions spread
+over workers). So everything that is not routing lives here: query parsing,
+content negotiation for ``/explain``, narrowing an explanation to a scope,
+the page's static files and the bodies of ``/dead-letters`` and ``/patterns``.
+No web framework is imported: each server turns these values into responses.
+"""
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final, Literal
+
+import orjson
+
+from recurrence.processor.explain import NotFoundError, render
+from recurrence.schemas.constants import DEFAULT_TOP_REVISIONS
+
+MAX_TOP: Final = 1000
+JSON: Final = "application/json"
+TEXT: Final = "text/plain; charset=utf-8"
+
+Format = Literal["json", "text"]
+
+#: The statistics page: one HTML file, one script, one style sheet; no build step, nothing fetched from elsewhere.
+UI_DIR: Final = Path(__file__).resolve().parent / "ui"
+UI_FILES: Final = {
+    "index.html": "text/html; charset=utf-8",
+    "app.js": "text/javascript; charset=utf-8",
+    "app.css": "text/css; charset=utf-8",
+}
+
+#: What ``/patterns`` says on a runner that has no pattern source wired in.
+NO_PATTERN_SOURCE: Final = (
+    "this worker has no cross-scope pattern source; the patterns agent writes suggestions to <prefix>.patterns"
+)
+
+
+def parse_top(query: Mapping[str, str]) -> int:
+    raw = query.get("top")
+    if raw is None or raw == "":
+        return DEFAULT_TOP_REVISIONS
+    try:
+        top = int(raw)
+    except ValueError:
+        raise ValueError("top must be an integer") from None
+    if not 0 <= top <= MAX_TOP:
+        raise ValueError(f"top must be between 0 and {MAX_TOP}")
+    return top
+
+
+def explain_format(query: Mapping[str, str], accept: str | None) -> Format:
+    """``?format=json|text`` wins; else JSON when the client accepts JSON and not plain text; else text."""
+    wanted = query.get("format")
+    if wanted == "json":
+        return "json"
+    if wanted == "text":
+        return "text"
+    if wanted:
+        raise ValueError("format must be json or text")
+    accept = (accept or "").lower()
+    if "application/json" in accept and "text/plain" not in accept:
+        return "json"
+    return "text"
+
+
+def explain_body(explanation: dict[str, Any], fmt: Format) -> tuple[bytes, str]:
+    """The body and content type: the same JSON as ``recurrence explain --json``, or the same text."""
+    if fmt == "json":
+        return orjson.dumps(explanation), JSON
+    return render(explanation).encode(), TEXT
+
+
+def narrow(explanation: dict[str, Any], scope_id: str | None) -> dict[str, Any]:
+    """Only what belongs to ``scope_id`` (when given): a revision's cards in that scope, or the record if it is
+    that scope's (an unkeyed dead letter belongs to none and is always shown)."""
+    if scope_id is None:
+        return explanation
+    if explanation["kind"] == "revision":
+        cards = [card for card in explanation["cards"] if card["scope_id"] == scope_id]
+        if not cards:
+            raise NotFoundError(f"scope {scope_id} holds no revision {explanation['id']}")
+        return {**explanation, "cards": cards}
+    if explanation.get("scope_id") not in (None, scope_id):
+        raise NotFoundError(f"{explanation['id']} is not a record of scope {scope_id}")
+    return explanation
+
+
+def merge_revisions(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """One revision explanation from several partitions' (each lists the scopes it holds)."""
+    cards = sorted((card for part in parts for card in part["cards"]), key=lambda card: str(card["scope_id"]))
+    return {**parts[0], "cards": cards}
+
+
+def dead_letters_body(counts: Mapping[str, int]) -> dict[str, Any]:
+    return {"total": sum(counts.values()), "by_code": dict(sorted(counts.items()))}
+
+
+def patterns_body(rows: list[dict[str, Any]] | None, min_scopes: int | None, note: str | None = None) -> dict[str, Any]:
+    """``rows`` None: the runner has no source of suggestions (the section says so instead of showing none)."""
+    if rows is None:
+        return {"available": False, "note": note or NO_PATTERN_SOURCE, "min_scopes": min_scopes, "patterns": []}
+    return {"available": True, "note": note, "min_scopes": min_scopes, "patterns": rows}
+
+
+def ui_file(name: str) -> tuple[bytes, str] | None:
+    content_type = UI_FILES.get(name)
+    if content_type is None:
+        return None
+    return (UI_DIR / name).read_bytes(), content_type
+
+
+def error_body(message: str) -> bytes:
+    return orjson.dumps({"error": message})

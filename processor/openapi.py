@@ -1,0 +1,138 @@
+"""``/openapi.json``: an OpenAPI 3.1 document of the read surface, response schemas from the pydantic models.
+
+One generator for both servers; ``worker`` adds what only a worker has
+(``/metrics``, the ``local`` fan-out parameter, 503 while a partition has no
+ready owner). The schemas are the models' own JSON Schemas
+(``models_json_schema``), so a model change changes the document, and the
+tests run schemathesis against live servers with it.
+"""
+
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+
+from recurrence import __version__
+from recurrence.processor.httpapi import MAX_TOP
+from recurrence.schemas.constants import DEFAULT_TOP_REVISIONS, MAX_SCOPE_ID_LENGTH
+from recurrence.schemas.readsurface import (
+    DeadLetterCounts,
+    ErrorBody,
+    Explanation,
+    PatternSuggestions,
+    ProbeBody,
+)
+from recurrence.schemas.statistics import ScopeStatistics
+
+Server = Literal["worker", "embedded"]
+MODELS: Final[tuple[type[BaseModel], ...]] = (
+    ScopeStatistics, Explanation, DeadLetterCounts, PatternSuggestions, ProbeBody, ErrorBody,
+)
+_REF: Final = "#/components/schemas/{model}"
+
+
+def _ref(model: type[BaseModel]) -> dict[str, str]:
+    return {"$ref": _REF.format(model=model.__name__)}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _error(description: str) -> dict[str, Any]:
+    return _json(_ref(ErrorBody), description)
+
+
+def _text(description: str, media: str = "text/plain") -> dict[str, Any]:
+    return {"description": description, "content": {media: {"schema": {"type": "string"}}}}
+
+
+TOP: Final = {
+    "name": "top", "in": "query", "required": False,
+    "description": f"bound on top_revisions (default {DEFAULT_TOP_REVISIONS})",
+    "schema": {"type": "integer", "minimum": 0, "maximum": MAX_TOP},
+}
+
+
+def _get(summary: str, responses: dict[str, Any], parameters: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    operation: dict[str, Any] = {"summary": summary, "responses": responses}
+    if parameters:
+        operation["parameters"] = parameters
+    return {"get": operation}
+
+
+def document(server: Server) -> dict[str, Any]:
+    worker = server == "worker"
+    _, defs = models_json_schema([(m, "serialization") for m in MODELS], ref_template=_REF)
+    unavailable = {"503": _error("a partition has no ready owner here (rebalancing, restoring); retry")} \
+        if worker else {}
+    probe = {"200": _json(_ref(ProbeBody), "ok"), "503": _json(_ref(ProbeBody), "not ok, with the reasons")}
+    statistics_params = [TOP]
+    if worker:
+        statistics_params = [TOP, {
+            "name": "local", "in": "query", "required": False,
+            "description": "1: only this worker's partitions (the fan-out's own call)",
+            "schema": {"type": "string", "enum": ["0", "1"]},
+        }]
+    scope_path = {
+        "name": "scope_id", "in": "path", "required": True,
+        "schema": {"type": "string", "minLength": 1, "maxLength": MAX_SCOPE_ID_LENGTH, "pattern": "^[^/]+$"},
+    }
+    explain_params = [
+        {"name": "id", "in": "path", "required": True,
+         "description": "an observation_id, match_digest or dead_letter_id, or family/artifact_id@revision",
+         "schema": {"type": "string", "minLength": 1}},
+        {"name": "scope", "in": "query", "required": False,
+         "description": "only this scope (a worker asks the scope's partition owner directly)",
+         "schema": {"type": "string", "minLength": 1, "maxLength": MAX_SCOPE_ID_LENGTH}},
+        {"name": "format", "in": "query", "required": False,
+         "description": "json or text (default: text, or JSON when Accept asks for it)",
+         "schema": {"type": "string", "enum": ["json", "text"]}},
+    ]
+    paths: dict[str, Any] = {
+        "/statistics": _get(
+            "RecurrenceStatistics of every scope, ordered by scope_id",
+            {"200": _json({"type": "array", "items": _ref(ScopeStatistics)}, "every scope"),
+             "400": _error("bad parameter"), **unavailable},
+            statistics_params,
+        ),
+        "/scopes/{scope_id}/statistics": _get(
+            "RecurrenceStatistics of one scope",
+            {"200": _json(_ref(ScopeStatistics), "the scope"), "400": _error("bad parameter"),
+             "404": _error("no accepted entry for this scope"), **unavailable},
+            [scope_path, TOP],
+        ),
+        "/explain/{id}": _get(
+            "why was this counted? the evidence chain of a record, or a revision's yield card",
+            {"200": {"description": "the explanation", "content": {
+                "application/json": {"schema": _ref(Explanation)},
+                "text/plain": {"schema": {"type": "string"}}}},
+             "400": _error("bad parameter"), "404": _error("no such record or revision"), **unavailable},
+            explain_params,
+        ),
+        "/dead-letters": _get(
+            "distinct dead letters by code",
+            {"200": _json(_ref(DeadLetterCounts), "counts"), **unavailable},
+        ),
+        "/patterns": _get(
+            "cross-scope pattern suggestions",
+            {"200": _json(_ref(PatternSuggestions), "suggestions, or why there are none here")},
+        ),
+        "/livez": _get("liveness probe", probe),
+        "/readyz": _get("readiness probe", probe),
+        "/health": _get("readiness probe (alias of /readyz)", probe),
+        "/openapi.json": _get("this document", {"200": _json({"type": "object"}, "OpenAPI 3.1")}),
+        "/ui": _get("the statistics page", {"200": _text("HTML", "text/html")}),
+    }
+    if worker:
+        paths["/metrics"] = _get("Prometheus metrics", {"200": _text("the text exposition format")})
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "recurrence read surface" + (" (worker)" if worker else " (recurrence serve)"),
+            "version": __version__,
+            "description": "Statistics, explanations and probes of a recurrence state (docs/web.md).",
+        },
+        "paths": paths,
+        "components": {"schemas": defs["$defs"]},
+    }

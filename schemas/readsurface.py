@@ -1,0 +1,108 @@
+"""Response bodies of the HTTP read surface beyond the RFC's statistics (docs/web.md).
+
+The OpenAPI document (``/openapi.json``) takes its response schemas from these
+models and from ``ScopeStatistics``; the tests validate what the servers and
+``recurrence explain --json`` produce against them, so the document cannot
+drift from the answers. Explanations are open for additions (a link kind may
+carry more fields than listed), every field listed is checked.
+"""
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from recurrence.schemas.base import ArtifactRef, Value
+
+NonNegative = Annotated[int, Field(ge=0)]
+
+
+class ErrorBody(Value):
+    error: str
+
+
+class ProbeBody(BaseModel):
+    """``/livez`` carries ``status`` only; ``/readyz`` also the reasons, partitions and lag."""
+
+    model_config = ConfigDict(extra="allow")
+    status: str
+    reasons: list[str] | None = None
+
+
+class ExplainLink(BaseModel):
+    """One link of an evidence chain; ``text`` is the human line, the other fields its parts."""
+
+    model_config = ConfigDict(extra="allow")
+    link: str
+    text: str
+    position: int | None = None
+
+
+class Verdict(Value):
+    verdict: Literal["recurred", "avoided", "unknown"]
+    why: list[str]
+
+
+class YieldCard(Value):
+    """A revision in one scope: its counts, its terminal verdicts by position, its threshold crossings."""
+
+    scope_id: str
+    position: int
+    head: bool
+    head_revision: int | None
+    failure_record: bool
+    text: str | None = None
+    signature_key: str | None = None
+    repair_surface: str | None = None
+    selected: NonNegative | None = None
+    recurred: NonNegative | None = None
+    avoided: NonNegative | None = None
+    unknown: NonNegative | None = None
+    streak: NonNegative | None = None
+    history: list[tuple[int, Literal["recurred", "avoided"]]] | None = None
+    crossings: list[tuple[int, str]] | None = None
+
+
+class Explanation(Value):
+    """``recurrence explain --json`` and ``GET /explain/{id}?format=json``."""
+
+    kind: str
+    id: str
+    scope_id: str | None = None
+    event: str | None = None
+    result: str | None = None
+    chain: list[ExplainLink] | None = None
+    verdict: Verdict | None = None
+    cards: list[YieldCard] | None = None
+    record: dict[str, Any] | None = None
+
+
+class DeadLetterCounts(Value):
+    """Distinct dead letters (one per ``dead_letter_id``) by their stable code."""
+
+    total: NonNegative
+    by_code: dict[str, NonNegative]
+
+
+class PatternRevision(Value):
+    scope_id: str
+    artifact_ref: ArtifactRef
+
+
+class PatternRow(Value):
+    signature_key: str
+    scope_count: NonNegative
+    more_than_listed: bool
+    scopes: list[str]
+    revisions: list[PatternRevision]
+    recurrences: NonNegative
+    suggested: bool
+    min_scopes: NonNegative
+
+
+class PatternSuggestions(Value):
+    """What ``recurrence patterns --json`` lists; ``available`` is false where the runner has no source yet."""
+
+    available: bool
+    note: str | None = None
+    min_scopes: NonNegative | None = None
+    patterns: list[PatternRow]

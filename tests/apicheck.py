@@ -1,0 +1,38 @@
+"""schemathesis against a live server, through its Python API (one hypothesis run per operation).
+
+The pytest plugin's lazy ``from_fixture`` does not run under pytest 9, so the
+operations are driven here: every operation of the served ``/openapi.json``,
+``max_examples`` generated requests each, every schemathesis check (status
+codes, content types, response schemas, no server error). The failures come
+back as text, one per operation, for the assertion message.
+"""
+
+from typing import Any
+
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from schemathesis.core.result import Err
+
+
+def failures(url: str, max_examples: int = 25) -> tuple[list[str], list[str]]:
+    """Failures per operation, and the paths that ran (schemathesis leaves out ``/openapi.json`` itself)."""
+    schema = schemathesis.openapi.from_url(url.rstrip("/") + "/openapi.json")
+    found: list[str] = []
+    ran: list[str] = []
+    for result in schema.get_all_operations():
+        if isinstance(result, Err):  # an operation the document does not define well is a failure too
+            found.append(f"invalid operation: {result.err()}")
+            continue
+        operation = result.ok()
+        ran.append(operation.path)
+
+        @given(case=operation.as_strategy())
+        @settings(max_examples=max_examples, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+        def check(case: Any) -> None:
+            case.call_and_validate()
+
+        try:
+            check()
+        except (Exception, BaseExceptionGroup) as failure:  # schemathesis raises failure groups; keep the text
+            found.append(f"{operation.label}: {failure}")
+    return found, ran

@@ -1,0 +1,97 @@
+"""The statistics page in a real browser: Debian's headless Chromium driven by Selenium and chromedriver.
+
+``make tools`` installs ``chromium`` and ``chromium-driver`` with apt where it
+can; elsewhere the browser tests skip and say so. Selenium is pointed at the
+system binaries explicitly, so it never tries to download a browser or driver.
+"""
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.tools import REPO, find
+
+SCREENSHOTS = REPO / "out"
+PAGE_TIMEOUT = 30.0
+
+
+def page_readings(url: str, screenshot: Path) -> dict[str, Any]:
+    """Load the page, wait until it has drawn everything, save a screenshot; the numbers it shows."""
+    chromium, driver_path = find("chromium"), find("chromedriver")
+    if chromium is None or driver_path is None:
+        pytest.skip("chromium and chromedriver are not installed: `make tools` installs Debian's chromium and "
+                    "chromium-driver (needs apt as root)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                     "--window-size=1280,1300"):
+        options.add_argument(argument)
+    driver = webdriver.Chrome(service=Service(driver_path), options=options)
+    try:
+        driver.get(url)
+        WebDriverWait(driver, PAGE_TIMEOUT).until(
+            lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-loaded")
+        )
+        body = driver.find_element(By.TAG_NAME, "body")
+        assert body.get_attribute("data-loaded") == "true", driver.find_element(By.ID, "status").text
+        # The top revisions' sparklines arrive with their own requests; wait until none is pending.
+        WebDriverWait(driver, PAGE_TIMEOUT).until(
+            lambda d: all(cell.text != "…" for cell in d.find_elements(By.CSS_SELECTOR, "td[data-spark]"))
+        )
+        scopes: dict[str, dict[str, int]] = {}
+        for cell in driver.find_elements(By.CSS_SELECTOR, "#scopes td[data-field]"):
+            scope = cell.get_attribute("data-scope")
+            field = cell.get_attribute("data-field")
+            assert scope is not None and field is not None
+            scopes.setdefault(scope, {})[field] = int(cell.text)
+        totals = {
+            cell.get_attribute("data-total"): int(cell.text)
+            for cell in driver.find_elements(By.CSS_SELECTOR, "#totals [data-total]")
+        }
+        dead_letters = {
+            cell.get_attribute("data-code"): int(cell.text)
+            for cell in driver.find_elements(By.CSS_SELECTOR, "#dead-letters td[data-code]")
+        }
+        review = [row.get_attribute("data-review") for row in driver.find_elements(By.CSS_SELECTOR, "tr[data-review]")]
+        sparks = {
+            cell.get_attribute("data-spark"): (cell.find_element(By.TAG_NAME, "svg").get_attribute("data-verdicts")
+                                               if cell.find_elements(By.TAG_NAME, "svg") else None)
+            for cell in driver.find_elements(By.CSS_SELECTOR, "td[data-spark]")
+        }
+        patterns = driver.find_element(By.ID, "patterns").text
+        chosen = driver.find_element(By.CSS_SELECTOR, "#scopes tr.chosen").get_attribute("data-scope")
+        # Open one explanation in the page, as a person would.
+        links = driver.find_elements(By.CSS_SELECTOR, "#top a.explain")
+        explanation = ""
+        if links:
+            links[0].click()
+            WebDriverWait(driver, PAGE_TIMEOUT).until(
+                lambda d: d.find_element(By.ID, "explanation").text not in ("", "loading…")
+            )
+            explanation = driver.find_element(By.ID, "explanation").text
+            driver.execute_script("window.scrollTo(0, 0)")
+            time.sleep(0.2)
+        screenshot.parent.mkdir(parents=True, exist_ok=True)
+        height = int(driver.execute_script("return document.documentElement.scrollHeight"))
+        driver.set_window_size(1280, max(1300, height + 120))
+        driver.save_screenshot(str(screenshot))
+        return {"scopes": scopes, "totals": totals, "dead_letters": dead_letters, "review": review,
+                "sparks": sparks, "patterns": patterns, "chosen": chosen, "explanation": explanation}
+    finally:
+        driver.quit()
+
+
+def expected_readings(statistics: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the page must show for these statistics (``recurrence stats`` / ``/statistics`` output)."""
+    fields = ("selected", "recurred", "avoided", "unknown", "unlinked_handoff_citations", "needing_review")
+    scopes = {s["scope_id"]: {f: s["recurrence"][f] for f in fields} for s in statistics}
+    totals = {f: sum(s["recurrence"][f] for s in statistics) for f in fields}
+    totals["scopes"] = len(statistics)
+    return {"scopes": scopes, "totals": totals}

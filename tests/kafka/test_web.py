@@ -1,0 +1,163 @@
+"""The worker's read surface beyond statistics: ``/explain``, ``/dead-letters``, ``/patterns``, the page, OpenAPI.
+
+Two workers share four partitions, so every check goes through routing: an
+explanation asked without a scope is looked up in the asking worker's own
+record indexes and then fanned out; with ``?scope=`` it goes to the scope's
+partition owner. Each answer is compared with the embedded runner over the
+same journal (the oracle): the same Explainer, only the journal positions'
+origins differ (a file line there, a topic offset here).
+"""
+
+import re
+import urllib.parse
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from recurrence.processor.archive import FileArchive
+from recurrence.processor.embedded import replay, statistics
+from recurrence.processor.explain import Explainer
+from recurrence.processor.recordindex import dead_letter_counts
+from recurrence.processor.state import State
+from recurrence.processor.store.base import Transaction
+from recurrence.processor.store.memory import MemoryStore
+from recurrence.processor.synthetic import JournalSpec, generate
+from recurrence.schemas.readsurface import Explanation, PatternSuggestions
+from tests.apicheck import failures
+from tests.browser import SCREENSHOTS, expected_readings, page_readings
+
+from .harness import REPO, Deployment, Worker, dedupe, wait_for, write_journal
+from .test_workers import _split
+
+pytestmark = pytest.mark.kafka
+
+EXAMPLE = REPO / "examples" / "rfc-minimum.jsonl"
+_ORIGIN = re.compile(r"journal line \d+|[\w.-]+\[\d+\]@\d+")
+
+
+class Cluster:
+    def __init__(self, deployment: Deployment, workers: list[Worker], store: MemoryStore, ledger: Path,
+                 journal: Path) -> None:
+        self.deployment, self.workers = deployment, workers
+        self.explainer = Explainer(State(Transaction(store)), FileArchive(store, ledger, journal))
+        self.store = store
+        self.records = [orjson.loads(line) for line in ledger.read_bytes().splitlines() if line.strip()]
+
+    def explain(self, worker: Worker, identity: str, query: str = "format=json") -> dict[str, Any]:
+        status, body = worker.get(f"/explain/{urllib.parse.quote(identity, safe='')}?{query}")
+        assert status == 200, body
+        parsed: dict[str, Any] = orjson.loads(body)
+        return parsed
+
+
+@pytest.fixture(scope="module")
+def cluster(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    work = tmp_path_factory.mktemp("web")
+    journal = work / "journal.jsonl"
+    generated = generate(JournalSpec(entries=400, scopes=6, seed=21, garbage_ratio=0.04, experiences_per_scope=6))
+    write_journal(journal, [*EXAMPLE.read_bytes().splitlines(), *generated])
+    store, ledger = MemoryStore(), work / "oracle.jsonl"
+    replay(str(journal), store, ledger)
+    deployment = Deployment(kafka_bootstrap, work)
+    try:
+        deployment.apply_topics()
+        workers = [deployment.worker("w1").start(), deployment.worker("w2").start()]
+        wait_for(lambda: _split(workers, deployment.partitions), 120, 0.2, "both workers to own partitions")
+        deployment.publish(journal)
+        expected = len(ledger.read_bytes().splitlines())
+        wait_for(lambda: len(dedupe(deployment.outputs())) == expected, 180, 0.5, "every output record")
+        wait_for(lambda: _split(workers, deployment.partitions), 60, 0.2, "a stable split")
+        yield Cluster(deployment, workers, store, ledger, journal)
+    finally:
+        deployment.close()
+
+
+def _comparable(value: Any) -> Any:
+    """An explanation without what names a journal position's origin (a line there, an offset here)."""
+    if isinstance(value, dict):
+        return {k: _comparable(v) for k, v in value.items() if k != "origin"}
+    if isinstance(value, list):
+        return [_comparable(v) for v in value]
+    return _ORIGIN.sub("<origin>", value) if isinstance(value, str) else value
+
+
+def _revision(record: dict[str, Any]) -> str:
+    art = record["artifact_ref"]
+    return f"{art['family']}/{art['artifact_id']}@{art['revision']}"
+
+
+def test_explain_on_any_worker_equals_the_embedded_explanation(cluster: Cluster) -> None:
+    records = cluster.records
+    recurred = next(r for r in records if r.get("event") == "recurred" and r["scope_id"] == "rfc-minimum")
+    selected = [r for r in records if r.get("event") == "selected"][:3]
+    match = next(r for r in records if r["record"] == "match" and r["scope_id"] != "rfc-minimum")
+    cases = [
+        (recurred["observation_id"], recurred["scope_id"]),
+        (match["match_digest"], match["scope_id"]),
+        *((r["observation_id"], r["scope_id"]) for r in selected),
+        (_revision(recurred), None),
+    ]
+    for identity, scope_id in cases:
+        want = _comparable(cluster.explainer.explain(identity))
+        for worker in cluster.workers:
+            got = cluster.explain(worker, identity)
+            Explanation.model_validate_json(orjson.dumps(got))
+            assert _comparable(got) == want, identity
+            if scope_id is not None:  # routed to the scope's owner instead of searched for
+                assert _comparable(cluster.explain(worker, identity, f"format=json&scope={scope_id}")) == want
+    # The chain's texts came from the topics: the Outcome's failure item and the frozen candidate set.
+    chain = {link["link"]: link for link in cluster.explain(cluster.workers[0], recurred["observation_id"])["chain"]}
+    assert chain["failure item"]["digest_matches"] is True and chain["match"]["result"] == "matched"
+    assert chain["task_outcome"]["origin"]["topic"] == f"{cluster.deployment.prefix}.journal"
+    # Human text by default, as the CLI prints it.
+    status, text = cluster.workers[1].get(f"/explain/{recurred['observation_id']}")
+    assert status == 200 and text.decode().startswith(f"observation {recurred['observation_id']} (recurred)")
+    assert "failure item: check #0 failed, verified" in text.decode()
+    assert cluster.workers[0].get("/explain/no-such-record")[0] == 404
+
+
+def test_dead_letters_are_explained_and_counted(cluster: Cluster) -> None:
+    dumped = [orjson.loads(r) for r in dedupe(cluster.deployment.outputs())]
+    dead = [r for r in dumped if r["record"] == "dead_letter"]
+    assert dead
+    for record in dead[:4]:
+        got = cluster.explain(cluster.workers[0], record["dead_letter_id"])
+        assert got["kind"] == "dead_letter" and got["chain"][1]["error"] == record["error"]
+        assert got["chain"][0]["origin"] == record["origin"]
+    want = dict(Counter(r["error"] for r in cluster.records if r["record"] == "dead_letter"))
+    assert dead_letter_counts(Transaction(cluster.store)) == want
+    for worker in cluster.workers:
+        status, body = worker.get_json("/dead-letters")
+        assert status == 200 and body == {"total": sum(want.values()), "by_code": dict(sorted(want.items()))}
+
+
+def test_patterns_say_where_they_come_from(cluster: Cluster) -> None:
+    status, body = cluster.workers[0].get("/patterns")
+    suggestions = PatternSuggestions.model_validate_json(body)
+    assert status == 200 and not suggestions.available and suggestions.note and suggestions.patterns == []
+
+
+def test_the_openapi_document_holds_against_a_live_worker(cluster: Cluster) -> None:
+    worker = cluster.workers[0]
+    _, document = worker.get_json("/openapi.json")
+    assert "/metrics" in document["paths"] and "/explain/{id}" in document["paths"]
+    found, ran = failures(worker.url, max_examples=15)
+    assert set(ran) == set(document["paths"]) - {"/openapi.json"}
+    assert not found, "\n\n".join(found)
+
+
+def test_the_worker_page_shows_what_statistics_say(cluster: Cluster) -> None:
+    worker = cluster.workers[1]
+    shown = page_readings(worker.url + "/ui", SCREENSHOTS / "ui-worker.png")
+    status, served = worker.get_json("/statistics?top=50")
+    assert status == 200
+    want = expected_readings(served)
+    assert want == expected_readings(statistics(cluster.store, None, 50))  # = `recurrence stats --top 50`
+    assert shown["scopes"] == want["scopes"] and shown["totals"] == want["totals"]
+    assert shown["dead_letters"] == dict(Counter(r["error"] for r in cluster.records if r["record"] == "dead_letter"))
+    assert "no pattern source" in shown["patterns"]
+    assert shown["explanation"].startswith("revision ")

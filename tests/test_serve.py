@@ -1,0 +1,208 @@
+"""``recurrence serve``: the read surface and the page over an embedded state, checked against the CLI.
+
+One server for the module, over the RFC example plus a generated multi-scope
+journal with garbage lines (so there are dead letters and many scopes). Every
+JSON endpoint is compared with the command that prints the same thing
+(``stats``, ``explain``, ``patterns``); schemathesis runs the OpenAPI
+document against the live server; the page is loaded in headless Chromium.
+"""
+
+import asyncio
+import subprocess
+import threading
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from aiohttp import web
+
+from recurrence.processor.serve import EmbeddedReadSurface, application
+from recurrence.processor.store.rocksdb import RocksStore
+from recurrence.processor.stream.localrun import free_port, recurrence_command, wait_for
+from recurrence.processor.synthetic import JournalSpec, generate
+from recurrence.schemas.readsurface import DeadLetterCounts, Explanation, PatternSuggestions
+from tests.apicheck import failures
+from tests.browser import SCREENSHOTS, expected_readings, page_readings
+from tests.tools import REPO
+
+EXAMPLE = REPO / "examples" / "rfc-minimum.jsonl"
+
+
+class Served:
+    def __init__(self, url: str, state: Path, ledger: Path) -> None:
+        self.url, self.state, self.ledger = url, state, ledger
+
+    def get(self, path: str, accept: str | None = None) -> tuple[int, str, bytes]:
+        request = urllib.request.Request(self.url + path, headers={"Accept": accept} if accept else {})
+        try:
+            with urllib.request.urlopen(request, timeout=15) as response:
+                return response.status, response.headers["Content-Type"], response.read()
+        except urllib.error.HTTPError as error:
+            return error.code, error.headers["Content-Type"], error.read()
+
+    def json(self, path: str) -> Any:
+        status, _, body = self.get(path)
+        assert status == 200, body
+        return orjson.loads(body)
+
+    def cli(self, *args: str) -> str:
+        result = subprocess.run([*recurrence_command(), *args, "--state", str(self.state)],
+                                check=True, capture_output=True, text=True, timeout=60)
+        return result.stdout
+
+    def records(self) -> list[dict[str, Any]]:
+        return [orjson.loads(line) for line in self.ledger.read_bytes().splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    work = tmp_path_factory.mktemp("serve")
+    journal = work / "journal.jsonl"
+    generated = generate(JournalSpec(entries=400, scopes=5, seed=21, garbage_ratio=0.04, experiences_per_scope=6))
+    journal.write_bytes(EXAMPLE.read_bytes() + b"".join(line + b"\n" for line in generated))
+    state, ledger = work / "state", work / "ledger.jsonl"
+    subprocess.run([*recurrence_command(), "replay", str(journal), "--state", str(state), "--out", str(ledger)],
+                   check=True, capture_output=True, timeout=120)
+    port = free_port()
+    server = subprocess.Popen([*recurrence_command(), "serve", "--state", str(state), "--port", str(port)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        running = Served(url, state, ledger)
+        wait_for(lambda: server.poll() is None and _answers(running), 30, 0.1, "recurrence serve")
+        yield running
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert server.returncode == 0, "serve did not stop cleanly on SIGTERM"
+
+
+def _answers(running: Served) -> bool:
+    try:
+        return running.get("/livez")[0] == 200
+    except OSError:
+        return False
+
+
+def _revision(record: dict[str, Any]) -> str:
+    art = record["artifact_ref"]
+    return f"{art['family']}/{art['artifact_id']}@{art['revision']}"
+
+
+def test_statistics_are_those_recurrence_stats_prints(served: Served) -> None:
+    assert served.json("/statistics") == orjson.loads(served.cli("stats"))
+    assert served.json("/statistics?top=1") == orjson.loads(served.cli("stats", "--top", "1"))
+    (one,) = orjson.loads(served.cli("stats", "--scope", "rfc-minimum"))
+    assert served.json("/scopes/rfc-minimum/statistics") == one
+    assert served.get("/scopes/no-such-scope/statistics")[0] == 404
+    assert served.get("/statistics?top=x")[0] == 400
+
+
+def test_explain_answers_what_the_cli_prints(served: Served) -> None:
+    records = served.records()
+    recurred = next(r for r in records if r.get("event") == "recurred" and r["scope_id"] == "rfc-minimum")
+    match = next(r for r in records if r["record"] == "match")
+    dead = next(r for r in records if r["record"] == "dead_letter")
+    for identity in (recurred["observation_id"], match["match_digest"], dead["dead_letter_id"], _revision(recurred)):
+        path = "/explain/" + urllib.parse.quote(identity, safe="")
+        status, content_type, text = served.get(path)
+        assert status == 200 and content_type.startswith("text/plain")
+        assert text.decode() == served.cli("explain", identity)
+        as_json = orjson.loads(served.cli("explain", identity, "--json"))
+        for variant in (path + "?format=json", path):
+            status, content_type, body = served.get(variant, accept="application/json")
+            assert status == 200 and content_type == "application/json"
+            assert orjson.loads(body) == as_json
+        Explanation.model_validate_json(body)  # the OpenAPI schema describes it
+    # A revision's id may also be sent unencoded; ?scope narrows to one scope's card.
+    status, _, body = served.get(f"/explain/{_revision(recurred)}?format=json&scope=rfc-minimum")
+    assert status == 200 and [c["scope_id"] for c in orjson.loads(body)["cards"]] == ["rfc-minimum"]
+    assert served.get(f"/explain/{_revision(recurred)}?scope=elsewhere")[0] == 404
+    assert served.get("/explain/no-such-id")[0] == 404
+    assert served.get(f"/explain/{recurred['observation_id']}?format=yaml")[0] == 400
+
+
+def test_dead_letters_and_patterns(served: Served) -> None:
+    counts = DeadLetterCounts.model_validate_json(served.get("/dead-letters")[2])
+    by_code = Counter(r["error"] for r in served.records() if r["record"] == "dead_letter")
+    assert counts.by_code == dict(by_code) and counts.total == sum(by_code.values()) > 0
+    patterns = PatternSuggestions.model_validate_json(served.get("/patterns")[2])
+    assert patterns.available and patterns.min_scopes == 3
+    listed = orjson.loads(served.cli("patterns", "--all", "--json"))
+    assert [p.model_dump(mode="json") for p in patterns.patterns] == listed
+
+
+def test_the_page_and_the_document_are_served(served: Served) -> None:
+    status, content_type, body = served.get("/ui")
+    assert status == 200 and content_type.startswith("text/html") and b'src="/ui/app.js"' in body
+    for name, kind in (("app.js", "text/javascript"), ("app.css", "text/css")):
+        status, content_type, _ = served.get(f"/ui/{name}")
+        assert status == 200 and content_type.startswith(kind)
+    assert served.get("/ui/../README.md")[0] == 404
+    # Offline: the page loads nothing from another host.
+    for name in ("index.html", "app.js", "app.css"):
+        text = (REPO / "processor" / "ui" / name).read_text()
+        assert "http://" not in text.replace("http://www.w3.org/2000/svg", "") and "https://" not in text
+    document = served.json("/openapi.json")
+    assert document["openapi"].startswith("3.1") and "/metrics" not in document["paths"]
+    assert {"/statistics", "/scopes/{scope_id}/statistics", "/explain/{id}", "/livez", "/readyz"} <= set(
+        document["paths"]
+    )
+
+
+def test_the_page_shows_what_recurrence_stats_says(served: Served) -> None:
+    shown = page_readings(served.url + "/ui", SCREENSHOTS / "ui-embedded.png")
+    stats = orjson.loads(served.cli("stats", "--top", "50"))
+    want = expected_readings(stats)
+    assert shown["scopes"] == want["scopes"]
+    assert shown["totals"] == want["totals"]
+    by_code = Counter(r["error"] for r in served.records() if r["record"] == "dead_letter")
+    assert shown["dead_letters"] == dict(by_code)
+    needing = [f"{s['scope_id']} {_revision(r)}" for s in stats
+               for r in s["recurrence"]["top_revisions"][: s["recurrence"]["needing_review"]]]
+    assert shown["review"] == needing
+    # The chosen scope's sparklines are its revisions' verdicts, as `explain` lists them.
+    chosen = next(s for s in stats if s["scope_id"] == shown["chosen"])
+    for revision in chosen["recurrence"]["top_revisions"][:3]:
+        identity = _revision(revision)
+        card = orjson.loads(served.cli("explain", identity, "--json"))["cards"]
+        (history,) = [c["history"] for c in card if c["scope_id"] == chosen["scope_id"]]
+        assert shown["sparks"][identity] == "".join("R" if e == "recurred" else "a" for _, e in history)
+    assert shown["explanation"].startswith("revision ")
+
+
+def test_the_openapi_document_holds_against_the_server(served: Served) -> None:
+    found, ran = failures(served.url)
+    assert set(ran) == set(served.json("/openapi.json")["paths"]) - {"/openapi.json"}
+    assert not found, "\n\n".join(found)
+
+
+def test_the_api_check_finds_an_answer_the_document_does_not_describe(served: Served) -> None:
+    class Wrong(EmbeddedReadSurface):
+        def dead_letters(self) -> dict[str, Any]:
+            return {"total": "many", "by_code": {}}
+
+    store = RocksStore.open(served.state, read_only=True)
+    app = application(Wrong(store, served.ledger))
+    port = free_port()
+    runner = web.AppRunner(app)
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(runner.setup())
+    loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        found, _ = failures(f"http://127.0.0.1:{port}", max_examples=3)
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+        loop.run_until_complete(runner.cleanup())
+        loop.close()
+        store.close()
+    assert [f.split(":")[0] for f in found] == ["GET /dead-letters"]
