@@ -119,7 +119,9 @@ class ChangeSetRocksStore(faust_rocksdb.Store):
         for key, value in rows:
             batch.put(key, value)
         options = WriteOptions()
-        options.disable_wal(True)  # a scratch database: flushed once loaded, discarded if the load fails
+        # A scratch database: flushed once loaded, discarded if the load fails. (A property at
+        # runtime; rocksdict's stub declares a method.)
+        options.disable_wal = True  # type: ignore[method-assign,assignment]
         db.write(batch, options)
 
     def partition_state(self, partition: int) -> StateStore:
