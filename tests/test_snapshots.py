@@ -222,7 +222,9 @@ def test_the_store_loads_a_snapshot_before_recovery_only_where_there_is_no_datab
     newcomer = _store(tmp_path, "newcomer")
     _fill(newcomer, 1, 0, 1, seed=10)  # partition 1 has a local database already: it is kept
     newcomer.revoke_partitions(newcomer.table, {TP(newcomer.table.changelog_topic.get_topic_name(), 1)})
-    newcomer.table.snapshots = snapshots = _snapshots(log)
+    table = newcomer.table
+    assert isinstance(table, StateTable)
+    table.snapshots = snapshots = _snapshots(log)
     topic = newcomer.table.changelog_topic.get_topic_name()
     assigned = {TP(topic, 0), TP(topic, 1)}
     asyncio.run(newcomer.on_rebalance(assigned, set(), assigned))
