@@ -8,7 +8,8 @@ database for loads the latest complete copy *before* Faust's recovery, which
 then replays only the changelog tail after the copy's offset.
 
 Shipping (``Snapshots.tick``, on a timer, for every partition this worker owns
-and has restored):
+and has restored; and at a clean stop, ``at_shutdown``, for the partitions that
+changed since their last snapshot -- one pass over their rows, ~2 s per million):
 
 * due when the partition's changelog offset moved ``snapshot_batches`` change
   sets past the last snapshot, or moved at all and ``snapshot_interval``
@@ -288,6 +289,23 @@ class Snapshots:
         if rows != manifest.rows or offset != str(manifest.changelog_offset).encode():
             raise SnapshotUnusableError(f"{rows} rows at offset {offset!r}, the manifest says {manifest.rows}")
         return rows
+
+    async def at_shutdown(self, store: ChangeSetRocksStore) -> None:
+        """A clean stop: ship the actives that changed since their last snapshot (one pass over each)."""
+        if not self.shipping:
+            return
+        table = str(store.table.name)
+        topics = store.table.changelog_topic.topics
+        actives = sorted(tp.partition for tp in store.app.assignor.assigned_actives() if tp.topic in topics)
+        for partition in actives:
+            offset = store.open_changelog_offset(partition)
+            known = self._known.get((table, partition))
+            if offset is None or (known is not None and offset <= known.changelog_offset):
+                continue
+            try:
+                await self.ship(store, table, partition)
+            except Exception as error:  # never hold up a shutdown: the last complete snapshot stays usable
+                log.warning("%s partition %d: no snapshot at shutdown: %s", table, partition, type(error).__name__)
 
     # -- shipping (the app's timer) ------------------------------------------------------------
     async def tick(self, targets: Sequence[SnapshotTarget]) -> None:

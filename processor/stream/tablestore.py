@@ -77,6 +77,8 @@ class SnapshotHook(Protocol):
 
     async def before_recovery(self, store: "ChangeSetRocksStore", assigned: set[Any], revoked: set[Any]) -> None: ...
 
+    async def at_shutdown(self, store: "ChangeSetRocksStore") -> None: ...
+
 
 class ChangeSetRocksStore(faust_rocksdb.Store):
     """Faust's RocksDB table store, plus prefix scans, change-set changelog records and snapshots."""
@@ -94,6 +96,12 @@ class ChangeSetRocksStore(faust_rocksdb.Store):
         if hook is not None:  # before Faust's recovery reads the offset each database holds
             await hook.before_recovery(self, assigned, revoked)
         await super().on_rebalance(assigned, revoked, newly_assigned, generation_id)
+
+    async def stop(self) -> None:
+        hook: SnapshotHook | None = getattr(self.table, "snapshots", None)
+        if hook is not None and self._dbs:  # streams are drained by now: the state is final
+            await hook.at_shutdown(self)
+        await super().stop()
 
     def is_open(self, partition: int) -> bool:
         return partition in self._dbs
