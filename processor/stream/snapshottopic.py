@@ -25,7 +25,7 @@ class KafkaSnapshotLog:
     def __init__(self, connection: KafkaConnection, topic: str) -> None:
         self._connection = connection
         self._topic = topic
-        self._reader = PartitionReader(connection, topic)
+        self._reader = PartitionReader(connection, topic, fetch_max_wait_ms=20)
         self._producer: Any = None
 
     async def _ensure_producer(self) -> Any:
