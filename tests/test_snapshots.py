@@ -192,24 +192,22 @@ def test_a_partition_revoked_during_an_upload_gets_no_manifest(tmp_path: Path) -
     assert asyncio.run(latest_manifest(log, "state", 0)) is None
 
 
-def _manifest(changelog_offset: int, age: float) -> Manifest:
-    return Manifest("state", 0, "s", changelog_offset, 1, 1, (), time.time() - age)
-
-
 @pytest.mark.parametrize(
-    ("interval", "batches", "known", "offset", "due"),
+    ("interval", "batches", "age", "offset", "due"),
     [
         (300, 1000, None, 5, True),  # no snapshot yet
-        (300, 1000, _manifest(100, 10), 100, False),  # unchanged
-        (300, 1000, _manifest(100, MAX_AGE + 1), 100, True),  # unchanged, but about to age out
-        (300, 1000, _manifest(100, 10), 1099, False),
-        (300, 1000, _manifest(100, 10), 1100, True),  # by count
-        (300, 1000, _manifest(100, 301), 101, True),  # by time, changed
-        (0, 1000, _manifest(100, 10_000), 101, False),  # time off
-        (300, 0, _manifest(100, 10), 10_000, False),  # count off
+        (300, 1000, 10, 100, False),  # unchanged
+        (300, 1000, MAX_AGE + 1, 100, True),  # unchanged, but about to age out
+        (300, 1000, 10, 1099, False),
+        (300, 1000, 10, 1100, True),  # by count
+        (300, 1000, 301, 101, True),  # by time, changed
+        (0, 1000, 10_000, 101, False),  # time off
+        (300, 0, 10, 10_000, False),  # count off
     ],
 )
-def test_when_a_snapshot_is_due(interval: float, batches: int, known: Manifest | None, offset: int, due: bool) -> None:
+def test_when_a_snapshot_is_due(interval: float, batches: int, age: float | None, offset: int, due: bool) -> None:
+    # The last snapshot is at changelog offset 100, ``age`` seconds old (None: there is none).
+    known = None if age is None else Manifest("state", 0, "s", 100, 1, 1, (), time.time() - age)
     assert _snapshots(MemoryLog(), interval, batches)._due(known, offset) is due
 
 
