@@ -6,7 +6,12 @@ state changelogs: each of their records is one batch's whole change set (not a
 per-key value), so compaction would drop state. The exception is
 ``<prefix>.statistics``, a table topic (a KTable changelog in Kafka Streams
 terms): its value per key *is* the scope's current statistics, so compaction
-keeps exactly what a consumer needs. Every topic has the same partition count,
+keeps exactly what a consumer needs. ``<app id>-snapshots`` holds partition
+snapshots (chunks, then a manifest; ``processor/stream/snapshots.py``):
+compacted so a superseded snapshot goes away once its chunks are tombstoned,
+with a retention so chunks of an upload that never finished go away too
+(live snapshots are re-shipped well within it), and small segments so
+compaction keeps up. Every topic has the same partition count,
 because a scope's journal partition is also its changelog partition and (by
 key) its output partition, and the patterns agent's repartition topic and
 changelog line up the same way by signature key.
@@ -20,6 +25,13 @@ from recurrence.processor.stream.settings import StreamSettings
 APPEND_ONLY: Final = {"cleanup.policy": "delete", "retention.ms": "-1"}
 # Last value per key; old values may be cleaned as soon as they are superseded.
 COMPACTED: Final = {"cleanup.policy": "compact"}
+# Snapshots: last copy per key, and nothing older than the retention (> snapshots.MAX_AGE, 1 day).
+SNAPSHOTS: Final = {
+    "cleanup.policy": "compact,delete",
+    "retention.ms": str(7 * 24 * 3600 * 1000),
+    "segment.bytes": str(64 * 1024 * 1024),
+    "max.message.bytes": str(8 * 1024 * 1024),  # snapshottopic.MAX_RECORD_BYTES
+}
 
 
 @dataclass(frozen=True)
@@ -53,4 +65,9 @@ def topic_specs(settings: StreamSettings) -> list[TopicSpec]:
         spec(names.recurred, "repartition", "recurred observations keyed by signature key, for the patterns agent"),
         spec(names.patterns, "patterns", "pattern suggestions (a signature recurring in K scopes), keyed by it"),
         spec(names.patterns_changelog, "patterns-changelog", "patterns agent state: one change set per batch"),
+        spec(
+            names.snapshots, "snapshots",
+            "partition snapshots of both tables: chunks then a manifest, keyed <table>/<partition>/...",
+            SNAPSHOTS,
+        ),
     ]

@@ -40,6 +40,8 @@ from recurrence.processor.stream.probes import ProbeInputs, readiness, rebalance
 from recurrence.processor.stream.processing import BatchProcessor
 from recurrence.processor.stream.settings import PATTERNS_TABLE_NAME, TABLE_NAME, KafkaConnection, StreamSettings
 from recurrence.processor.stream.sink import FaustSink
+from recurrence.processor.stream.snapshots import Snapshots, SnapshotTarget
+from recurrence.processor.stream.snapshottopic import KafkaSnapshotLog
 from recurrence.processor.stream.steps import PatternStep
 from recurrence.processor.stream.tablestore import StateTable
 from recurrence.processor.stream.types import Entry, PartitionedState
@@ -55,6 +57,7 @@ REPORT_INTERVAL: Final = 15.0
 CATCH_UP_INTERVAL: Final = 2.0
 STALL_SECONDS: Final = 4.0
 PRODUCER_BATCH_BYTES: Final = 512 * 1024
+SNAPSHOT_CHECK_INTERVAL: Final = 2.0
 
 
 def faust_credentials(connection: KafkaConnection) -> Any:
@@ -196,6 +199,7 @@ class RecurrenceService:
             step=PatternStep(names, settings.pattern_scopes),
             changelog=self.patterns_changelog_reader,
         )
+        self._wire_snapshots(settings)
         self.app.on_partitions_assigned.connect(self._assigned)
         self.app.agent(self.journal, name=AGENT_NAME)(self._agent(self.processor, names.journal))
         self.app.agent(self.recurred, name=PATTERNS_AGENT_NAME)(self._agent(self.patterns_processor, names.recurred))
@@ -273,8 +277,30 @@ class RecurrenceService:
             for partition, records in fetched.records.items() if partition in assigned
             for record in records
         ]
+    # -- snapshots (issue 8: restore bounded by state size; see ``snapshots``) -------------
+    def _wire_snapshots(self, settings: StreamSettings) -> None:
+        worker = settings.worker
+        self.snapshots = Snapshots(KafkaSnapshotLog(settings.kafka, self.names.snapshots),
+                                   worker.snapshot_interval, worker.snapshot_batches, self.metrics.snapshots)
+        tables = (self.table, self.patterns_table)
+        for table in tables:
+            table.snapshots = self.snapshots  # the store loads a snapshot before recovery
+        self.metrics.snapshots.replayed = lambda: sum(int(getattr(t.data, "replayed", 0)) for t in tables)
+        self._snapshot_targets = [
+            SnapshotTarget(lambda: self.table.data, self.cluster.ready_partitions),
+            SnapshotTarget(lambda: self.patterns_table.data, self.patterns_cluster.ready_partitions),
+        ]
+        if self.snapshots.shipping:
+            self.app.timer(SNAPSHOT_CHECK_INTERVAL)(self._ship_snapshots)
+
+    async def _ship_snapshots(self) -> None:
+        try:
+            await self.snapshots.tick(self._snapshot_targets)
+        except Exception as error:  # an optimisation only: a failed upload has no manifest; the next tick retries
+            log.warning("shipping a snapshot failed: %s; retrying later", type(error).__name__, exc_info=error)
 
     async def _close_reader(self, app: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+        await self.snapshots.topic.close()
         await self.reader.close()
         await self.patterns_reader.close()
         await self.changelog_reader.close()

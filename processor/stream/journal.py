@@ -22,9 +22,12 @@ FETCH_TIMEOUT = 60.0
 
 
 class PartitionReader:
-    def __init__(self, connection: KafkaConnection, topic: str) -> None:
+    def __init__(self, connection: KafkaConnection, topic: str, fetch_max_wait_ms: int = 500) -> None:
         self._connection = connection
         self._topic = topic
+        # A broker answers one connection's requests in order: an offsets request waits behind a
+        # fetch that is long-polling for more data. Readers that alternate the two keep this short.
+        self._fetch_max_wait_ms = fetch_max_wait_ms
         self._consumer: Any = None
         self._lock = asyncio.Lock()
 
@@ -37,6 +40,7 @@ class PartitionReader:
                 isolation_level="read_committed",
                 auto_offset_reset="earliest",
                 max_partition_fetch_bytes=8 * 1024 * 1024,
+                fetch_max_wait_ms=self._fetch_max_wait_ms,
             )
             await consumer.start()
             self._consumer = consumer

@@ -58,6 +58,17 @@ class LiveReadings:
 
 
 @dataclass
+class SnapshotCounts:
+    """Partition snapshots (``snapshots``): shipped by this worker, and loaded instead of a full replay."""
+
+    shipped: int = 0
+    shipped_bytes: int = 0
+    restored: int = 0
+    restored_rows: int = 0
+    replayed: Callable[[], int] = lambda: 0  # changelog records applied by recovery and standbys
+
+
+@dataclass
 class Metrics(Tally):
     batches: int = 0
     changelog_records: int = 0
@@ -74,6 +85,7 @@ class Metrics(Tally):
     live: LiveReadings = field(default_factory=LiveReadings)
     # The patterns agent's own tally (its entries are repartitioned observations, not journal entries).
     patterns: "Metrics | None" = None
+    snapshots: SnapshotCounts = field(default_factory=SnapshotCounts)
 
     def __post_init__(self) -> None:
         self.latency = Histogram(
@@ -110,6 +122,19 @@ class Metrics(Tally):
 
 def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
     return CounterMetricFamily(name, doc, value=value)
+
+
+def _snapshot_counters(s: SnapshotCounts) -> Iterator[Metric]:
+    yield _counter("recurrence_snapshots_shipped", "Partition snapshots this worker shipped (manifest written).",
+                   s.shipped)
+    yield _counter("recurrence_snapshot_shipped_bytes", "Compressed bytes of the snapshots shipped.", s.shipped_bytes)
+    yield _counter("recurrence_snapshots_restored",
+                   "Partition snapshots loaded for a partition with no local state (before the changelog tail).",
+                   s.restored)
+    yield _counter("recurrence_snapshot_restored_rows", "State rows loaded from snapshots.", s.restored_rows)
+    yield _counter("recurrence_changelog_replayed_records",
+                   "Changelog records applied by recovery and standby replicas (the tail after a snapshot, or all).",
+                   s.replayed())
 
 
 class _WorkerCollector(Collector):
@@ -156,6 +181,7 @@ class _WorkerCollector(Collector):
                        repaired)
         yield _counter("recurrence_rebalances", "Consumer group rebalances this worker took part in.",
                        m.live.rebalances())
+        yield from _snapshot_counters(m.snapshots)
         yield from self._gauges()
 
     def _gauges(self) -> Iterator[Metric]:

@@ -276,6 +276,16 @@ class WorkerOptions(SettingsModel):
         json_schema_extra=flag(metavar="N"),
     )
     create_topics: bool = Field(False, description="create missing topics before starting (never alters any)")
+    # Snapshots (docs/kafka.md): a partition with no local state loads the latest one and replays
+    # only the changelog after it. Both 0: none are shipped (a worker still loads existing ones).
+    snapshot_interval: float = Field(
+        300.0, ge=0, le=86_400, description="ship a snapshot of each owned partition whose state changed at most "
+        "this many seconds after the last one (0: not by time)", json_schema_extra=flag(metavar="SECONDS"),
+    )
+    snapshot_batches: int = Field(
+        1000, ge=0, description="also ship one once a partition has this many change sets (batches) past the last "
+        "(0: not by count)", json_schema_extra=flag(metavar="N"),
+    )
     loglevel: Literal["debug", "info", "warning", "error"] = Field(
         "info", description="worker log level", json_schema_extra=flag(short="-l")
     )
@@ -294,6 +304,7 @@ class TopicNames(BaseModel):
     patterns: str
     recurred: str  # ``recurred`` observations re-keyed by signature key (engine agent -> patterns agent)
     patterns_changelog: str
+    snapshots: str  # partition snapshots of both tables (issue 8)
 
     def outputs(self) -> tuple[str, str, str]:
         """The ledger topics: together they hold exactly the embedded runner's ledger."""
@@ -441,6 +452,7 @@ class StreamSettings(BaseModel):
             # Internal to one app id, like its changelogs (Kafka Streams: "<app id>-<name>-repartition").
             recurred=f"{self.group_id}-recurred-repartition",
             patterns_changelog=f"{self.group_id}-{PATTERNS_TABLE_NAME}-changelog",
+            snapshots=f"{self.group_id}-snapshots",
         )
 
 

@@ -39,7 +39,11 @@ def test_kill_minus_nine_at_random_points(deployment: Deployment, tmp_path: Path
     deployment.apply_topics()
     # Small batches: more batch boundaries for the kills to land between and inside.
     # A stable instance id: the restarted worker takes its partitions back at once.
-    worker = deployment.worker("w1", "--batch-max", "50", "--instance-id", f"{deployment.prefix}-w1").start()
+    # Snapshots every second: the lost disk is restored from the latest complete one plus the
+    # changelog tail, and kills land during uploads too (a snapshot without its manifest is unused).
+    worker = deployment.worker(
+        "w1", "--batch-max", "50", "--instance-id", f"{deployment.prefix}-w1", "--snapshot-interval", "1"
+    ).start()
     worker.wait_ready(partitions=deployment.partitions)
 
     kills_mid_batch = 0
@@ -79,7 +83,7 @@ def test_kill_minus_nine_at_random_points(deployment: Deployment, tmp_path: Path
     print(
         f"\n[crash {guarantee}] {CYCLES} kill -9 ({kills_mid_batch} with entries pending), one with the local state "
         f"deleted; {len(raw)} raw output records, {len(distinct)} distinct, {duplicates} duplicates from crashes; "
-        f"{gaps} stream gaps filled from the journal; "
+        f"{gaps} stream gaps filled from the journal; {log_text.count('loaded snapshot')} snapshots loaded; "
         "kill -> ready / kill -> caught up (s): "
         + ", ".join(f"{ready:.1f}/{caught:.1f}" for ready, caught in recoveries)
     )

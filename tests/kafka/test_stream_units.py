@@ -27,6 +27,7 @@ from recurrence.processor.stream.dump import record_id
 from recurrence.processor.stream.processing import BatchProcessor
 from recurrence.processor.stream.publish import scope_key
 from recurrence.processor.stream.settings import StreamSettings
+from recurrence.processor.stream.snapshots import MAX_AGE
 from recurrence.processor.stream.types import ID_HEADER, SOURCE_HEADER, ChangelogRecord, Entry
 from recurrence.processor.stream.views import partition_for
 from recurrence.processor.synthetic import JournalSpec, generate
@@ -262,22 +263,26 @@ def test_change_set_round_trip(changes: dict[bytes, bytes | None]) -> None:
             changeset.decode(encoded[:-1])
 
 
-def test_topics_are_co_partitioned_and_only_statistics_is_compacted() -> None:
+def test_topics_are_co_partitioned_and_only_statistics_and_snapshots_are_compacted() -> None:
     specs = topic_specs(StreamSettings(topic_prefix="p", partitions=6, replication=3, min_insync=2))
     assert {s.role for s in specs} == {
         "journal", "ledger", "review", "dead-letters", "changelog", "statistics", "repartition", "patterns",
-        "patterns-changelog",
+        "patterns-changelog", "snapshots",
     }
     for spec in specs:
         assert spec.partitions == 6 and spec.replication == 3
         if spec.role == "statistics":
             # A table topic: the last value per scope is its statistics.
             assert spec.config == {"cleanup.policy": "compact", "min.insync.replicas": "2"}
+        elif spec.role == "snapshots":
+            # Superseded snapshots compacted away, unfinished uploads aged out (snapshots.MAX_AGE is 1 day).
+            assert spec.config["cleanup.policy"] == "compact,delete"
+            assert int(spec.config["retention.ms"]) > 2 * MAX_AGE * 1000
         else:
             assert spec.config == {"cleanup.policy": "delete", "retention.ms": "-1", "min.insync.replicas": "2"}
     names = {s.name for s in specs}
     assert {"p-state-changelog", "p.statistics", "p.patterns", "p-recurred-repartition",
-            "p-patterns-changelog"} <= names
+            "p-patterns-changelog", "p-snapshots"} <= names
 
 
 def test_partition_for_matches_the_java_default_partitioner() -> None:

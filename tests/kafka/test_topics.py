@@ -53,6 +53,6 @@ def test_apply_creates_missing_topics_and_reports_drift(deployment: Deployment) 
 def test_dry_run_reports_missing_topics(deployment: Deployment) -> None:
     result = deployment.run("topics", "apply", "--dry-run", check=False)
     assert result.returncode == 2
-    assert result.stdout.count("would create") == TOPICS == 9
+    assert result.stdout.count("would create") == TOPICS == 10
     assert deployment.run("topics", "apply").returncode == 0
     assert deployment.run("topics", "apply", "--dry-run").stdout.count("ok ") == TOPICS

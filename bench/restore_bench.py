@@ -1,0 +1,269 @@
+"""Restore benchmark: a worker that lost its disk, with and without snapshots (issue 8, goal 6).
+
+Per journal size N (a bounded working set: ``recurrence generate`` with 50
+scopes, 40 Experiences per scope, ``--recent-window 50``, seed 42), with fresh
+topics and ONE ``recurrence worker`` (4 partitions, at_least_once):
+
+1. history: publish N entries to a running worker (snapshots every 60 s, and
+   at its clean stop), which runs them all, then stops (SIGTERM);
+2. tail: publish N/10 more; a worker with shipping off runs them and stops, so
+   the changelog holds a tail after the last snapshot, as after a crash;
+3. with snapshots: delete the data directory, start a worker, time start ->
+   ready (``/readyz`` 200 on every partition); read what it loaded and replayed
+   from ``/metrics``;
+4. without snapshots: stop it, delete the data directory and every snapshot
+   (the snapshots topic is deleted and created again, empty), start again and
+   time start -> ready: the whole changelog is replayed.
+
+Both restores must end at the same journal positions (checked). Worker start
+(process, Faust, group join) is inside both times. One JSON line per phase;
+results in bench/results/restore.json and the table in docs/performance.md
+between the ``bench:restore`` markers.
+
+    python bench/restore_bench.py [--sizes 100000,300000,1000000]
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+
+from recurrence.processor.stream.localrun import LocalBroker, free_port, recurrence_command, wait_for
+from recurrence.processor.synthetic import JournalSpec, write
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "performance.md"
+PARTITIONS = 4
+
+
+def emit(phase: str, **values: Any) -> dict[str, Any]:
+    line = {"phase": phase, **values}
+    print(json.dumps(line), flush=True)
+    return line
+
+
+class Bench:
+    def __init__(self, bootstrap: str, workdir: Path) -> None:
+        self.bootstrap = bootstrap
+        self.workdir = workdir
+        self.prefix = f"rb{uuid.uuid4().hex[:10]}"
+        self.datadir = workdir / f"{self.prefix}-data"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.port = 0
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": self.bootstrap, "RECURRENCE_TOPIC_PREFIX": self.prefix,
+                "RECURRENCE_PARTITIONS": str(PARTITIONS), "PYTHONUNBUFFERED": "1"}
+
+    def run(self, *args: str) -> None:
+        subprocess.run([*recurrence_command(), *args], check=True, env=self.env(), capture_output=True, timeout=3600)
+
+    def start(self, *extra: str) -> float:
+        self.port = free_port()
+        log = (self.workdir / f"{self.prefix}-worker.log").open("ab")
+        started = time.monotonic()
+        self.proc = subprocess.Popen(
+            [*recurrence_command(), "worker", "--datadir", str(self.datadir), "--web-port", str(self.port),
+             "--ready-max-lag", "1000000000", *extra],
+            env=self.env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        log.close()
+        return started
+
+    def stop(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=600)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def get(self, path: str) -> tuple[int, bytes]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=10) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read()
+        except OSError:
+            return 0, b""
+
+    def metrics(self) -> dict[str, float]:
+        _, body = self.get("/metrics")
+        values: dict[str, float] = {}
+        for line in body.decode().splitlines():
+            if line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                values[name] = float(value)
+        return values
+
+    def positions(self) -> dict[str, float]:
+        return {k: v for k, v in self.metrics().items() if k.startswith("recurrence_journal_position{")}
+
+    def wait_ready(self, timeout: float = 3600) -> None:
+        def ready() -> bool:
+            assert self.proc is not None and self.proc.poll() is None, "the worker exited"
+            status, body = self.get("/readyz")
+            if status != 200:
+                return False
+            report = json.loads(body)
+            return bool(report["partitions"]) and report["ready_partitions"] == report["partitions"]
+
+        wait_for(ready, timeout, 0.1, "the worker to be ready")
+
+    def wait_caught_up(self, journal_end: int, timeout: float = 7200) -> None:
+        wait_for(lambda: sum(self.positions().values()) >= journal_end, timeout, 0.5, "every entry applied")
+
+    async def _ends(self, topic: str) -> int:
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None)
+        await consumer.start()
+        try:
+            tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+            return int(sum((await consumer.end_offsets(tps)).values()))
+        finally:
+            await consumer.stop()
+
+    def ends(self, topic: str) -> int:
+        return asyncio.run(self._ends(topic))
+
+    async def _drop_snapshots(self) -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
+        await admin.start()
+        try:
+            await admin.delete_topics([f"{self.prefix}-snapshots"])
+        finally:
+            await admin.close()
+
+    def drop_snapshots(self) -> None:
+        asyncio.run(self._drop_snapshots())
+        # Topic deletion completes asynchronously: apply until the topic is back, empty.
+        wait_for(self._apply_ok, 120, 1.0, "the snapshots topic to be created again")
+
+    def _apply_ok(self) -> bool:
+        result = subprocess.run([*recurrence_command(), "topics", "apply"], check=False, env=self.env(),
+                                capture_output=True, timeout=120)
+        return result.returncode == 0 and self.ends(f"{self.prefix}-snapshots") == 0
+
+
+def measure(bootstrap: str, workdir: Path, entries: int) -> dict[str, Any]:
+    tail_entries = max(1, entries // 10)
+    spec = JournalSpec(entries=entries + tail_entries, scopes=50, seed=42, experiences_per_scope=40, recent_window=50)
+    lines = workdir / f"journal-{entries}.jsonl"
+    if not lines.exists():
+        write(spec, str(lines))
+    content = lines.read_bytes().splitlines(keepends=True)
+    history_file, tail_file = workdir / f"history-{entries}.jsonl", workdir / f"tail-{entries}.jsonl"
+    history_file.write_bytes(b"".join(content[:entries]))
+    tail_file.write_bytes(b"".join(content[entries:]))
+
+    bench = Bench(bootstrap, workdir)
+    bench.run("topics", "apply")
+    # The worker runs while the journal is published (the publisher is the slower one), so it
+    # takes normal batches: a worker started on a large backlog may read it in one catch-up batch.
+    started = bench.start("--snapshot-interval", "60")
+    bench.wait_ready()
+    bench.run("publish", str(history_file))
+    bench.wait_caught_up(entries)
+    processed = time.monotonic() - started
+    bench.stop()
+    emit("history", entries=entries, seconds=round(processed, 1))
+
+    bench.run("publish", str(tail_file))
+    bench.start("--snapshot-interval", "0", "--snapshot-batches", "0")
+    bench.wait_caught_up(entries + tail_entries)
+    bench.stop()
+    changelog = bench.ends(f"{bench.prefix}-state-changelog") + bench.ends(f"{bench.prefix}-patterns-changelog")
+    snapshot_records = bench.ends(f"{bench.prefix}-snapshots")
+
+    results: dict[str, Any] = {"entries": entries, "tail_entries": tail_entries, "changelog_records": changelog}
+    for label in ("with", "without"):
+        if label == "without":
+            bench.drop_snapshots()
+        shutil.rmtree(bench.datadir)
+        started = bench.start("--snapshot-interval", "0", "--snapshot-batches", "0")
+        bench.wait_ready()
+        seconds = time.monotonic() - started
+        metrics = bench.metrics()
+        positions = sum(bench.positions().values())
+        bench.stop()
+        results[label] = {
+            "seconds": round(seconds, 2),
+            "snapshots_loaded": metrics.get("recurrence_snapshots_restored_total", 0),
+            "rows_loaded": metrics.get("recurrence_snapshot_restored_rows_total", 0),
+            "records_replayed": metrics.get("recurrence_changelog_replayed_records_total", 0)
+            + metrics.get("recurrence_restore_repaired_change_sets_total", 0),
+            "journal_positions": positions,
+        }
+        emit(f"restore {label} snapshots", entries=entries, **results[label])
+    if results["with"]["journal_positions"] != results["without"]["journal_positions"]:
+        raise SystemExit(f"the two restores ended at different journal positions: {results}")
+    results["snapshot_records"] = snapshot_records
+    shutil.rmtree(bench.datadir, ignore_errors=True)
+    return results
+
+
+def table(points: list[dict[str, Any]]) -> str:
+    head = ("| journal entries (history + tail) | changelog records | restore with snapshots | rows loaded | "
+            "records replayed | restore without snapshots | records replayed |\n"
+            "|---:|---:|---:|---:|---:|---:|---:|\n")
+    body = "".join(
+        f"| {p['entries']:,} + {p['tail_entries']:,} | {p['changelog_records']:,} | {p['with']['seconds']:.1f} s | "
+        f"{p['with']['rows_loaded']:,.0f} | {p['with']['records_replayed']:,.0f} | "
+        f"{p['without']['seconds']:.1f} s | {p['without']['records_replayed']:,.0f} |\n"
+        for p in points
+    )
+    return head + body
+
+
+def update_doc(text: str) -> None:
+    start, end = "<!-- bench:restore:start -->", "<!-- bench:restore:end -->"
+    doc = DOC.read_text(encoding="utf-8")
+    if start not in doc:
+        return
+    before, rest = doc.split(start, 1)
+    _, after = rest.split(end, 1)
+    DOC.write_text(f"{before}{start}\n{text}{end}{after}", encoding="utf-8")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="100000,300000,1000000")
+    parser.add_argument("--workdir", help="keep journals here (default: a temporary directory)")
+    parser.add_argument("--no-doc", action="store_true", help="do not rewrite docs/performance.md")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    points = []
+    with LocalBroker() as broker, tempfile.TemporaryDirectory(prefix="restore-bench-") as scratch:
+        workdir = Path(args.workdir) if args.workdir else Path(scratch)
+        workdir.mkdir(parents=True, exist_ok=True)
+        for entries in sizes:
+            points.append(measure(broker.bootstrap, workdir, entries))
+    results = ROOT / "bench" / "results"
+    results.mkdir(parents=True, exist_ok=True)
+    report = {"machine": {"python": sys.version.split()[0], "platform": platform.platform(), "cpus": os.cpu_count()},
+              "points": points}
+    (results / "restore.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    text = table(points)
+    print(text)
+    if not args.no_doc:
+        update_doc(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
