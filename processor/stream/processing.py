@@ -183,6 +183,9 @@ class BatchProcessor:
         async with self._lock:
             return await self._process(entries)
 
+    # Journal offsets one catch-up call reads and runs at most (the worker's --batch-max default).
+    catch_up_max: int = 1000
+
     async def catch_up(self, partition: int, stop: int) -> BatchResult:
         """Read and run the journal directly up to ``stop`` (the entries the stream has not delivered)."""
         async with self._lock:
@@ -190,6 +193,10 @@ class BatchProcessor:
             start = read_position(self.state.partition_state(partition))
             if start is None:
                 start = await self.source.log_start(partition)
+            # One bounded batch per call, like a delivered one: a stall of 700k entries read as one
+            # batch made a 100 MB change set the broker refused (exit 70 on every restart). The
+            # caller's next tick goes on from the new position.
+            stop = min(stop, start + self.catch_up_max)
             records = await self.source.fetch(partition, start, stop)
             if records:
                 log.warning(
