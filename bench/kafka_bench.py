@@ -44,6 +44,7 @@ from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from benchdoc import update_doc  # bench/ is the script's directory, so first on sys.path
 
 from recurrence.processor.stream.dump import read_records, record_id
 from recurrence.processor.stream.faustcompat import kafka_client
@@ -54,7 +55,6 @@ from recurrence.processor.stream.types import SOURCE_HEADER
 from recurrence.processor.synthetic import JournalSpec, write
 
 ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "performance.md"
 
 
 def emit(phase: str, **values: Any) -> dict[str, Any]:
@@ -523,16 +523,6 @@ def comparison_table(rows: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def update_doc(text: str, marker: str = "bench:kafka") -> None:
-    start, end = f"<!-- {marker}:start -->", f"<!-- {marker}:end -->"
-    doc = DOC.read_text(encoding="utf-8")
-    if start not in doc:
-        return
-    before, rest = doc.split(start, 1)
-    _, after = rest.split(end, 1)
-    DOC.write_text(f"{before}{start}\n{text}{end}{after}", encoding="utf-8")
-
-
 # -- the benchmark ------------------------------------------------------------------------------
 
 
@@ -700,10 +690,10 @@ def main() -> int:
     if args.compare:
         table = comparison_table(rows)
         print(table)
-        update_doc(table)
+        update_doc("kafka", table)
         table = latency_table(rows)
         print(table)
-        update_doc(table, "bench:kafka-latency")
+        update_doc("kafka-latency", table)
         out.parent.mkdir(parents=True, exist_ok=True)
         (out.parent / "kafka-compare.json").write_text(json.dumps(rows, indent=2) + "\n")
         equal = all(rows[k]["equal"] for k in ("at_least_once", "exactly_once", "scale-1", "scale-2"))

@@ -36,10 +36,10 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from benchdoc import update_doc  # bench/ is the script's directory, so first on sys.path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
-DOC = ROOT / "docs" / "performance.md"
 PYTHON = sys.executable
 EXPERIENCES_PER_SCOPE = 40
 # Entries cite the 50 most recent evidence sources, receipts, Handoffs and Experience revisions of
@@ -265,16 +265,6 @@ def curve_table(result: dict[str, Any]) -> str:
         for p in result["points"]
     )
     return head + body + f"\nPeak RSS of the whole {result['entries']:,}-entry run: {result['peak_rss_mib']:.0f} MiB.\n"
-
-
-def update_doc(section: str, text: str) -> None:
-    start, end = f"<!-- bench:{section}:start -->", f"<!-- bench:{section}:end -->"
-    doc = DOC.read_text(encoding="utf-8")
-    if start not in doc:
-        return
-    before, rest = doc.split(start, 1)
-    _, after = rest.split(end, 1)
-    DOC.write_text(f"{before}{start}\n{text}{end}{after}", encoding="utf-8")
 
 
 def main() -> int:

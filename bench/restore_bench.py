@@ -42,12 +42,12 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from benchdoc import update_doc  # bench/ is the script's directory, so first on sys.path
 
 from recurrence.processor.stream.localrun import LocalBroker, free_port, recurrence_command, wait_for
 from recurrence.processor.synthetic import JournalSpec, write
 
 ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "performance.md"
 PARTITIONS = 4
 
 
@@ -230,16 +230,6 @@ def table(points: list[dict[str, Any]]) -> str:
     return head + body
 
 
-def update_doc(text: str) -> None:
-    start, end = "<!-- bench:restore:start -->", "<!-- bench:restore:end -->"
-    doc = DOC.read_text(encoding="utf-8")
-    if start not in doc:
-        return
-    before, rest = doc.split(start, 1)
-    _, after = rest.split(end, 1)
-    DOC.write_text(f"{before}{start}\n{text}{end}{after}", encoding="utf-8")
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="100000,300000,1000000")
@@ -261,7 +251,7 @@ def main() -> int:
     text = table(points)
     print(text)
     if not args.no_doc:
-        update_doc(text)
+        update_doc("restore", text)
     return 0
 
 
