@@ -122,55 +122,15 @@ class RecurrenceService:
             web_port=settings.web_port,
             canonical_url=self.canonical_url,
         )
-        self.journal = self.app.topic(
-            names.journal,
-            key_type=bytes,
-            value_type=bytes,
-            key_serializer="raw",
-            value_serializer="raw",
-            partitions=settings.partitions,
-        )
-        self.table = StateTable(
-            self.app,
-            name=TABLE_NAME,
-            key_type=bytes,
-            value_type=bytes,
-            partitions=settings.partitions,
-            beacon=self.app.tables.beacon,
-            help="recurrence engine state (one change set per journal entry)",
-        )
-        self.app.tables.add(self.table)
+        self.journal = self._raw_topic(names.journal)
+        self.table = self._state_table(TABLE_NAME, "recurrence engine state (one change set per journal entry)")
         self.cluster = Cluster(self.app, names.journal, names.changelog, self.table.name)
-        self.recurred = self.app.topic(
-            names.recurred,
-            key_type=bytes,
-            value_type=bytes,
-            key_serializer="raw",
-            value_serializer="raw",
-            partitions=settings.partitions,
+        self.recurred = self._raw_topic(names.recurred)
+        self.patterns_table = self._state_table(
+            PATTERNS_TABLE_NAME, "cross-scope pattern rows by signature key (one change set per batch)"
         )
-        self.patterns_table = StateTable(
-            self.app,
-            name=PATTERNS_TABLE_NAME,
-            key_type=bytes,
-            value_type=bytes,
-            partitions=settings.partitions,
-            beacon=self.app.tables.beacon,
-            help="cross-scope pattern rows by signature key (one change set per batch)",
-        )
-        self.app.tables.add(self.patterns_table)
         self.patterns_cluster = Cluster(self.app, names.recurred, names.patterns_changelog, self.patterns_table.name)
-        outputs = {
-            name: self.app.topic(
-                name,
-                key_type=bytes,
-                value_type=bytes,
-                key_serializer="raw",
-                value_serializer="raw",
-                partitions=settings.partitions,
-            )
-            for name in (*names.outputs(), names.statistics, names.patterns)
-        }
+        outputs = {name: self._raw_topic(name) for name in (*names.outputs(), names.statistics, names.patterns)}
         outputs[names.recurred] = self.recurred
         outputs[names.changelog] = self.table.changelog_topic
         outputs[names.patterns_changelog] = self.patterns_table.changelog_topic
@@ -277,6 +237,22 @@ class RecurrenceService:
             for partition, records in fetched.records.items() if partition in assigned
             for record in records
         ]
+    def _raw_topic(self, name: str) -> Any:
+        """A topic of raw bytes keys and values with the journal's partition count."""
+        return self.app.topic(
+            name, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw",
+            partitions=self.settings.partitions,
+        )
+
+    def _state_table(self, name: str, help_text: str) -> StateTable:
+        """A changelog-backed table of change sets (see ``tablestore``), registered with the app."""
+        table = StateTable(
+            self.app, name=name, key_type=bytes, value_type=bytes, partitions=self.settings.partitions,
+            beacon=self.app.tables.beacon, help=help_text,
+        )
+        self.app.tables.add(table)
+        return table
+
     # -- snapshots (issue 8: restore bounded by state size; see ``snapshots``) -------------
     def _wire_snapshots(self, settings: StreamSettings) -> None:
         worker = settings.worker
