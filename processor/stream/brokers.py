@@ -15,6 +15,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from typing import Any, Final, TypeVar
 
+from aiokafka import AIOKafkaConsumer
+
 from recurrence.processor.exceptions import BrokerError
 from recurrence.processor.stream.settings import KafkaConnection
 
@@ -23,6 +25,20 @@ C = TypeVar("C")
 
 APPLY_HINT: Final = "run 'recurrence topics apply' with the same --config / --topic-prefix first"
 _KAFKA_LOGGERS: Final = ("aiokafka", "kafka")
+
+
+def committed_reader(connection: KafkaConnection, **options: Any) -> AIOKafkaConsumer:
+    """A group-less consumer that reads only committed records from the start of what it is given
+    (dumps, explain's record reads, the journal and changelog readers); not started yet."""
+    return AIOKafkaConsumer(
+        **connection.aiokafka_kwargs(),
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        isolation_level="read_committed",
+        max_partition_fetch_bytes=8 * 1024 * 1024,
+        **options,
+    )
 
 
 def quiet_client_logs(verbose: bool) -> None:

@@ -33,7 +33,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from recurrence.processor.exceptions import SettingsError
-from recurrence.processor.stream.brokers import bounded, require_topics, started
+from recurrence.processor.stream.brokers import bounded, committed_reader, require_topics, started
 from recurrence.processor.stream.faustcompat import kafka_client
 from recurrence.processor.stream.settings import KafkaConnection, TopicNames
 from recurrence.processor.stream.types import ID_HEADER, SOURCE_HEADER
@@ -117,17 +117,6 @@ class DumpSummary:
         )
 
 
-def _consumer(connection: KafkaConnection) -> AIOKafkaConsumer:
-    return AIOKafkaConsumer(
-        **connection.aiokafka_kwargs(),
-        group_id=None,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        isolation_level="read_committed",
-        max_partition_fetch_bytes=8 * 1024 * 1024,
-    )
-
-
 class OutputReader:
     """Reads output topics from the beginning, deduplicating by record id."""
 
@@ -188,7 +177,7 @@ class OutputReader:
     async def read(self) -> list[bytes]:
         """Every distinct record up to the end offsets found at start, in source order."""
         began = time.monotonic()
-        async with started(self.connection, _consumer(self.connection)) as consumer:
+        async with started(self.connection, committed_reader(self.connection)) as consumer:
             tps = await self._assign(consumer)
             records = await self._snapshot(consumer, tps)
         self.summary.distinct = len(records)
@@ -198,7 +187,7 @@ class OutputReader:
     async def follow(self, out: IO[bytes], stop: asyncio.Event) -> None:
         """The snapshot, then every new distinct record as it arrives, until ``stop`` is set."""
         began = time.monotonic()
-        async with started(self.connection, _consumer(self.connection)) as consumer:
+        async with started(self.connection, committed_reader(self.connection)) as consumer:
             tps = await self._assign(consumer)
             for _, value in await self._snapshot(consumer, tps):
                 _write(out, value)
@@ -253,7 +242,7 @@ async def read_table(connection: KafkaConnection, topic: str) -> dict[bytes, byt
     tombstones (none are written) are ignored and dropped.
     """
     table: dict[bytes, bytes] = {}
-    async with started(connection, _consumer(connection)) as consumer:
+    async with started(connection, committed_reader(connection)) as consumer:
         counts = await require_topics(connection, kafka_client(consumer), [topic])
         tps = [TopicPartition(topic, p) for p in range(counts[topic])]
         consumer.assign(tps)

@@ -13,8 +13,9 @@ partition and the commit moved past them (docs/kafka.md, "Faust findings").
 import asyncio
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 
+from recurrence.processor.stream.brokers import committed_reader
 from recurrence.processor.stream.settings import KafkaConnection
 from recurrence.processor.stream.types import ChangelogRecord
 
@@ -33,15 +34,7 @@ class PartitionReader:
 
     async def _ensure(self) -> Any:
         if self._consumer is None:
-            consumer = AIOKafkaConsumer(
-                **self._connection.aiokafka_kwargs(),
-                group_id=None,
-                enable_auto_commit=False,
-                isolation_level="read_committed",
-                auto_offset_reset="earliest",
-                max_partition_fetch_bytes=8 * 1024 * 1024,
-                fetch_max_wait_ms=self._fetch_max_wait_ms,
-            )
+            consumer = committed_reader(self._connection, fetch_max_wait_ms=self._fetch_max_wait_ms)
             await consumer.start()
             self._consumer = consumer
         return self._consumer

@@ -23,11 +23,12 @@ from collections.abc import Callable, Iterable
 from typing import Any, Final, TypeVar
 
 import orjson
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 
 from recurrence.processor.explain import NotFoundError
 from recurrence.processor.recordindex import record_key
 from recurrence.processor.store.base import StateStore
+from recurrence.processor.stream.brokers import committed_reader
 from recurrence.processor.stream.settings import KafkaConnection
 
 log = logging.getLogger("recurrence.stream.explain")
@@ -104,13 +105,7 @@ class TopicReader:
 
     async def _ensure(self) -> Any:
         if self._consumer is None:
-            consumer = AIOKafkaConsumer(
-                **self._connection.aiokafka_kwargs(),
-                group_id=None,
-                enable_auto_commit=False,
-                isolation_level="read_committed",
-                auto_offset_reset="earliest",
-            )
+            consumer = committed_reader(self._connection)
             await consumer.start()
             self._consumer = consumer
         return self._consumer
