@@ -23,6 +23,15 @@ RFC_EXAMPLE = REPO / "examples" / "rfc-minimum.jsonl"
 
 
 def check_statistics(workers: list[Worker], oracle: Oracle, scopes: list[str]) -> None:
+    # A batch's outputs are durable before its local state is written (docs/kafka.md, "How a batch
+    # is processed"), so output equal to the oracle can be seen a moment before the statistics are.
+    expected = oracle.statistics()
+
+    def settled(worker: Worker) -> bool:
+        return worker.get_json("/statistics") == (200, expected)
+
+    for worker in workers:
+        wait_for(lambda: settled(worker), 30, 0.2, "the statistics to settle")  # noqa: B023 - called here
     for worker in workers:
         status, body = worker.get_json("/statistics")
         assert status == 200, body
