@@ -119,6 +119,7 @@ class OutcomeLedger:
 
         out: list[Emitted] = []
         matched: dict[ArtifactKey, list[tuple[Item, str]]] = {}
+        targets: dict[ArtifactKey, Candidate] = {}
         for item in failures:
             result, target = decide(item, frozen)
             match = records.match(
@@ -139,6 +140,7 @@ class OutcomeLedger:
             out.append(match)
             if target is not None:
                 matched.setdefault(target.ref, []).append((item, match.record_id))
+                targets[target.ref] = target
         failure_keys = {item.key for item in failures}
 
         receipt_json = None if link is None else source_json(link.receipt_ref)
@@ -171,8 +173,9 @@ class OutcomeLedger:
                 }
             )
 
-        # Unlinked, only a matched candidate can get a record: skip the rest of a large heads set.
-        touched = frozen.candidates if link is not None else [c for c in frozen.candidates if c.ref in matched]
+        # Unlinked, only a matched candidate can get a record: visit just those (in ArtifactRef order,
+        # as the frozen set is), not the whole of a large heads set.
+        touched = frozen.candidates if link is not None else [targets[ref] for ref in sorted(targets)]
         for cand in touched:
             verdict: Emitted | None = None
             avoided = False

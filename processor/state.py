@@ -32,8 +32,9 @@ SourceKey = tuple[str, str]
 
 def compact(data: bytes) -> bytes:
     """A copy that owns exactly its bytes: orjson returns over-allocated buffers (~4 KiB each), which
-    is harmless for a passing value and ruinous for one kept (a cache key, a memoized fragment)."""
-    return bytes(memoryview(data))
+    is harmless for a passing value and ruinous for one kept (a cache key, a memoized fragment).
+    Formatting is the cheapest exact copy (a quarter of ``bytes(memoryview(data))``'s cost)."""
+    return b"%b" % data
 
 
 def key(*parts: str | int) -> bytes:
