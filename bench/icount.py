@@ -1,0 +1,94 @@
+"""Instructions per entry, replay and its validation limit, counted by callgrind: A/B on a noisy machine.
+
+Wall-clock figures on a shared 2-core machine move by ±8% or more between
+runs; instruction counts do not (the same binary, input and environment give
+the same count to a few parts in ten thousand, whatever else runs). This
+runs ``recurrence replay`` and ``bench/validate_only.py`` under ``valgrind
+--tool=callgrind`` on the first SHORT and LONG entries of a journal and
+reports the difference divided by LONG - SHORT, so interpreter start-up and
+imports cancel out:
+
+    python bench/icount.py JOURNAL [--short 2000] [--long 8000]
+
+Use it to decide whether a change to the hot path helps (run it before and
+after; a change under ~0.5% is noise from hash seeds and thread timing). It
+is not a speed: instructions per second differ between the two workloads
+(the replay touches far more memory), so the wall-clock ratio ``make bench``
+prints is lower than the instruction ratio printed here. valgrind's SHA-256
+runs without the CPU's SHA extensions, so digest-heavy code weighs more here
+than on the hardware.
+"""
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+PYTHON = sys.executable
+BENCH = Path(__file__).resolve().parent
+_COLLECTED = re.compile(rb"Collected : (\d+)")
+
+
+def instructions(argv: Sequence[str]) -> int:
+    """Instructions one process executes, all threads (callgrind's total)."""
+    env = {**os.environ, "PYTHONHASHSEED": "0"}  # set and dict order, hence the count, do not vary per run
+    proc = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *argv],
+        capture_output=True, env=env, check=False,
+    )
+    found = _COLLECTED.search(proc.stderr)
+    if proc.returncode != 0 or found is None:
+        raise RuntimeError(f"{argv[:3]} exited {proc.returncode}: {proc.stderr.decode(errors='replace')[-1500:]}")
+    return int(found.group(1))
+
+
+def head(journal: Path, lines: int, into: Path) -> Path:
+    with journal.open("rb") as source, into.open("wb") as out:
+        for number, line in enumerate(source):
+            if number >= lines:
+                break
+            out.write(line)
+    return into
+
+
+def replay_count(journal: Path, workdir: Path) -> int:
+    state = workdir / f"state-{journal.stem}"
+    try:
+        return instructions([PYTHON, "-m", "recurrence.processor.cli", "replay", str(journal), "--state", str(state),
+                             "--out", str(workdir / f"ledger-{journal.stem}.jsonl")])
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("journal", type=Path)
+    parser.add_argument("--short", type=int, default=2000)
+    parser.add_argument("--long", type=int, default=8000)
+    args = parser.parse_args()
+    if shutil.which("valgrind") is None:
+        print("valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
+        return 2
+    if not 0 < args.short < args.long:
+        parser.error("need 0 < --short < --long")
+    with tempfile.TemporaryDirectory(prefix="recurrence-icount-") as tmp:
+        workdir = Path(tmp)
+        short, long = (head(args.journal, n, workdir / f"head-{n}.jsonl") for n in (args.short, args.long))
+        entries = args.long - args.short
+        replay = (replay_count(long, workdir) - replay_count(short, workdir)) / entries
+        validate = [PYTHON, str(BENCH / "validate_only.py")]
+        validation = (instructions([*validate, str(long)]) - instructions([*validate, str(short)])) / entries
+    print(f"entries {args.short + 1:,}-{args.long:,} of {args.journal.name}")
+    print(f"replay:           {replay:,.0f} instructions per entry")
+    print(f"validation limit: {validation:,.0f} instructions per entry")
+    print(f"replay / limit (by instructions): {validation / replay:.1%}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
