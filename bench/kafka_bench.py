@@ -45,6 +45,7 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from benchdoc import update_doc  # bench/ is the script's directory, so first on sys.path
+from prometheus_client.parser import text_string_to_metric_families
 
 from recurrence.processor.stream.dump import read_records, record_id
 from recurrence.processor.stream.faustcompat import kafka_client
@@ -160,7 +161,7 @@ class Deployment:
             tail = self.log.read_text(errors="replace")[-3000:]
             raise RuntimeError(f"worker exited with {self.proc.returncode}:\n{tail}")
 
-    def _get(self, path: str) -> bytes | None:
+    def get(self, path: str) -> bytes | None:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=10) as response:
                 body: bytes = response.read()
@@ -170,7 +171,7 @@ class Deployment:
 
     def ready(self) -> bool:
         self._check_alive()
-        body = self._get("/health")
+        body = self.get("/health")
         if not body:
             return False
         report = orjson.loads(body)
@@ -187,7 +188,7 @@ class Deployment:
     def ready_partitions(self) -> set[int]:
         """The partitions this worker serves (empty while it is not ready)."""
         self._check_alive()
-        body = self._get("/health")
+        body = self.get("/health")
         report = orjson.loads(body) if body else {}
         if report.get("status") != "ok" or report.get("ready_partitions") != report.get("partitions"):
             return set()
@@ -196,7 +197,7 @@ class Deployment:
     def positions(self) -> dict[int, int]:
         """The durable journal position per partition in the worker's state (empty while not answering)."""
         self._check_alive()
-        body = self._get("/metrics")
+        body = self.get("/metrics")
         found: dict[int, int] = {}
         for line in (body or b"").decode().splitlines():
             if line.startswith("recurrence_journal_position{"):
@@ -449,6 +450,7 @@ async def offered_load(d: Deployment, lines: list[bytes], rate: float, warmup: f
         await asyncio.sleep(1.0)  # the last outputs reach the reader
         done.set()
         await reader
+        profile = await asyncio.to_thread(worker_profile, d)
     finally:
         await consumer.stop()
         await producer.stop()
@@ -466,7 +468,48 @@ async def offered_load(d: Deployment, lines: list[bytes], rate: float, warmup: f
         "p90_ms": round(percentile(latencies, 0.90), 1),
         "p99_ms": round(percentile(latencies, 0.99), 1),
         "max_ms": round(max(latencies), 1),
+        "worker": profile,
     }
+
+
+def quantile_bound(buckets: list[tuple[float, float]], q: float) -> float:
+    """The upper bound of the histogram bucket holding quantile ``q`` (cumulative (le, count) pairs)."""
+    total = buckets[-1][1]
+    for bound, count in buckets:
+        if count >= q * total:
+            return bound
+    return buckets[-1][0]
+
+
+def worker_profile(d: Deployment) -> dict[str, Any]:
+    """The worker's own view of the run (its /metrics histograms): batch sizes, where a batch's time went,
+    event loop stalls and GC pauses -- mean, and the bucket bounds holding p50 and p99 (ms, or entries)."""
+    body = d.get("/metrics") or b""
+    found: dict[str, Any] = {}
+    for family in text_string_to_metric_families(body.decode()):
+        if family.type != "histogram" or not family.name.startswith(("recurrence_batch", "recurrence_event_loop",
+                                                                     "recurrence_gc_pause")):
+            continue
+        series: dict[str, dict[str, Any]] = defaultdict(lambda: {"buckets": []})
+        for sample in family.samples:
+            label = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()) if k != "le")
+            name = f"{family.name}{'{' + label + '}' if label else ''}"
+            if sample.name.endswith("_bucket"):
+                series[name]["buckets"].append((float(sample.labels["le"]), sample.value))
+            elif sample.name.endswith("_sum"):
+                series[name]["sum"] = sample.value
+            elif sample.name.endswith("_count"):
+                series[name]["count"] = sample.value
+        scale = 1 if family.name == "recurrence_batch_entries" else 1000
+        for name, values in series.items():
+            count = values.get("count", 0)
+            if not count:
+                continue
+            buckets = sorted(values["buckets"])
+            found[name] = {"count": int(count), "mean": round(values["sum"] / count * scale, 2),
+                           **{f"{label}_le": quantile_bound(buckets, q) * scale
+                              for label, q in (("p50", 0.5), ("p99", 0.99), ("max", 1.0))}}
+    return found
 
 
 def latency(bootstrap: str, workdir: Path, args: argparse.Namespace, guarantee: str, rate: float) -> dict[str, Any]:

@@ -89,6 +89,18 @@ def _scope_of(changes: Mapping[bytes, bytes | None]) -> bytes:
     return b""
 
 
+class _Clock:
+    """Seconds since the previous lap: where a batch's time goes (``Metrics.stage``)."""
+
+    def __init__(self) -> None:
+        self._last = time.perf_counter()
+
+    def lap(self) -> float:
+        now = time.perf_counter()
+        seconds, self._last = now - self._last, now
+        return seconds
+
+
 def read_position(state: StateStore) -> int | None:
     raw = state.get(POSITION_KEY)
     return None if raw is None else int(raw)
@@ -291,6 +303,7 @@ class BatchProcessor:
     async def _run(
         self, plan: list[Entry], result: BatchResult, batches: dict[int, _PartitionBatch], started: float
     ) -> BatchResult:
+        clock = _Clock()
         result.entries = len(plan)
         deliveries: list[Awaitable[Delivered]] = []
         emitted: list[tuple[int, str, Emitted]] = []  # (source partition, primary topic, record)
@@ -313,11 +326,14 @@ class BatchProcessor:
                     else:
                         copies.append(delivery)
 
+        stage = self.metrics.stage
+        stage["engine"].observe(clock.lap())
         # (2) every output record is durable before any state that records it.
         await self.sink.flush()
         acknowledged = await asyncio.gather(*deliveries)
         await asyncio.gather(*copies)
         self.metrics.outputs_acked(plan)
+        stage["outputs"].observe(clock.lap())
         # ``explain`` reads a record back from where the broker put it: index it in the state of the
         # source partition that produced it (the scope's partition, or the source's for an unkeyed one).
         for (partition, topic, record), meta in zip(emitted, acknowledged, strict=True):
@@ -339,6 +355,7 @@ class BatchProcessor:
                 result.table_records += 1
         await self.sink.flush()
         await asyncio.gather(*tables)
+        stage["statistics"].observe(clock.lap())
 
         # (3) the change sets are durable in the changelog before the local database sees them.
         pending_changelog = [
@@ -349,11 +366,14 @@ class BatchProcessor:
         ]
         await self.sink.flush()
         delivered = await asyncio.gather(*pending_changelog)
+        stage["changelog"].observe(clock.lap())
         if next_offsets:
             await self.sink.commit(next_offsets)
+            stage["commit"].observe(clock.lap())
         # (4) local state, atomically with the changelog offset recovery resumes from.
         for (partition, _), meta in zip(change_sets, delivered, strict=True):
             self.state.flush_local(partition, batches[partition].txn, meta.offset)
+        stage["local"].observe(clock.lap())
 
         for _, _, record in emitted:
             result.record(record)
@@ -374,6 +394,7 @@ class BatchProcessor:
         m.batches += 1
         m.batch_seconds += seconds
         m.batch_duration.observe(seconds)
+        m.batch_entries.observe(len(entries))
         m.redelivered_skipped += result.skipped
         m.filled += result.filled
         m.records.update(result.records)
