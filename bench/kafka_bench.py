@@ -430,11 +430,14 @@ async def offered_load(d: Deployment, lines: list[bytes], rate: float, warmup: f
         sent_at: list[float] = []
         pending: list[asyncio.Future[Any]] = []
         began = time.monotonic()
+        warm: asyncio.Future[Any] | None = None
         for number, line in enumerate(lines):
             due = began + number / rate
             ahead = due - time.monotonic()
             if ahead > 0.001:
                 await asyncio.sleep(ahead)
+            if warm is None and time.monotonic() - began >= warmup:  # the worker's histograms from here on
+                warm = asyncio.ensure_future(asyncio.to_thread(histograms, d))
             key = scope_key(line)
             sent_at.append(time.monotonic())
             pending.append(await producer.send(f"{d.prefix}.journal", value=line, key=key,
@@ -450,7 +453,7 @@ async def offered_load(d: Deployment, lines: list[bytes], rate: float, warmup: f
         await asyncio.sleep(1.0)  # the last outputs reach the reader
         done.set()
         await reader
-        profile = await asyncio.to_thread(worker_profile, d)
+        profile = worker_profile(await warm if warm is not None else {}, await asyncio.to_thread(histograms, d))
     finally:
         await consumer.stop()
         await producer.stop()
@@ -481,34 +484,46 @@ def quantile_bound(buckets: list[tuple[float, float]], q: float) -> float:
     return buckets[-1][0]
 
 
-def worker_profile(d: Deployment) -> dict[str, Any]:
-    """The worker's own view of the run (its /metrics histograms): batch sizes, where a batch's time went,
-    event loop stalls and GC pauses -- mean, and the bucket bounds holding p50 and p99 (ms, or entries)."""
+Histograms = dict[str, dict[str, Any]]
+
+
+def histograms(d: Deployment) -> Histograms:
+    """The worker's latency-related histograms from /metrics: series name -> buckets, sum, count."""
     body = d.get("/metrics") or b""
-    found: dict[str, Any] = {}
+    found: Histograms = defaultdict(lambda: {"buckets": {}, "sum": 0.0, "count": 0.0})
     for family in text_string_to_metric_families(body.decode()):
         if family.type != "histogram" or not family.name.startswith(("recurrence_batch", "recurrence_event_loop",
                                                                      "recurrence_gc_pause")):
             continue
-        series: dict[str, dict[str, Any]] = defaultdict(lambda: {"buckets": []})
         for sample in family.samples:
             label = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()) if k != "le")
-            name = f"{family.name}{'{' + label + '}' if label else ''}"
+            series = found[f"{family.name}{'{' + label + '}' if label else ''}"]
             if sample.name.endswith("_bucket"):
-                series[name]["buckets"].append((float(sample.labels["le"]), sample.value))
+                series["buckets"][float(sample.labels["le"])] = sample.value
             elif sample.name.endswith("_sum"):
-                series[name]["sum"] = sample.value
+                series["sum"] = sample.value
             elif sample.name.endswith("_count"):
-                series[name]["count"] = sample.value
-        scale = 1 if family.name == "recurrence_batch_entries" else 1000
-        for name, values in series.items():
-            count = values.get("count", 0)
-            if not count:
-                continue
-            buckets = sorted(values["buckets"])
-            found[name] = {"count": int(count), "mean": round(values["sum"] / count * scale, 2),
-                           **{f"{label}_le": quantile_bound(buckets, q) * scale
-                              for label, q in (("p50", 0.5), ("p99", 0.99), ("max", 1.0))}}
+                series["count"] = sample.value
+    return dict(found)
+
+
+def worker_profile(before: Histograms, after: Histograms) -> dict[str, Any]:
+    """The worker's own view of the measured window (``after`` minus ``before``): batch sizes, where a batch's
+    time went, event loop stalls and GC pauses -- mean, and the bucket bounds holding p50, p99 and the maximum
+    (milliseconds; entries for the batch size)."""
+    found: dict[str, Any] = {}
+    for name, values in after.items():
+        earlier = before.get(name, {"buckets": {}, "sum": 0.0, "count": 0.0})
+        count = values["count"] - earlier["count"]
+        if not count:
+            continue
+        buckets = sorted((bound, n - earlier["buckets"].get(bound, 0.0)) for bound, n in values["buckets"].items())
+        scale = 1 if name.startswith("recurrence_batch_entries") else 1000
+        found[name.removeprefix("recurrence_")] = {
+            "count": int(count), "mean": round((values["sum"] - earlier["sum"]) / count * scale, 2),
+            **{f"{label}_le": quantile_bound(buckets, q) * scale for label, q in (("p50", 0.5), ("p99", 0.99),
+                                                                                   ("max", 1.0))},
+        }
     return found
 
 

@@ -53,8 +53,12 @@ class Sink(Protocol):
         """
         ...
 
-    async def flush(self) -> None:
-        """Send whatever ``send`` has buffered so far (the awaitables it returned can then resolve)."""
+    async def flush(self, early: bool = False) -> None:
+        """Send whatever ``send`` has buffered so far (the awaitables it returned can then resolve).
+
+        ``early``: a flush in the middle of a batch's entries, so that outputs leave before the
+        batch ends; a sink may skip it (e.g. while what it sent before is unacknowledged).
+        """
         ...
 
     async def begin(self, partitions: Sequence[int]) -> None:

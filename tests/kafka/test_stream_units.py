@@ -91,7 +91,7 @@ class RecordingSink:
 
         return asyncio.ensure_future(acknowledged())
 
-    async def flush(self) -> None:
+    async def flush(self, early: bool = False) -> None:
         """Nothing is buffered here: every record was handed over by ``send``."""
 
     async def begin(self, partitions: Sequence[int]) -> None:
