@@ -297,7 +297,8 @@ class BatchProcessor:
         started = time.perf_counter()
         batches: dict[int, _PartitionBatch] = {}
         plan, result = await self._plan(entries, batches, through)
-        await self.sink.begin(sorted(batches))
+        advancing = {p: batch.next_offset for p, batch in batches.items() if batch.next_offset != batch.recorded}
+        await self.sink.begin(sorted(batches), advancing)
         try:
             return await self._run(plan, result, batches, started)
         finally:
@@ -364,8 +365,11 @@ class BatchProcessor:
             for table in batch.run.finish(changes):
                 tables.append(await self.sink.send(table.topic, table.key, table.value, None, [], partition))
                 result.table_records += 1
-        await self.sink.flush()
-        await asyncio.gather(*tables)
+        if not self.sink.atomic:
+            await self.sink.flush()
+            await asyncio.gather(*tables)
+        # else (exactly_once) they become visible with the change sets, in the same commit: one round
+        # trip for both instead of one after the other.
         stage["statistics"].observe(clock.lap())
 
         # (3) the change sets are durable in the changelog before the local database sees them.
@@ -377,6 +381,7 @@ class BatchProcessor:
         ]
         await self.sink.flush()
         delivered = await asyncio.gather(*pending_changelog)
+        await asyncio.gather(*tables)
         stage["changelog"].observe(clock.lap())
         if next_offsets:
             await self.sink.commit(next_offsets)

@@ -155,6 +155,9 @@ class FaustSink:
         self._exactly_once = exactly_once
         self._held: list[Any] = []
         self._batches = _Batches()
+        self.atomic = exactly_once
+        # partition -> (journal offset, its AddOffsetsToTxn + TxnOffsetCommit in flight)
+        self._offsets_ahead: dict[int, tuple[int, asyncio.Future[None]]] = {}
 
     def _transactional_id(self, partition: int) -> str:
         group = self._app.assignor.group_for_topic(self._journal)
@@ -166,7 +169,7 @@ class FaustSink:
             raise TransactionStateError(f"no transactional producer for journal partition {partition}")
         return producer
 
-    async def begin(self, partitions: Sequence[int]) -> None:
+    async def begin(self, partitions: Sequence[int], next_offsets: Mapping[int, int] | None = None) -> None:
         # Faust commits every transaction on its own timer too; holding its per-producer
         # locks for the whole batch keeps that commit from landing mid-batch (it would make
         # some outputs visible without the change sets that record them).
@@ -176,9 +179,17 @@ class FaustSink:
             lock = transaction_lock(self._app, self._transactional_id(partition))
             await lock.acquire()
             self._held.append(lock)
+        # The journal offsets join each transaction while the batch runs (two round trips to the
+        # coordinators, AddOffsetsToTxn and TxnOffsetCommit, off the batch's critical path); they
+        # are committed only with the transaction, so a batch that fails commits none of them.
+        for partition, offset in (next_offsets or {}).items():
+            self._offsets_ahead[partition] = (offset, asyncio.ensure_future(self._add_offsets(partition, offset)))
 
     def end(self) -> None:
         self._batches.abandon()  # nothing is left after a successful batch; after a failure, drop it
+        for _, pending in self._offsets_ahead.values():
+            pending.cancel()  # only after a failure: ``commit`` took the others
+        self._offsets_ahead.clear()
         while self._held:
             self._held.pop().release()
 
@@ -209,9 +220,19 @@ class FaustSink:
         # TxnOffsetCommit, EndTxn), not one after another (~10 ms each, on every batch).
         await asyncio.gather(*(self._commit(partition, offset) for partition, offset in next_offsets.items()))
 
+    async def _add_offsets(self, partition: int, offset: int) -> None:
+        await self._producer(partition).send_offsets_to_transaction(
+            {TopicPartition(self._journal, partition): offset}, self._app.conf.id
+        )
+
     async def _commit(self, partition: int, offset: int) -> None:
+        ahead, pending = self._offsets_ahead.pop(partition, (None, None))
+        if pending is not None and ahead == offset:
+            await pending
+        else:
+            if pending is not None:  # planned differently (never expected): wait, then send the right one
+                await pending
+            await self._add_offsets(partition, offset)
         producer = self._producer(partition)
-        await producer.send_offsets_to_transaction({TopicPartition(self._journal, partition): offset},
-                                                   self._app.conf.id)
         await producer.commit_transaction()
         await producer.begin_transaction()

@@ -61,8 +61,16 @@ class Sink(Protocol):
         """
         ...
 
-    async def begin(self, partitions: Sequence[int]) -> None:
-        """A batch for these journal partitions starts (exactly_once: take their producers)."""
+    #: Whatever a batch sends becomes visible at once, in ``commit`` (exactly_once: a Kafka
+    #: transaction per partition), so its statistics and change sets may be sent together.
+    atomic: bool
+
+    async def begin(self, partitions: Sequence[int], next_offsets: Mapping[int, int] | None = None) -> None:
+        """A batch for these journal partitions starts (exactly_once: take their producers).
+
+        ``next_offsets``: the journal offsets ``commit`` will record for partitions that advance,
+        known once the batch is planned (exactly_once: they join the transactions while it runs).
+        """
         ...
 
     def end(self) -> None:

@@ -94,7 +94,9 @@ class RecordingSink:
     async def flush(self, early: bool = False) -> None:
         """Nothing is buffered here: every record was handed over by ``send``."""
 
-    async def begin(self, partitions: Sequence[int]) -> None:
+    atomic = False
+
+    async def begin(self, partitions: Sequence[int], next_offsets: Mapping[int, int] | None = None) -> None:
         self.log.append(("begin", tuple(partitions)))
 
     def end(self) -> None:
