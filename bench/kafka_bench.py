@@ -46,6 +46,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from benchdoc import update_doc  # bench/ is the script's directory, so first on sys.path
 from partition_balance import balance, scope_counts
+from prometheus_client.parser import text_string_to_metric_families
 
 from recurrence.processor.stream.dump import read_records, record_id
 from recurrence.processor.stream.faustcompat import kafka_client
@@ -161,7 +162,7 @@ class Deployment:
             tail = self.log.read_text(errors="replace")[-3000:]
             raise RuntimeError(f"worker exited with {self.proc.returncode}:\n{tail}")
 
-    def _get(self, path: str) -> bytes | None:
+    def get(self, path: str) -> bytes | None:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=10) as response:
                 body: bytes = response.read()
@@ -171,7 +172,7 @@ class Deployment:
 
     def ready(self) -> bool:
         self._check_alive()
-        body = self._get("/health")
+        body = self.get("/health")
         if not body:
             return False
         report = orjson.loads(body)
@@ -188,7 +189,7 @@ class Deployment:
     def ready_partitions(self) -> set[int]:
         """The partitions this worker serves (empty while it is not ready)."""
         self._check_alive()
-        body = self._get("/health")
+        body = self.get("/health")
         report = orjson.loads(body) if body else {}
         if report.get("status") != "ok" or report.get("ready_partitions") != report.get("partitions"):
             return set()
@@ -197,7 +198,7 @@ class Deployment:
     def positions(self) -> dict[int, int]:
         """The durable journal position per partition in the worker's state (empty while not answering)."""
         self._check_alive()
-        body = self._get("/metrics")
+        body = self.get("/metrics")
         found: dict[int, int] = {}
         for line in (body or b"").decode().splitlines():
             if line.startswith("recurrence_journal_position{"):
@@ -433,11 +434,14 @@ async def offered_load(d: Deployment, lines: list[bytes], rate: float, warmup: f
         sent_at: list[float] = []
         pending: list[asyncio.Future[Any]] = []
         began = time.monotonic()
+        warm: asyncio.Future[Any] | None = None
         for number, line in enumerate(lines):
             due = began + number / rate
             ahead = due - time.monotonic()
             if ahead > 0.001:
                 await asyncio.sleep(ahead)
+            if warm is None and time.monotonic() - began >= warmup:  # the worker's histograms from here on
+                warm = asyncio.ensure_future(asyncio.to_thread(histograms, d))
             key = scope_key(line)
             sent_at.append(time.monotonic())
             pending.append(await producer.send(f"{d.prefix}.journal", value=line, key=key,
@@ -453,6 +457,7 @@ async def offered_load(d: Deployment, lines: list[bytes], rate: float, warmup: f
         await asyncio.sleep(1.0)  # the last outputs reach the reader
         done.set()
         await reader
+        profile = worker_profile(await warm if warm is not None else {}, await asyncio.to_thread(histograms, d))
     finally:
         await consumer.stop()
         await producer.stop()
@@ -470,7 +475,60 @@ async def offered_load(d: Deployment, lines: list[bytes], rate: float, warmup: f
         "p90_ms": round(percentile(latencies, 0.90), 1),
         "p99_ms": round(percentile(latencies, 0.99), 1),
         "max_ms": round(max(latencies), 1),
+        "worker": profile,
     }
+
+
+def quantile_bound(buckets: list[tuple[float, float]], q: float) -> float:
+    """The upper bound of the histogram bucket holding quantile ``q`` (cumulative (le, count) pairs)."""
+    total = buckets[-1][1]
+    for bound, count in buckets:
+        if count >= q * total:
+            return bound
+    return buckets[-1][0]
+
+
+Histograms = dict[str, dict[str, Any]]
+
+
+def histograms(d: Deployment) -> Histograms:
+    """The worker's latency-related histograms from /metrics: series name -> buckets, sum, count."""
+    body = d.get("/metrics") or b""
+    found: Histograms = defaultdict(lambda: {"buckets": {}, "sum": 0.0, "count": 0.0})
+    for family in text_string_to_metric_families(body.decode()):
+        if family.type != "histogram" or not family.name.startswith(("recurrence_batch", "recurrence_event_loop",
+                                                                     "recurrence_gc_pause")):
+            continue
+        for sample in family.samples:
+            label = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()) if k != "le")
+            series = found[f"{family.name}{'{' + label + '}' if label else ''}"]
+            if sample.name.endswith("_bucket"):
+                series["buckets"][float(sample.labels["le"])] = sample.value
+            elif sample.name.endswith("_sum"):
+                series["sum"] = sample.value
+            elif sample.name.endswith("_count"):
+                series["count"] = sample.value
+    return dict(found)
+
+
+def worker_profile(before: Histograms, after: Histograms) -> dict[str, Any]:
+    """The worker's own view of the measured window (``after`` minus ``before``): batch sizes, where a batch's
+    time went, event loop stalls and GC pauses -- mean, and the bucket bounds holding p50, p99 and the maximum
+    (milliseconds; entries for the batch size)."""
+    found: dict[str, Any] = {}
+    for name, values in after.items():
+        earlier = before.get(name, {"buckets": {}, "sum": 0.0, "count": 0.0})
+        count = values["count"] - earlier["count"]
+        if not count:
+            continue
+        buckets = sorted((bound, n - earlier["buckets"].get(bound, 0.0)) for bound, n in values["buckets"].items())
+        scale = 1 if name.startswith("recurrence_batch_entries") else 1000
+        found[name.removeprefix("recurrence_")] = {
+            "count": int(count), "mean": round((values["sum"] - earlier["sum"]) / count * scale, 2),
+            **{f"{label}_le": quantile_bound(buckets, q) * scale for label, q in (("p50", 0.5), ("p99", 0.99),
+                                                                                   ("max", 1.0))},
+        }
+    return found
 
 
 def latency(bootstrap: str, workdir: Path, args: argparse.Namespace, guarantee: str, rate: float) -> dict[str, Any]:

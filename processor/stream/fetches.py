@@ -63,6 +63,8 @@ class FetchChannel:
         self._carry: Fetched | None = None  # taken from the queue but left for the next batch
         self._uncommitted: dict[int, int] = {}
         self._committer: asyncio.Task[None] | None = None
+        #: Seconds the last ``get`` spent collecting fetches after the first (the batching delay).
+        self.waited = 0.0
 
     async def put(self, fetched: Fetched) -> None:
         await self._queue.put(fetched)
@@ -82,7 +84,8 @@ class FetchChannel:
         self._carry = None
         self._idle.clear()  # no await between taking the item and this: quiesce cannot miss it
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + within
+        began = loop.time()
+        deadline = began + within
         count = fetched.count
         while count < max_records:
             if self._queue.empty():
@@ -102,6 +105,7 @@ class FetchChannel:
                 break
             fetched = fetched.merged(following)
             count = fetched.count
+        self.waited = loop.time() - began
         return fetched
 
     def done(self) -> None:

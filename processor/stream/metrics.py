@@ -9,6 +9,8 @@ metrics. Labels only ever hold partitions, record kinds and dead-letter codes:
 never scope content, Experience or Outcome text.
 """
 
+import asyncio
+import gc
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +29,14 @@ CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 # Journal timestamp -> outputs acknowledged: milliseconds when live, minutes or more for a backfill.
 LATENCY_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 BATCH_BUCKETS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+# Entries per batch: a few when the load is light, up to --batch-max when behind.
+BATCH_SIZE_BUCKETS: Final = (1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 10000)
+# Where a batch's time goes (``processing``) and how long the event loop was held up: milliseconds.
+STAGE_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
+#: How often the event loop watch wakes up (``Metrics.watch_event_loop``).
+LOOP_WATCH_INTERVAL: Final = 0.05
+#: The stages of one batch, in order (``recurrence_batch_stage_seconds{stage}``).
+STAGES: Final = ("wait", "engine", "outputs", "statistics", "changelog", "commit", "local")
 
 
 class Timestamped(Protocol):
@@ -100,6 +110,36 @@ class Metrics(Tally):
             buckets=BATCH_BUCKETS,
             registry=self.registry,
         )
+        self.batch_entries = Histogram(
+            "recurrence_batch_entries",
+            "Entries per batch (fetches merged up to --batch-max; a batch also ends at --batch-within).",
+            buckets=BATCH_SIZE_BUCKETS,
+            registry=self.registry,
+        )
+        stages = Histogram(
+            "recurrence_batch_stage_seconds",
+            "One batch's time by stage: wait (collecting fetches), engine, outputs (sent and acknowledged), "
+            "statistics (computed, sent, acknowledged), changelog (sent, acknowledged), commit (exactly_once "
+            "transactions), local (state written).",
+            ["stage"],
+            buckets=STAGE_BUCKETS,
+            registry=self.registry,
+        )
+        self.stage = {name: stages.labels(name) for name in STAGES}
+        self.loop_lag = Histogram(
+            "recurrence_event_loop_lag_seconds",
+            "How late the worker's event loop woke a short periodic sleep: time it was held by something else "
+            "(a batch, a snapshot chunk, a garbage collection).",
+            buckets=STAGE_BUCKETS,
+            registry=self.registry,
+        )
+        self.gc_pause = Histogram(
+            "recurrence_gc_pause_seconds",
+            "Python garbage collections by generation: how long each held the worker (the GIL and the loop).",
+            ["generation"],
+            buckets=STAGE_BUCKETS,
+            registry=self.registry,
+        )
         self.registry.register(_WorkerCollector(self))
 
     def outputs_acked(self, entries: Sequence[Timestamped]) -> None:
@@ -113,11 +153,30 @@ class Metrics(Tally):
         return generate_latest(self.registry)
 
     def with_process_metrics(self) -> "Metrics":
-        """Add process_* and python_* metrics (a worker's registry; tests build many without them)."""
+        """Add process_* and python_* metrics and the GC pause histogram (a worker's registry; tests build
+        many without them)."""
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         GCCollector(registry=self.registry)
+        pauses = [self.gc_pause.labels(str(generation)) for generation in range(3)]
+        started = [0.0]
+
+        def timed(phase: str, info: dict[str, int]) -> None:
+            if phase == "start":
+                started[0] = time.perf_counter()
+            else:
+                pauses[min(2, info.get("generation", 0))].observe(time.perf_counter() - started[0])
+
+        gc.callbacks.append(timed)
         return self
+
+    async def watch_event_loop(self, interval: float = LOOP_WATCH_INTERVAL) -> None:
+        """Sleep ``interval`` again and again and observe how late each wake-up was (``loop_lag``)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            due = loop.time() + interval
+            await asyncio.sleep(interval)
+            self.loop_lag.observe(max(0.0, loop.time() - due))
 
 
 def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:

@@ -53,12 +53,24 @@ class Sink(Protocol):
         """
         ...
 
-    async def flush(self) -> None:
-        """Send whatever ``send`` has buffered so far (the awaitables it returned can then resolve)."""
+    async def flush(self, early: bool = False) -> None:
+        """Send whatever ``send`` has buffered so far (the awaitables it returned can then resolve).
+
+        ``early``: a flush in the middle of a batch's entries, so that outputs leave before the
+        batch ends; a sink may skip it (e.g. while what it sent before is unacknowledged).
+        """
         ...
 
-    async def begin(self, partitions: Sequence[int]) -> None:
-        """A batch for these journal partitions starts (exactly_once: take their producers)."""
+    #: Whatever a batch sends becomes visible at once, in ``commit`` (exactly_once: a Kafka
+    #: transaction per partition), so its statistics and change sets may be sent together.
+    atomic: bool
+
+    async def begin(self, partitions: Sequence[int], next_offsets: Mapping[int, int] | None = None) -> None:
+        """A batch for these journal partitions starts (exactly_once: take their producers).
+
+        ``next_offsets``: the journal offsets ``commit`` will record for partitions that advance,
+        known once the batch is planned (exactly_once: they join the transactions while it runs).
+        """
         ...
 
     def end(self) -> None:

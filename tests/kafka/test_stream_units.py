@@ -27,6 +27,7 @@ from recurrence.processor.stream.dump import record_id
 from recurrence.processor.stream.processing import BatchProcessor
 from recurrence.processor.stream.publish import scope_key
 from recurrence.processor.stream.settings import StreamSettings
+from recurrence.processor.stream.sink import _Batches
 from recurrence.processor.stream.snapshots import MAX_AGE
 from recurrence.processor.stream.types import ID_HEADER, SOURCE_HEADER, ChangelogRecord, Entry
 from recurrence.processor.stream.views import partition_for
@@ -91,10 +92,12 @@ class RecordingSink:
 
         return asyncio.ensure_future(acknowledged())
 
-    async def flush(self) -> None:
+    async def flush(self, early: bool = False) -> None:
         """Nothing is buffered here: every record was handed over by ``send``."""
 
-    async def begin(self, partitions: Sequence[int]) -> None:
+    atomic = False
+
+    async def begin(self, partitions: Sequence[int], next_offsets: Mapping[int, int] | None = None) -> None:
         self.log.append(("begin", tuple(partitions)))
 
     def end(self) -> None:
@@ -382,3 +385,120 @@ def test_a_restore_that_missed_committed_change_sets_is_completed_before_the_fir
 
 def _tagged(sink: RecordingSink) -> list[tuple[str, bytes]]:
     return [(dict(h)[SOURCE_HEADER].decode(), v) for t in TOPICS.outputs() for _k, v, h in sink.sent.get(t, [])]
+
+
+class _FlushRecordingSink(RecordingSink):
+    """Also records flushes, and tells statistics records from other outputs."""
+
+    def __init__(self, log: list[tuple[str, Any]], atomic: bool = False) -> None:
+        super().__init__(log)
+        self.atomic = atomic
+
+    async def send(
+        self, topic: str, key: bytes | None, value: bytes, partition: int | None,
+        headers: list[tuple[str, bytes]], source_partition: int,
+    ) -> Awaitable[Any]:
+        if topic != TOPICS.statistics:
+            return await super().send(topic, key, value, partition, headers, source_partition)
+        self.log.append(("send", "statistics"))
+        self.sent.setdefault(topic, []).append((key, value, headers))
+
+        async def acknowledged() -> Any:
+            await asyncio.sleep(0)
+            self.log.append(("ack", "statistics"))
+            return SimpleNamespace(partition=source_partition, offset=0)
+
+        return asyncio.ensure_future(acknowledged())
+
+    async def flush(self, early: bool = False) -> None:
+        self.log.append(("flush", early))
+
+
+def _positions(log: list[tuple[str, Any]], event: tuple[str, Any]) -> list[int]:
+    return [i for i, e in enumerate(log) if e == event]
+
+
+def test_outputs_leave_during_a_batch_and_are_durable_before_its_change_sets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from recurrence.processor.stream import processing
+
+    monkeypatch.setattr(processing, "EARLY_FLUSH_SECONDS", 0.0)  # an early flush before every entry
+    lines = _journal(300, seed=17)
+    journal_file = tmp_path / "journal.jsonl"
+    write_journal(journal_file, lines)
+    entries = _entries(lines)
+    state = Partitions()
+    sink = _FlushRecordingSink(state.log)
+    processor = BatchProcessor(topics=TOPICS, state=state, sink=sink, source=Journal(entries), config=EngineConfig())
+    early = 0
+    for start in range(0, len(entries), 60):
+        state.log.clear()
+        asyncio.run(processor.process(entries[start : start + 60]))
+        log = list(state.log)
+        early += len(_positions(log, ("flush", True)))
+        assert max(_positions(log, ("ack", "output")), default=-1) < min(_positions(log, ("send", "changelog")))
+    assert early >= len(entries) - 5
+    assert by_scope(_outputs_in_source_order(sink)) == Oracle.run(journal_file, tmp_path).grouped
+
+
+def test_an_atomic_sink_gets_statistics_and_change_sets_in_one_round_trip() -> None:
+    entries = _entries(_journal(300, seed=19))
+    for atomic in (False, True):
+        state = Partitions()
+        sink = _FlushRecordingSink(state.log, atomic=atomic)
+        processor = BatchProcessor(topics=TOPICS, state=state, sink=sink, source=Journal(entries),
+                                   config=EngineConfig())
+        asyncio.run(processor.process(entries))
+        log = state.log
+        statistics_acks = _positions(log, ("ack", "statistics"))
+        changelog_sends = _positions(log, ("send", "changelog"))
+        assert statistics_acks and changelog_sends
+        # Outputs are acknowledged before any change set either way (their offsets are indexed in it).
+        assert max(_positions(log, ("ack", "output"))) < min(changelog_sends)
+        if atomic:  # visible together at the commit: sent together, acknowledged together
+            assert max(_positions(log, ("send", "statistics"))) < min(changelog_sends) < max(statistics_acks)
+        else:  # each its own stage: statistics durable before any change set is sent
+            assert max(statistics_acks) < min(changelog_sends)
+
+
+def test_an_early_flush_waits_while_the_previous_send_is_unacknowledged() -> None:
+    class Builder:
+        def __init__(self) -> None:
+            self.records = 0
+
+        def append(self, **_: Any) -> Any:
+            self.records += 1
+            return SimpleNamespace(offset=self.records - 1)
+
+        def close(self) -> None:
+            pass
+
+    class Producer:
+        def __init__(self) -> None:
+            self.sent: list[tuple[int, asyncio.Future[Any]]] = []
+
+        def create_batch(self) -> Builder:
+            return Builder()
+
+        async def send_batch(self, builder: Builder, topic: str, partition: int) -> asyncio.Future[Any]:
+            self.sent.append((builder.records, asyncio.get_running_loop().create_future()))
+            return self.sent[-1][1]
+
+    async def run() -> list[int]:
+        producer, batches = Producer(), _Batches()
+        first = await batches.append(producer, "t", 0, b"k", b"v", [])
+        await batches.flush(early=True)  # nothing in flight: sent
+        second = await batches.append(producer, "t", 0, b"k", b"v", [])
+        await batches.flush(early=True)  # the first is unacknowledged: kept
+        sent_while_waiting = len(producer.sent)
+        producer.sent[0][1].set_result(SimpleNamespace(offset=10))
+        await batches.flush(early=True)  # acknowledged now: the second goes
+        third = await batches.append(producer, "t", 0, b"k", b"v", [])
+        await batches.flush()  # a batch's last flush sends even with the second unacknowledged
+        producer.sent[1][1].set_result(SimpleNamespace(offset=11))
+        producer.sent[2][1].set_result(SimpleNamespace(offset=12))
+        return [sent_while_waiting, len(producer.sent), (await first).offset, (await second).offset,
+                (await third).offset]
+
+    assert asyncio.run(run()) == [1, 3, 10, 11, 12]
