@@ -56,6 +56,7 @@ _SCOPE: Final = prefix("scope")
 _GROUP: Final = prefix("grp")
 _HEAD: Final = prefix("head")
 _ARTIFACT: Final = prefix("art")
+_NAMESPACES: Final = (_SCOPE, _GROUP, _HEAD, _ARTIFACT)
 
 
 @dataclass
@@ -71,6 +72,8 @@ def changed_rows(changes: Iterable[bytes]) -> dict[str, ScopeRows]:
     """Per changed scope (every accepted entry rewrites its scope row), the rows that matter."""
     scopes: dict[str, ScopeRows] = {}
     for raw_key in changes:
+        if not raw_key.startswith(_NAMESPACES):
+            continue  # most of a change set: positions, Sources, the record index
         if raw_key.startswith(_SCOPE):
             scopes.setdefault(orjson.loads(raw_key)[1], ScopeRows())
         elif raw_key.startswith(_GROUP):
