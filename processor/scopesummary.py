@@ -26,8 +26,8 @@ group, one cited revision or one gap: ~225 bytes each measured with
 tracemalloc, so the default 100,000 is ~25 MB at most per worker). A scope
 whose summary alone is larger is not cached; its statistics are then scanned
 every batch, as before. Summaries of partitions the worker no longer owns are
-not dropped at once; they age out (and could never be trusted again anyway:
-a returning partition comes back at another position).
+not dropped at once but age out; should the partition come back, each is
+used again only if its scope is still at the position it was built at.
 """
 
 import bisect
