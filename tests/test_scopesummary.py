@@ -263,3 +263,16 @@ def test_the_cache_holds_at_most_its_capacity() -> None:
         assert worker.summaries.weight == sum(s.weight for s in worker.summaries.summaries())
     assert 0 < len(worker.summaries) < 8  # some scopes evicted, the rest kept
     assert worker.summaries.rebuilt > 8  # evicted scopes were scanned again
+
+
+def test_committed_reads_ignore_what_the_batch_staged() -> None:
+    store = MemoryStore()
+    store.apply({b'["k"]': b"old"})
+    txn = Transaction(store, row_cache())
+    txn.put(b'["k"]', b"new")
+    txn.put(b'["fresh"]', b"x")
+    txn.prepare()
+    assert (txn.get(b'["k"]'), txn.committed(b'["k"]')) == (b"new", b"old")
+    assert (txn.get(b'["fresh"]'), txn.committed(b'["fresh"]')) == (b"x", None)
+    txn.flush()
+    assert Transaction(store, txn.cache).committed(b'["k"]') == b"new"  # the cache holds what was flushed
