@@ -264,6 +264,11 @@ class State:
         self.txn.put(row_key, meta)
         return meta
 
+    def committed_scope(self, scope_id: str) -> ScopeMeta | None:
+        """The scope's row as committed before the current batch (see ``Transaction.committed``)."""
+        meta: ScopeMeta | None = self.txn.committed(key("scope", scope_id), ScopeMeta.decode)
+        return meta
+
     def scope_ids(self) -> Iterator[str]:
         for raw_key, _ in self.txn.iterate_prefix(b'["scope",'):
             yield orjson.loads(raw_key)[1]
@@ -301,6 +306,10 @@ class State:
 
     def head(self, scope_id: str, family: str, artifact_id: str) -> int | None:
         return _int(self.txn.get(key("head", scope_id, family, artifact_id)))
+
+    def committed_head(self, scope_id: str, family: str, artifact_id: str) -> int | None:
+        """The artifact's head revision as committed before the current batch."""
+        return _int(self.txn.committed(key("head", scope_id, family, artifact_id)))
 
     def put_head(self, scope_id: str, ref: ArtifactKey) -> None:
         self.txn.put(key("head", scope_id, ref[0], ref[1]), str(ref[2]).encode())

@@ -4,47 +4,79 @@ Counters are kept incrementally by the ledger; streak-based figures
 (``needing_review``, ``top_revisions``) and the provenance-coverage gap
 (``unlinked_handoff_citations``) are derived here from the group and head rows
 so they can never drift from the observations that produced them.
+
+The rule behind each figure lives here once, as a function of one row (or one
+cited revision): ``scope_statistics`` applies them to a scan of the scope and
+is the read path and the oracle; ``scopesummary`` applies the same functions
+to the rows a batch changed, for the worker's statistics topic.
 """
 
-from recurrence.processor.state import ArtifactKey, State
+from collections.abc import Iterable
+from typing import Final
+
+from recurrence.processor.state import ArtifactKey, Group, ScopeMeta, State, StoredArtifact
 from recurrence.schemas.base import ArtifactRef
 from recurrence.schemas.constants import EXPERIENCE_FAMILY, HANDOFF_FAMILY
 from recurrence.schemas.statistics import RecurrenceStatistics, RecurrenceStreak, ScopeStatistics
 
+#: Where a recurring group sorts in ``top_revisions``: the longest terminal streak first, then by key.
+RankKey = tuple[int, str, str, int, str]
 
-def _unlinked_handoff_citations(state: State, scope_id: str) -> int:
-    """Failure-bearing Experience groups cited by a current Handoff head with no ``selected``."""
-    gaps: set[tuple[ArtifactKey, str]] = set()
-    for handoff_ref in state.heads(scope_id, HANDOFF_FAMILY):
-        handoff = state.artifact(scope_id, handoff_ref)
-        for cited in (handoff.cites if handoff is not None else None) or ():
-            if cited[0] != EXPERIENCE_FAMILY:
-                continue
-            experience = state.artifact(scope_id, cited)
-            if experience is None or experience.signature_key is None:
-                continue
-            group = state.group(scope_id, cited, experience.signature_key)
-            if group is None or group.selected == 0:
-                gaps.add((cited, experience.signature_key))
-    return len(gaps)
+_NO_CITES: Final[tuple[ArtifactKey, ...]] = ()
 
 
-def _order(item: tuple[ArtifactKey, str, int]) -> tuple[int, str, str, int, str]:
-    ref, signature_key, streak = item
+# -- the rules, one row at a time ------------------------------------------------------------------
+def needs_review(group: Group, review_threshold: int) -> bool:
+    """``needing_review`` counts the groups whose terminal recurrence streak reached the threshold."""
+    return group.streak >= review_threshold
+
+
+def is_recurring(group: Group) -> bool:
+    """``top_revisions`` ranks every group that recurred at least once (a streak of 0 included)."""
+    return group.recurred > 0
+
+
+def rank(ref: ArtifactKey, signature_key: str, streak: int) -> RankKey:
     return (-streak, ref[0], ref[1], ref[2], signature_key)
 
 
-def scope_statistics(state: State, scope_id: str, review_threshold: int, top: int) -> ScopeStatistics:
-    meta = state.scope(scope_id)
-    assert meta is not None
-    recurring: list[tuple[ArtifactKey, str, int]] = []
-    needing_review = 0
-    for ref, signature_key, group in state.groups(scope_id):
-        if group.streak >= review_threshold:
-            needing_review += 1
-        if group.recurred > 0:
-            recurring.append((ref, signature_key, group.streak))
-    recurring.sort(key=_order)
+def handoff_citations(handoff: StoredArtifact | None) -> tuple[ArtifactKey, ...]:
+    """The Experience revisions a Handoff head cites: the only citations that can be a coverage gap."""
+    if handoff is None or not handoff.cites:
+        return _NO_CITES
+    return tuple(cited for cited in handoff.cites if cited[0] == EXPERIENCE_FAMILY)
+
+
+def citation_gap(state: State, scope_id: str, cited: ArtifactKey) -> str | None:
+    """A cited Experience revision counts as an unlinked citation when it bears a failure and its
+    group has no ``selected``: the signature key of that group, else None."""
+    experience = state.artifact(scope_id, cited)
+    if experience is None or experience.signature_key is None:
+        return None
+    group = state.group(scope_id, cited, experience.signature_key)
+    return experience.signature_key if group is None or group.selected == 0 else None
+
+
+def assemble(
+    scope_id: str,
+    meta: ScopeMeta,
+    unlinked: int,
+    needing_review: int,
+    ranked: Iterable[RankKey],
+    top: int,
+) -> ScopeStatistics:
+    """The statistics object from the counters and the recurring groups in rank order."""
+    streaks: list[RecurrenceStreak] = []
+    for negative_streak, family, artifact_id, revision, signature_key in ranked:
+        if len(streaks) >= top:
+            break
+        streaks.append(
+            RecurrenceStreak(
+                artifact_ref=ArtifactRef(family=family, artifact_id=artifact_id, revision=revision),
+                signature_key=signature_key,
+                terminal_recurred_streak=-negative_streak,
+            )
+        )
     return ScopeStatistics(
         scope_id=scope_id,
         recurrence=RecurrenceStatistics(
@@ -52,15 +84,34 @@ def scope_statistics(state: State, scope_id: str, review_threshold: int, top: in
             recurred=meta.recurred,
             avoided=meta.avoided,
             unknown=meta.unknown,
-            unlinked_handoff_citations=_unlinked_handoff_citations(state, scope_id),
+            unlinked_handoff_citations=unlinked,
             needing_review=needing_review,
-            top_revisions=tuple(
-                RecurrenceStreak(
-                    artifact_ref=ArtifactRef(family=ref[0], artifact_id=ref[1], revision=ref[2]),
-                    signature_key=key,
-                    terminal_recurred_streak=streak,
-                )
-                for ref, key, streak in recurring[:top]
-            ),
+            top_revisions=tuple(streaks),
         ),
     )
+
+
+# -- the read path: a scan of the scope ------------------------------------------------------------
+def _unlinked_handoff_citations(state: State, scope_id: str) -> int:
+    """Failure-bearing Experience groups cited by a current Handoff head with no ``selected``."""
+    gaps: set[tuple[ArtifactKey, str]] = set()
+    for handoff_ref in state.heads(scope_id, HANDOFF_FAMILY):
+        for cited in handoff_citations(state.artifact(scope_id, handoff_ref)):
+            signature_key = citation_gap(state, scope_id, cited)
+            if signature_key is not None:
+                gaps.add((cited, signature_key))
+    return len(gaps)
+
+
+def scope_statistics(state: State, scope_id: str, review_threshold: int, top: int) -> ScopeStatistics:
+    meta = state.scope(scope_id)
+    assert meta is not None
+    ranked: list[RankKey] = []
+    needing_review = 0
+    for ref, signature_key, group in state.groups(scope_id):
+        if needs_review(group, review_threshold):
+            needing_review += 1
+        if is_recurring(group):
+            ranked.append(rank(ref, signature_key, group.streak))
+    ranked.sort()
+    return assemble(scope_id, meta, _unlinked_handoff_citations(state, scope_id), needing_review, ranked, top)

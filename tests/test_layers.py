@@ -23,6 +23,7 @@ CORE = [
     "recurrence.processor.matching",
     "recurrence.processor.admission",
     "recurrence.processor.statistics",
+    "recurrence.processor.scopesummary",
     "recurrence.processor.state",
     "recurrence.processor.records",
     "recurrence.processor.deadletters",

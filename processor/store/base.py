@@ -129,6 +129,21 @@ class Transaction:
         self.cache.keep(key, value)
         return value
 
+    def committed(self, key: bytes, decode: Decoder = identity) -> Any:
+        """The value as committed before this batch, ignoring what the batch staged.
+
+        Only correct until ``flush``: a reader that needs a row's value before the batch (e.g. to
+        undo its contribution to a running aggregate) asks between ``prepare`` and ``flush``.
+        """
+        rows = self.cache.rows
+        cached = rows.get(key, _MISSING)
+        if cached is not _MISSING:
+            return None if cached is _ABSENT else cached
+        raw = self.store.get(key)
+        value = None if raw is None else decode(raw)
+        self.cache.keep(key, value)
+        return value
+
     def iterate_prefix(self, prefix: bytes, decode: Decoder = identity) -> Iterator[tuple[bytes, Any]]:
         """Committed rows merged with staged ones, in key order (a read path, not a hot one)."""
         staged = {k: v for k, v in self._changes.items() if k.startswith(prefix)}

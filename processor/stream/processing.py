@@ -290,7 +290,7 @@ class BatchProcessor:
                 expected = entry.offset + 1
             if through is not None and partition in through:
                 expected = max(expected, through[partition])
-            batches[partition] = _PartitionBatch(txn, self.step.begin(txn), recorded, expected)
+            batches[partition] = _PartitionBatch(txn, self.step.begin(txn, partition), recorded, expected)
         return plan, result
 
     async def _process(self, entries: Sequence[Entry], through: Mapping[int, int] | None = None) -> BatchResult:

@@ -12,7 +12,8 @@ exactly_once) and runs a ``Step`` inside it:
   gets its ``RecurrenceStatistics`` written to the compacted statistics topic:
   one record per changed scope per batch, computed over the batch's
   transaction, so it is exactly what ``/scopes/{id}/statistics`` serves once
-  the batch is applied.
+  the batch is applied. They come from per-scope summaries the batch's rows
+  bring forward (``scopesummary``), not from a scan of the scope's history.
 * ``PatternStep`` -- the patterns agent over the repartition topic: the
   embedded runner's ``PatternTracker`` per observation, in a table
   partitioned by signature key; a suggestion goes to the patterns topic.
@@ -34,6 +35,7 @@ import orjson
 from recurrence.processor.engine import Engine, EngineConfig
 from recurrence.processor.patterns import PatternTracker, is_recurred
 from recurrence.processor.records import Emitted, Origin
+from recurrence.processor.scopesummary import StatisticsCache, changed_rows
 from recurrence.processor.state import key
 from recurrence.processor.store.base import Transaction
 from recurrence.processor.stream.settings import TopicNames
@@ -42,7 +44,6 @@ from recurrence.schemas.statistics import ScopeStatistics
 
 log = logging.getLogger("recurrence.stream")
 
-_SCOPE_ROW: Final = b'["scope",'  # every accepted entry rewrites its scope's row
 _SEEN: Final = "patseen"
 
 
@@ -61,14 +62,12 @@ def statistics_value(statistics: ScopeStatistics) -> bytes:
     return orjson.dumps(statistics.model_dump(mode="json"))
 
 
-def changed_scopes(changes: Mapping[bytes, bytes | None]) -> list[str]:
-    return sorted({orjson.loads(k)[1] for k in changes if k.startswith(_SCOPE_ROW)})
-
-
 class EngineStep:
     def __init__(self, topics: TopicNames, config: EngineConfig) -> None:
         self.topics = topics
         self.config = config
+        # One per worker, over all its partitions: bounded, and never trusted without proof (scopesummary).
+        self.summaries = StatisticsCache(config.review_threshold, config.top_revisions)
 
     @property
     def source(self) -> str:
@@ -81,8 +80,8 @@ class EngineStep:
     def pinned(self) -> dict[str, int]:
         return self.config.pinned()
 
-    def begin(self, txn: Transaction) -> StepRun:
-        return _EngineRun(Engine(txn, self.config), self.topics.statistics)
+    def begin(self, txn: Transaction, partition: int) -> StepRun:
+        return _EngineRun(Engine(txn, self.config), self.topics.statistics, self.summaries, partition)
 
     def routes(self, record: Emitted) -> list[tuple[str, bytes | None]]:
         scope_key = record.scope_id.encode() if record.scope_id else None
@@ -93,19 +92,23 @@ class EngineStep:
 
 
 class _EngineRun:
-    def __init__(self, engine: Engine, statistics_topic: str) -> None:
+    def __init__(self, engine: Engine, statistics_topic: str, summaries: StatisticsCache, partition: int) -> None:
         self.engine = engine
         self.statistics_topic = statistics_topic
+        self.summaries = summaries
+        self.partition = partition
 
     def process(self, raw: bytes, origin: Origin) -> list[Emitted]:
         return self.engine.process(raw, origin)
 
     def finish(self, changes: Mapping[bytes, bytes | None]) -> list[TableRecord]:
-        return [
-            TableRecord(self.statistics_topic, scope_id.encode(), statistics_value(found))
-            for scope_id in changed_scopes(changes)
-            for found in self.engine.statistics(scope_id)
-        ]
+        # Called between prepare and flush: the summaries read the rows as committed before the batch.
+        records = []
+        for scope_id, rows in sorted(changed_rows(changes).items()):
+            found = self.summaries.statistics(self.engine.state, self.partition, scope_id, rows)
+            if found is not None:
+                records.append(TableRecord(self.statistics_topic, scope_id.encode(), statistics_value(found)))
+        return records
 
 
 class PatternStep:
@@ -124,7 +127,7 @@ class PatternStep:
     def pinned(self) -> dict[str, int]:
         return {"pattern_scopes": self.min_scopes}
 
-    def begin(self, txn: Transaction) -> StepRun:
+    def begin(self, txn: Transaction, partition: int) -> StepRun:
         return _PatternRun(txn, PatternTracker(txn, self.min_scopes))
 
     def routes(self, record: Emitted) -> list[tuple[str, bytes | None]]:

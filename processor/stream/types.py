@@ -152,7 +152,10 @@ class StepRun(Protocol):
         ...
 
     def finish(self, changes: Mapping[bytes, bytes | None]) -> list[TableRecord]:
-        """After the batch's last record, given its change set: table records to write with the outputs."""
+        """After the batch's last record, given its change set: table records to write with the outputs.
+
+        Called after the transaction is prepared and before it is flushed, so the rows as committed
+        before the batch can still be read (``Transaction.committed``)."""
         ...
 
 
@@ -173,7 +176,9 @@ class Step(Protocol):
         """The settings the step's state depends on: stamped into each partition, then enforced."""
         ...
 
-    def begin(self, txn: Transaction) -> StepRun: ...
+    def begin(self, txn: Transaction, partition: int) -> StepRun:
+        """One partition's run over the batch's transaction (a step may keep state per partition)."""
+        ...
 
     def routes(self, record: Emitted) -> list[tuple[str, bytes | None]]:
         """(topic, key) for each copy of an output record; key None: beside the source partition."""
