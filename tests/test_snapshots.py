@@ -20,6 +20,7 @@ from recurrence.processor.stream import changeset
 from recurrence.processor.stream.snapshots import (
     CHUNK_BYTES,
     MAX_AGE,
+    MAX_RECORD_BYTES,
     Manifest,
     Snapshots,
     chunk_key,
@@ -245,3 +246,23 @@ def test_a_reopened_partition_database_keeps_its_bloom_filter(tmp_path: Path) ->
         assert "filter_policy=bloomfilter" in _latest_table_options(path)
     finally:
         again.close()
+
+
+def test_a_row_larger_than_a_chunk_straddles_chunks_and_loads_back(tmp_path: Path) -> None:
+    # Chunks are slices of the row stream: no row, however large, makes a record the topic refuses.
+    owner, newcomer, log = _store(tmp_path, "owner"), _store(tmp_path, "newcomer"), MemoryLog()
+    big = random.Random(11).randbytes(2 * CHUNK_BYTES + 12_345)  # incompressible
+    owner.apply_changelog(0, [(0, b"s", changeset.encode({b"a": b"small", b"big": big, b"z": b"last"}))])
+    manifest = asyncio.run(_snapshots(log).ship(owner, "state", 0))
+    assert manifest is not None and len(manifest.chunks) >= 3
+    sizes = [len(value or b"") for _, _, value in log.partitions[0]]
+    assert max(sizes) <= CHUNK_BYTES + CHUNK_BYTES // 100 < MAX_RECORD_BYTES
+    assert asyncio.run(_snapshots(log).restore(newcomer, "state", 0, newcomer.partition_path(0))) == manifest.rows
+    assert _rows(newcomer, 0) == _rows(owner, 0)
+
+
+@pytest.mark.parametrize(("version", "readable"), [(1, True), (2, True), (3, False)])
+def test_manifests_of_the_previous_format_are_still_read(version: int, readable: bool) -> None:
+    # Format 1 chunks held whole rows: slices that end at row boundaries, which format 2 reads.
+    raw = Manifest("state", 0, "s", 7, 1, 1, (), 0.0).encode().replace(b'"format":2', f'"format":{version}'.encode())
+    assert (Manifest.decode(raw) is not None) is readable

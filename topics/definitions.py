@@ -30,7 +30,7 @@ SNAPSHOTS: Final = {
     "cleanup.policy": "compact,delete",
     "retention.ms": str(7 * 24 * 3600 * 1000),
     "segment.bytes": str(64 * 1024 * 1024),
-    "max.message.bytes": str(8 * 1024 * 1024),  # snapshottopic.MAX_RECORD_BYTES
+    "max.message.bytes": str(8 * 1024 * 1024),  # snapshots.MAX_RECORD_BYTES
 }
 
 

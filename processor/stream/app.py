@@ -160,6 +160,8 @@ class RecurrenceService:
             step=PatternStep(names, settings.pattern_scopes),
             changelog=self.patterns_changelog_reader,
         )
+        for processor in (self.processor, self.patterns_processor):
+            processor.changelog_record_bytes = settings.worker.changelog_record_bytes
         self._wire_snapshots(settings)
         self.app.on_partitions_assigned.connect(self._assigned)
         self.app.agent(self.journal, name=AGENT_NAME)(self._agent(self.processor, names.journal))

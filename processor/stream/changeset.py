@@ -16,15 +16,44 @@ Format (all integers big-endian)::
 
 A record without the magic is a plain Faust key/value changelog record and is
 applied as such (so the table also reads ordinary Faust changelogs).
+
+**Split change sets.** A batch's change set can outgrow what the broker accepts
+in one record (``max.message.bytes``, 1 MiB by default: 1000 entries on one
+partition make ~0.5 MB here, more with larger entries). Ending a batch early
+would need the staged rows' encoded size while the batch runs (they are
+encoded once, at ``prepare``), and would still fail on one entry or one row
+that is large by itself; so instead the encoded change set is cut into byte
+slices of at most ``max_bytes`` each, written as consecutive records of the
+partition::
+
+    b"RCP1" then u32 part index, u32 part count, the slice
+
+``Assembler`` joins them back in offset order and hands out the whole change
+set only with its last part; until then nothing of it is applied, and the
+offset the local database records stays at the last *whole* change set, so a
+restart reads the parts again. Under exactly_once the parts are in one
+transaction (a read_committed reader sees all or none). Under at-least-once a
+crash can leave the first parts of a batch without the rest; that batch runs
+again and writes all its parts anew, and the orphaned parts are dropped when
+the next change set starts (``Assembler.orphaned`` counts them).
 """
 
 import struct
 from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
 from typing import Final
 
 MAGIC: Final = b"RCS1"
+PART_MAGIC: Final = b"RCP1"
+#: Largest changelog record value the worker writes by default (``--changelog-record-bytes``): half
+#: the broker's default ``max.message.bytes`` (1 MiB), room left for the key and the batch framing.
+RECORD_BYTES: Final = 512 * 1024
 _KEY_LEN = struct.Struct(">I")
 _VALUE_LEN = struct.Struct(">i")
+_PART = struct.Struct(">II")
+#: The smallest ``max_bytes`` that leaves a part room for payload.
+MIN_RECORD_BYTES: Final = len(PART_MAGIC) + _PART.size + 1
 
 
 class ChangeSetError(ValueError):
@@ -73,3 +102,85 @@ def decode(value: bytes) -> dict[bytes, bytes | None]:
     except struct.error as error:
         raise ChangeSetError(f"change set is truncated: {error}") from None
     return changes
+
+
+def encode_records(changes: Mapping[bytes, bytes | None], max_bytes: int = RECORD_BYTES) -> list[bytes]:
+    """The change set as one record value, or split into parts when it is larger than ``max_bytes``."""
+    whole = encode(changes)
+    if len(whole) <= max_bytes:
+        return [whole]
+    room = max_bytes - len(PART_MAGIC) - _PART.size
+    if room < 1:
+        raise ValueError(f"a changelog record of at most {max_bytes} bytes leaves no room for a part")
+    count = -(-len(whole) // room)
+    return [PART_MAGIC + _PART.pack(index, count) + whole[index * room : (index + 1) * room]
+            for index in range(count)]
+
+
+def is_part(value: bytes | None) -> bool:
+    return value is not None and value.startswith(PART_MAGIC)
+
+
+@dataclass
+class _Pending:
+    first: int  # changelog offset of part 0
+    last: int  # offset of the last part taken
+    count: int
+    pieces: list[bytes] = field(default_factory=list)
+
+
+class Held(Enum):
+    """``Assembler.take``: the record is a part of a change set not complete yet (nothing to apply)."""
+
+    HELD = 0
+
+
+class Assembler:
+    """Joins split change sets back, per changelog partition, from records read in offset order."""
+
+    def __init__(self) -> None:
+        self._pending: dict[int, _Pending] = {}
+        self.orphaned = 0  # parts dropped: a change set whose remaining parts never came (a crash)
+
+    def forget_through(self, partition: int, offset: int) -> None:
+        """The partition's state already holds everything up to ``offset``: a pending start there is stale."""
+        pending = self._pending.get(partition)
+        if pending is not None and pending.first <= offset:
+            del self._pending[partition]
+
+    def take(self, partition: int, offset: int, value: bytes | None) -> bytes | Held | None:
+        """The record's value to apply (a whole change set or a plain value), or ``Held.HELD``.
+
+        A record read again (at or below the last part taken) is ``Held.HELD`` as well: it
+        is already among the pending parts.
+        """
+        pending = self._pending.get(partition)
+        if pending is not None and offset <= pending.last:
+            return Held.HELD
+        if not is_part(value):
+            self._drop(partition)
+            return value
+        assert value is not None
+        index, count = _PART.unpack_from(value, len(PART_MAGIC))
+        piece = value[len(PART_MAGIC) + _PART.size :]
+        if index == 0:
+            self._drop(partition)
+            pending = self._pending[partition] = _Pending(offset, offset, count)
+        elif pending is None or index != len(pending.pieces) or count != pending.count:
+            self._drop(partition)  # a part without its predecessors: the rest of an orphan
+            self.orphaned += 1
+            return Held.HELD
+        pending.pieces.append(piece)
+        pending.last = offset
+        if len(pending.pieces) < count:
+            return Held.HELD
+        del self._pending[partition]
+        whole = b"".join(pending.pieces)
+        if not whole.startswith(MAGIC):
+            raise ChangeSetError(f"the {count} parts ending at changelog offset {offset} are not a change set")
+        return whole
+
+    def _drop(self, partition: int) -> None:
+        pending = self._pending.pop(partition, None)
+        if pending is not None:
+            self.orphaned += len(pending.pieces)

@@ -82,6 +82,7 @@ class SnapshotCounts:
 class Metrics(Tally):
     batches: int = 0
     changelog_records: int = 0
+    changelog_parts: int = 0  # records of change sets split across several (larger than one record)
     state_changes: int = 0
     batch_seconds: float = 0.0
     redelivered_skipped: int = 0
@@ -221,6 +222,9 @@ class _WorkerCollector(Collector):
         yield _counter("recurrence_batches", "Batches made durable.", m.batches)
         yield _counter("recurrence_changelog_records", "Change-set records written to the changelog.",
                        m.changelog_records)
+        yield _counter("recurrence_changelog_split_records",
+                       "Changelog records that are parts of a change set larger than one record.",
+                       m.changelog_parts)
         yield _counter("recurrence_state_changes", "State keys written or deleted.", m.state_changes)
         yield _counter("recurrence_redelivered_skipped",
                        "Entries delivered again by the stream after they were applied (not run again).",

@@ -125,6 +125,7 @@ class BatchResult(Tally):
     skipped: int = 0  # delivered again, already applied: not run
     filled: int = 0  # not delivered by the stream, read directly and run
     table_records: int = 0  # e.g. statistics of the scopes the batch changed
+    change_set_parts: int = 0  # changelog records of change sets split because they outgrew one record
 
 
 class BatchProcessor:
@@ -183,15 +184,20 @@ class BatchProcessor:
         end = await self.changelog.log_end(partition)
         start = 0 if applied is None else applied + 1
         records = await self.changelog.fetch_records(partition, start, end) if start < end else []
+        repaired, now = 0, None
         if records:
-            log.warning(
-                "partition %d: %d change sets up to changelog offset %d were missing after the restore; applied",
-                partition, len(records), records[-1][0],
-            )
             self.state.apply_changelog(partition, records)
-            self.metrics.restore_repaired += len(records)
+            # The first parts of a change set whose last part was never written are not applied.
+            now = self.state.changelog_offset(partition)
+            repaired = sum(1 for offset, _, _ in records if now is not None and offset <= now)
+        if repaired:
+            log.warning(
+                "partition %d: %d changelog records up to offset %s were missing after the restore; applied",
+                partition, repaired, now,
+            )
+            self.metrics.restore_repaired += repaired
         self._checked.add(partition)
-        return len(records)
+        return repaired
 
     async def process(self, entries: Sequence[Entry]) -> BatchResult:
         """Run a batch delivered by the stream (any partitions, offset order per partition)."""
@@ -200,6 +206,8 @@ class BatchProcessor:
 
     # Journal offsets one catch-up call reads and runs at most (the worker's --batch-max default).
     catch_up_max: int = 1000
+    # Largest changelog record value; a larger change set is split into parts (``changeset``).
+    changelog_record_bytes: int = changeset.RECORD_BYTES
 
     async def catch_up(self, partition: int, stop: int) -> BatchResult:
         """Read and run the journal directly up to ``stop`` (the entries the stream has not delivered)."""
@@ -372,15 +380,19 @@ class BatchProcessor:
         # trip for both instead of one after the other.
         stage["statistics"].observe(clock.lap())
 
-        # (3) the change sets are durable in the changelog before the local database sees them.
-        pending_changelog = [
-            await self.sink.send(
-                self.step.changelog, _scope_of(changes), changeset.encode(changes), partition, [], partition
+        # (3) the change sets are durable in the changelog before the local database sees them. A change
+        # set larger than one record goes out as consecutive parts (``changeset``); the local database
+        # records the offset of the last, the one that completes it.
+        pending_changelog: list[list[Awaitable[Delivered]]] = []
+        for partition, changes in change_sets:
+            key = _scope_of(changes)
+            values = changeset.encode_records(changes, self.changelog_record_bytes)
+            pending_changelog.append(
+                [await self.sink.send(self.step.changelog, key, value, partition, [], partition) for value in values]
             )
-            for partition, changes in change_sets
-        ]
+            result.change_set_parts += len(values) if len(values) > 1 else 0
         await self.sink.flush()
-        delivered = await asyncio.gather(*pending_changelog)
+        delivered = [(await asyncio.gather(*parts))[-1] for parts in pending_changelog]
         await asyncio.gather(*tables)
         stage["changelog"].observe(clock.lap())
         if next_offsets:
@@ -416,6 +428,7 @@ class BatchProcessor:
         m.records.update(result.records)
         m.dead_letters.update(result.dead_letters)
         m.changelog_records += result.change_sets
+        m.changelog_parts += result.change_set_parts
         m.table_records += result.table_records
         m.state_changes += sum(len(changes) for _, changes in change_sets)
         m.positions.update(next_offsets)

@@ -33,6 +33,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from recurrence.processor.exceptions import SettingsError
 from recurrence.processor.patterns import MAX_LISTED
+from recurrence.processor.stream.changeset import RECORD_BYTES as CHANGELOG_RECORD_BYTES
 from recurrence.schemas.constants import DEFAULT_PATTERN_SCOPES, RECURRENCE_REVIEW_STREAK_THRESHOLD
 
 DEFAULT_BOOTSTRAP: Final = "127.0.0.1:39092"
@@ -263,6 +264,13 @@ class WorkerOptions(SettingsModel):
                            json_schema_extra=flag(metavar="N"))
     batch_within: float = Field(0.02, gt=0, le=10, description="seconds a small batch waits for more entries",
                                 json_schema_extra=flag(metavar="SECONDS"))
+    # A batch's change set larger than this goes to the changelog as several records (changeset.py):
+    # keep it below the changelog topics' max.message.bytes (the broker's default is 1 MiB).
+    changelog_record_bytes: int = Field(
+        CHANGELOG_RECORD_BYTES, ge=256, le=1_000_000,
+        description="largest changelog record; a larger change set is split across several",
+        json_schema_extra=flag(metavar="BYTES"),
+    )
     # Group membership: a dead worker's partitions move after the session timeout; with a
     # stable instance id (static membership) a restarted worker takes them back at once.
     session_timeout: float = Field(10.0, ge=1, le=1800, description="seconds before a silent worker's partitions move",

@@ -22,8 +22,10 @@ changed since their last snapshot -- one pass over their rows, ~2 s per million)
   receives committed change sets (batches are flushed locally after their
   transaction commits; recovery and standbys read read_committed), so the
   snapshot never reflects an aborted one;
-* its rows, in key order, go out as chunk records of about ``CHUNK_BYTES``
-  (zlib), keyed ``<table>/<partition>/<snapshot id>/<index>``, written to the
+* its rows, in key order, are one byte stream cut into chunk records of
+  ``CHUNK_BYTES`` each (zlib; a row may straddle two chunks, so no row however
+  large makes a record the broker refuses), keyed
+  ``<table>/<partition>/<snapshot id>/<index>``, written to the
   topic partition of the state partition; once every chunk is acknowledged the
   **manifest** follows (key ``<table>/<partition>/manifest``: changelog offset,
   row count, chunk offsets and sha256). A snapshot without its manifest (a
@@ -66,9 +68,15 @@ from recurrence.processor.stream.types import ChangelogRecord
 
 log = logging.getLogger("recurrence.stream")
 
-FORMAT: Final = 1
-#: Raw row bytes per chunk record before compression (records stay well under max.message.bytes).
+#: 2: chunks are slices of the row stream (a row may straddle chunks). 1: every chunk held whole rows;
+#: still read (its chunks are slices that happen to end at row boundaries).
+FORMAT: Final = 2
+_READABLE: Final = frozenset({1, 2})
+#: Raw row bytes per chunk record before compression (zlib adds at most ~0.03% to incompressible bytes).
 CHUNK_BYTES: Final = 512 * 1024
+#: Largest snapshot record (the manifest is the only one that can grow past a chunk: ~80 bytes per
+#: chunk); the topic's ``max.message.bytes`` is the same (topics/definitions.py).
+MAX_RECORD_BYTES: Final = 8 * 1024 * 1024
 #: Chunk records in flight while shipping, and fetched per request while restoring.
 WINDOW: Final = 8
 #: A snapshot this old is shipped again even if its partition did not change (< the topic's retention).
@@ -91,20 +99,46 @@ def manifest_key(table: str, partition: int) -> bytes:
     return f"{table}/{partition}/manifest".encode()
 
 
-def encode_rows(rows: Iterable[tuple[bytes, bytes]]) -> bytes:
-    parts: list[bytes] = []
-    for key, value in rows:
-        parts += (_ROW.pack(len(key), len(value)), key, value)
-    return b"".join(parts)
-
-
-def decode_rows(raw: bytes) -> Iterator[tuple[bytes, bytes]]:
+def split_rows(raw: bytes) -> tuple[list[tuple[bytes, bytes]], bytes]:
+    """The whole rows at the start of ``raw``, and the bytes of a row it holds only the start of."""
+    rows: list[tuple[bytes, bytes]] = []
     at, end = 0, len(raw)
-    while at < end:
+    while at + _ROW.size <= end:
         key_length, value_length = _ROW.unpack_from(raw, at)
-        at += _ROW.size
-        yield raw[at : at + key_length], raw[at + key_length : at + key_length + value_length]
-        at += key_length + value_length
+        stop = at + _ROW.size + key_length + value_length
+        if stop > end:
+            break
+        key_at = at + _ROW.size
+        rows.append((raw[key_at : key_at + key_length], raw[key_at + key_length : stop]))
+        at = stop
+    return rows, raw[at:]
+
+
+@dataclass
+class RowStream:
+    """A partition's rows as one byte stream, cut into slices of at most ``size`` bytes."""
+
+    size: int = CHUNK_BYTES
+    rows: int = 0
+    raw_bytes: int = 0
+    offset: bytes | None = None  # the changelog offset row's value, once passed
+
+    def slices(self, items: Iterable[tuple[bytes, bytes]]) -> Iterator[bytes]:
+        buffer = bytearray()
+        for key, value in items:
+            self.rows += 1
+            if key == OFFSET_KEY:
+                self.offset = value
+            buffer += _ROW.pack(len(key), len(value))
+            buffer += key
+            buffer += value
+            while len(buffer) >= self.size:
+                self.raw_bytes += self.size
+                yield bytes(buffer[: self.size])
+                del buffer[: self.size]
+        if buffer:
+            self.raw_bytes += len(buffer)
+            yield bytes(buffer)
 
 
 @dataclass(frozen=True)
@@ -135,7 +169,7 @@ class Manifest:
     def decode(cls, value: bytes) -> "Manifest | None":
         """The manifest, or None for a format this version does not read."""
         data = orjson.loads(value)
-        if data.get("format") != FORMAT:
+        if data.get("format") not in _READABLE:
             return None
         return cls(
             data["table"], data["partition"], data["snapshot"], data["changelog_offset"], data["rows"],
@@ -275,10 +309,11 @@ class Snapshots:
     async def _load(self, store: ChangeSetRocksStore, manifest: Manifest, scratch: Path) -> int:
         rows = 0
         offset: bytes | None = None
+        rest = b""  # the start of a row the next chunk ends
         db = store.open_scratch(scratch)
         try:
             async for raw in fetch_chunks(self.topic, manifest):
-                decoded = list(decode_rows(raw))
+                decoded, rest = split_rows(rest + raw if rest else raw)
                 store.write_rows(db, decoded)
                 rows += len(decoded)
                 offset = next((v for k, v in decoded if k == OFFSET_KEY), offset)
@@ -286,6 +321,8 @@ class Snapshots:
             db.flush()
         finally:
             db.close()
+        if rest:
+            raise SnapshotUnusableError(f"the last chunk ends inside a row ({len(rest)} bytes)")
         if rows != manifest.rows or offset != str(manifest.changelog_offset).encode():
             raise SnapshotUnusableError(f"{rows} rows at offset {offset!r}, the manifest says {manifest.rows}")
         return rows
@@ -349,37 +386,41 @@ class Snapshots:
         chunks: list[Chunk] = []
         pending: list[Awaitable[int]] = []
         digests: list[str] = []
-        rows = raw_bytes = sent_bytes = 0
-        offset: bytes | None = None
-        batches = _batches(view.items())
+        sent_bytes = 0
+        stream = RowStream()
+        slices = stream.slices(view.items())
         while True:
-            # Reading, encoding, compressing and hashing a chunk is ~15 ms of CPU: done on the event
+            # Reading, slicing, compressing and hashing a chunk is ~15 ms of CPU: done on the event
             # loop it held up every batch in flight that long, once per chunk, for the whole upload
             # (thousands of chunks for a large partition). In a thread the loop runs meanwhile
-            # (zlib and hashlib release the GIL; the rest yields it every switch interval).
-            built = await asyncio.to_thread(_chunk, batches)
+            # (zlib and hashlib release the GIL; the rest yields it every switch interval). Only
+            # one thread advances the stream at a time: each chunk is awaited before the next.
+            built = await asyncio.to_thread(_chunk, slices)
             if built is None:
                 break
             if not owned():
                 log.info("%s partition %d: revoked during snapshot %s; not completed", table, partition, snapshot)
                 return None
-            rows += built.rows
-            offset = built.offset if built.offset is not None else offset
-            raw_bytes += built.raw_bytes
-            sent_bytes += len(built.value)
-            digests.append(built.sha256)
-            pending.append(
-                await self.topic.send(chunk_key(table, partition, snapshot, len(pending)), built.value, partition)
-            )
+            value, sha256 = built
+            sent_bytes += len(value)
+            digests.append(sha256)
+            pending.append(await self.topic.send(chunk_key(table, partition, snapshot, len(pending)), value, partition))
             if len(pending) - len(chunks) >= WINDOW:
                 chunks.append(Chunk(await pending[len(chunks)], digests[len(chunks)]))
-        del batches, view  # the point-in-time view pins the database's files
+        del slices, view  # the point-in-time view pins the database's files
         for index in range(len(chunks), len(pending)):
             chunks.append(Chunk(await pending[index], digests[index]))
-        if offset is None or not owned():
+        if stream.offset is None or not owned():
             return None
-        manifest = Manifest(table, partition, snapshot, int(offset), rows, raw_bytes, tuple(chunks), time.time())
-        await (await self.topic.send(manifest_key(table, partition), manifest.encode(), partition))
+        manifest = Manifest(table, partition, snapshot, int(stream.offset), stream.rows, stream.raw_bytes,
+                            tuple(chunks), time.time())
+        encoded = manifest.encode()
+        if len(encoded) > MAX_RECORD_BYTES:  # ~100k chunks (~50 GB of rows): the topic would refuse it
+            log.warning("%s partition %d: snapshot %s has %d chunks, a manifest of %d bytes (at most %d); "
+                        "not completed: recovery replays the changelog", table, partition, snapshot,
+                        len(chunks), len(encoded), MAX_RECORD_BYTES)
+            return None
+        await (await self.topic.send(manifest_key(table, partition), encoded, partition))
         previous = self._known.get(key)
         self._known[key] = manifest
         if previous is not None and previous.snapshot != snapshot:
@@ -391,42 +432,17 @@ class Snapshots:
         self.counts.shipped_bytes += sent_bytes
         log.info(
             "%s partition %d: shipped snapshot %s at changelog offset %d: %d rows, %d chunks, %d bytes in %.2fs",
-            table, partition, snapshot, manifest.changelog_offset, rows, len(chunks), sent_bytes,
+            table, partition, snapshot, manifest.changelog_offset, manifest.rows, len(chunks), sent_bytes,
             time.perf_counter() - started,
         )
         return manifest
 
 
-@dataclass(frozen=True)
-class _Built:
-    """One chunk record's value, ready to send."""
 
-    rows: int
-    offset: bytes | None  # the changelog offset row, if the chunk holds it
-    raw_bytes: int
-    value: bytes  # zlib-compressed rows
-    sha256: str
-
-
-def _chunk(batches: Iterator[list[tuple[bytes, bytes]]]) -> _Built | None:
-    """The next chunk of a snapshot's rows, encoded, compressed and hashed; None after the last."""
-    batch = next(batches, None)
-    if batch is None:
+def _chunk(slices: Iterator[bytes]) -> tuple[bytes, str] | None:
+    """The next slice of a snapshot's row stream, compressed, and its sha256; None after the last."""
+    raw = next(slices, None)
+    if raw is None:
         return None
-    raw = encode_rows(batch)
     value = zlib.compress(raw, 1)
-    offset = next((v for k, v in batch if k == OFFSET_KEY), None)
-    return _Built(len(batch), offset, len(raw), value, hashlib.sha256(value).hexdigest())
-
-
-def _batches(items: Iterable[tuple[bytes, bytes]]) -> Iterator[list[tuple[bytes, bytes]]]:
-    batch: list[tuple[bytes, bytes]] = []
-    size = 0
-    for key, value in items:
-        batch.append((key, value))
-        size += len(key) + len(value) + _ROW.size
-        if size >= CHUNK_BYTES:
-            yield batch
-            batch, size = [], 0
-    if batch:
-        yield batch
+    return value, hashlib.sha256(value).hexdigest()

@@ -8,17 +8,14 @@ direct partition reader as the journal gaps.
 
 import asyncio
 from collections.abc import Awaitable
-from typing import Any, Final
+from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
 from recurrence.processor.stream.journal import PartitionReader
 from recurrence.processor.stream.settings import KafkaConnection
+from recurrence.processor.stream.snapshots import MAX_RECORD_BYTES
 from recurrence.processor.stream.types import ChangelogRecord
-
-#: Largest snapshot record (a chunk is ~512 KiB of rows, more only with one very large row);
-#: the topic's ``max.message.bytes`` is the same (topics/definitions.py).
-MAX_RECORD_BYTES: Final = 8 * 1024 * 1024
 
 
 class KafkaSnapshotLog:

@@ -25,7 +25,8 @@ partition's database holds whole scopes and the engine never needs a key from
 another partition.
 """
 
-from collections.abc import Callable, Iterable, Sequence
+import logging
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -42,6 +43,7 @@ from recurrence.processor.stream import changeset
 from recurrence.processor.stream.types import ChangelogRecord
 
 OFFSET_KEY = faust_rocksdb.Store.offset_key
+log = logging.getLogger("recurrence.stream")
 
 
 def _expand(value: bytes | None, key: bytes | None) -> Iterable[tuple[bytes, bytes | None]]:
@@ -49,6 +51,26 @@ def _expand(value: bytes | None, key: bytes | None) -> Iterable[tuple[bytes, byt
         assert value is not None
         return changeset.decode(value).items()
     return () if key is None else ((key, value),)  # a plain record; one without a key names nothing
+
+
+def _joined(
+    assembler: changeset.Assembler, partition: int, applied: int, records: Iterable[ChangelogRecord]
+) -> Iterator[ChangelogRecord]:
+    """The records past ``applied`` to apply, split change sets joined (yielded at their last part)."""
+    assembler.forget_through(partition, applied)
+    orphaned = assembler.orphaned
+    for offset, key, value in records:
+        if offset <= applied:
+            continue
+        joined = assembler.take(partition, offset, value)
+        if joined is not changeset.Held.HELD:
+            yield offset, key, joined
+            applied = offset
+    if assembler.orphaned > orphaned:
+        log.warning(
+            "changelog partition %d: dropped %d parts of a change set whose other parts were never written "
+            "(a crash mid-write; its batch ran again)", partition, assembler.orphaned - orphaned,
+        )
 
 
 class KeptRocksDBOptions(faust_rocksdb.RocksDBOptions):
@@ -87,6 +109,7 @@ class ChangeSetRocksStore(faust_rocksdb.Store):
         super().__init__(*args, **kwargs)
         self.rocksdb_options = KeptRocksDBOptions(**(self.options or {}), use_rocksdict=self.use_rocksdict)
         self.replayed = 0  # changelog records applied by recovery and standbys
+        self.assembler = changeset.Assembler()  # split change sets, joined across recovery batches
 
     # -- snapshots (see ``snapshots``) ---------------------------------------------------------
     async def on_rebalance(
@@ -174,16 +197,16 @@ class ChangeSetRocksStore(faust_rocksdb.Store):
 
         Records at or below the offset the database already holds are skipped: each
         was applied before (by Faust's recovery, a standby, or ``restore_tail``), and
-        applying an old change set again would move keys back.
+        applying an old change set again would move keys back. The parts of a split
+        change set are applied with its last part (``changeset.Assembler``); until then
+        the recorded offset stays at the last whole one.
         """
         db = self._db_for_partition(partition)
         raw = db.get(OFFSET_KEY)
         applied = -1 if raw is None else int(raw)
         write = WriteBatch(raw_mode=True)
         last = applied
-        for offset, key, value in records:
-            if offset <= last:
-                continue
+        for offset, key, value in _joined(self.assembler, partition, applied, records):
             for k, v in _expand(value, key):
                 if v is None:
                     write.delete(k)
@@ -210,6 +233,7 @@ class ChangeSetMemoryStore(faust_memory.Store[bytes, bytes]):
         self._partitions: dict[int, MemoryStore] = {}
         self._generations: dict[int, int] = {}
         self._offsets: dict[int, int] = {}
+        self.assembler = changeset.Assembler()
 
     def partition_state(self, partition: int) -> StateStore:
         state = self._partitions.get(partition)
@@ -242,9 +266,7 @@ class ChangeSetMemoryStore(faust_memory.Store[bytes, bytes]):
 
     def apply_changelog(self, partition: int, records: Sequence[ChangelogRecord]) -> None:
         applied = self._offsets.get(partition, -1)
-        for offset, key, value in records:
-            if offset <= applied:
-                continue
+        for offset, key, value in _joined(self.assembler, partition, applied, records):
             self.partition_state(partition).apply(dict(_expand(value, key)))
             applied = self._offsets[partition] = offset
             self._generations[partition] = self._generations.get(partition, 0) + 1
