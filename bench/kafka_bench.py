@@ -163,11 +163,15 @@ class Deployment:
             raise RuntimeError(f"worker exited with {self.proc.returncode}:\n{tail}")
 
     def get(self, path: str) -> bytes | None:
+        """The body, also of an error status (``/health`` answers 503 with its report while lagging)."""
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=10) as response:
                 body: bytes = response.read()
                 return body
-        except (OSError, urllib.error.HTTPError):
+        except urllib.error.HTTPError as error:
+            answer: bytes = error.read()
+            return answer
+        except OSError:
             return None
 
     def ready(self) -> bool:
@@ -196,15 +200,15 @@ class Deployment:
         return set(report["partitions"])
 
     def positions(self) -> dict[int, int]:
-        """The durable journal position per partition in the worker's state (empty while not answering)."""
+        """The durable journal position per partition in the worker's state (empty while not answering).
+
+        Read from ``/health``, not ``/metrics``: rendering the Prometheus text costs the worker a few
+        milliseconds, which polled 20 times a second was ~5% of the worker's time under measurement.
+        """
         self._check_alive()
-        body = self.get("/metrics")
-        found: dict[int, int] = {}
-        for line in (body or b"").decode().splitlines():
-            if line.startswith("recurrence_journal_position{"):
-                label, _, value = line.rpartition(" ")
-                found[int(label.split('"')[1])] = int(float(value))
-        return found
+        body = self.get("/health")
+        report = orjson.loads(body) if body else {}
+        return {int(partition): int(position) for partition, position in report.get("positions", {}).items()}
 
     def applied(self) -> int | None:
         """Sum of the durable journal positions in the worker's state (None while not answering)."""

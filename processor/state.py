@@ -225,9 +225,11 @@ class Group:
         return cls(*orjson.loads(raw))
 
     def copy(self) -> "Group":
+        # The lists are shared, not copied: they are never changed in place (``verdict``, ``crossed``
+        # and the ledger replace them), so the cached row they came from cannot see a later change.
         return Group(
-            self.selected, self.recurred, self.avoided, self.streak, list(self.streak_sources), self.unknown,
-            list(self.history), list(self.crossings),
+            self.selected, self.recurred, self.avoided, self.streak, self.streak_sources, self.unknown,
+            self.history, self.crossings,
         )
 
     def verdict(self, position: int, event: str) -> None:

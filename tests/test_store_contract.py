@@ -340,3 +340,31 @@ def test_transaction_prefix_scans_merge_staged_rows_in_order() -> None:
     txn.put(b"p3", b"changed")
     rows: list[tuple[bytes, Any]] = list(txn.iterate_prefix(b"p"))
     assert rows == [(b"p0", b"new"), (b"p1", b"a"), (b"p3", b"changed")]
+
+
+def test_a_group_changed_by_an_aborted_entry_leaves_the_cached_row_as_committed() -> None:
+    """Group.copy shares its lists: safe only because the engine replaces them, never changes them."""
+    from recurrence.processor.state import State
+
+    base, cache = MemoryStore(), RowCache(100)
+    ref = ("experience", "E1", 1)
+    first = Transaction(base, cache)
+    group = State(first).group_for_update("s", ref, "key")
+    group.recurred, group.streak, group.streak_sources = 1, 1, [["content", "O1"]]
+    group.verdict(5, "recurred")
+    group.crossed(5, "proposed")
+    first.commit()
+
+    txn = Transaction(base, cache)
+    txn.begin_entry()
+    changed = State(txn).group_for_update("s", ref, "key")
+    changed.streak += 1
+    changed.streak_sources = [*changed.streak_sources, ["content", "O2"]]
+    changed.verdict(9, "recurred")
+    changed.crossed(9, "no proposal: a newer revision is the head")
+    txn.abort_entry()
+
+    committed = State(txn).group("s", ref, "key")
+    assert committed is not None
+    assert (committed.streak, committed.streak_sources) == (1, [["content", "O1"]])
+    assert (committed.history, committed.crossings) == ([[5, "recurred"]], [[5, "proposed"]])

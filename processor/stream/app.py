@@ -360,6 +360,14 @@ class RecurrenceService:
     def _owners(self) -> dict[str, set[int]]:
         return self.cluster.owners()
 
+    def _positions(self) -> dict[int, int]:
+        found: dict[int, int] = {}
+        for tp in self._journal_tps():
+            position = self.processor.position(tp.partition)
+            if position is not None:
+                found[tp.partition] = position
+        return found
+
     def _lag(self) -> dict[int, int]:
         lag: dict[int, int] = {}
         for tp in self._journal_tps():
@@ -384,6 +392,9 @@ class RecurrenceService:
             lag=self._lag(),
             max_lag=self.settings.worker.ready_max_lag,
             details={
+                # Durable journal position per assigned partition: what progress checks poll (cheap,
+                # unlike rendering /metrics).
+                "positions": {str(p): n for p, n in sorted(self._positions().items())},
                 "app_id": self.settings.group_id,
                 "url": self.canonical_url,
                 "entries_processed": self.metrics.entries,

@@ -48,17 +48,27 @@ class _Batches:
     would (the default partitioner over the topic's partitions).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, remembered_keys: int = 100_000) -> None:
         self._open: dict[tuple[int, str, int], _Open] = {}
         self._sent: list[asyncio.Future[Any]] = []  # the delivery futures of the last flush's batches
         self._partitions: dict[str, list[int]] = {}
         self._partitioner = DefaultPartitioner()
+        # (topic, key) -> partition. aiokafka's murmur2 is pure Python (~2% of a saturated worker),
+        # while the keys repeat: scopes, signature keys. Bounded: cleared when it reaches the limit.
+        self._chosen: dict[tuple[str, bytes], int] = {}
+        self._remembered_keys = remembered_keys
 
     async def partition_for(self, producer: Any, topic: str, key: bytes) -> int:
+        chosen = self._chosen.get((topic, key))
+        if chosen is not None:
+            return chosen
         partitions = self._partitions.get(topic)
         if partitions is None:  # fixed for the worker's life: ``topics apply`` refuses a changed count
             partitions = self._partitions[topic] = sorted(await producer.partitions_for(topic))
-        chosen: int = self._partitioner(key, partitions, partitions)
+        chosen = int(self._partitioner(key, partitions, partitions))
+        if len(self._chosen) >= self._remembered_keys:
+            self._chosen.clear()
+        self._chosen[(topic, key)] = chosen
         return chosen
 
     async def append(

@@ -95,6 +95,15 @@ def test_random_journal_equals_the_embedded_runner(deployment: Deployment, tmp_p
         lambda: worker.metrics()["recurrence_entries_processed_total"] >= entries, 180, 0.05, "all entries processed"
     )
     done = time.monotonic()
+
+    def positions() -> dict[str, int]:
+        report = worker.health() or {}
+        found: dict[str, int] = report.get("positions", {})
+        return found
+
+    # /readyz reports each partition's durable journal position: every entry, once applied.
+    wait_for(lambda: sum(positions().values()) == entries, 60, 0.1, "positions at the journal's end")
+    assert set(positions()) == {str(p) for p in range(deployment.partitions)}
     outputs = deployment.wait_for_outputs(oracle, timeout=60)
     print(
         f"\n[throughput] one worker, {entries} entries ({journal.stat().st_size:,} bytes), {len(dedupe(outputs))} "

@@ -502,3 +502,27 @@ def test_an_early_flush_waits_while_the_previous_send_is_unacknowledged() -> Non
                 (await third).offset]
 
     assert asyncio.run(run()) == [1, 3, 10, 11, 12]
+
+
+def test_a_keyed_records_partition_is_the_default_partitioners_and_its_memo_is_bounded() -> None:
+    class Producer:
+        asked = 0
+
+        async def partitions_for(self, topic: str) -> set[int]:
+            Producer.asked += 1
+            return {0, 1, 2, 3, 4, 5}
+
+    async def run() -> list[int]:
+        batches, producer = _Batches(remembered_keys=50), Producer()
+        keys = [f"scope-{n}".encode() for n in range(120)]
+        chosen = [await batches.partition_for(producer, "t", key) for key in keys + keys]
+        assert len(batches._chosen) <= 50
+        return chosen
+
+    from aiokafka.partitioner import DefaultPartitioner
+
+    partitioner = DefaultPartitioner()
+    keys = [f"scope-{n}".encode() for n in range(120)]
+    want = [partitioner(key, list(range(6)), list(range(6))) for key in keys + keys]
+    assert asyncio.run(run()) == want  # remembered, forgotten at the bound, computed again: always the same
+    assert Producer.asked == 1  # the partition count is asked once per topic
