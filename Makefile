@@ -54,7 +54,7 @@ bench: $(STAMP)
 	$(PY) bench/replay_bench.py
 
 bench-kafka: $(STAMP)
-	$(PY) bench/kafka_bench.py --compare --entries 10000
+	$(PY) bench/kafka_bench.py --compare --entries 50000
 	$(PY) bench/kafka_bench.py
 
 # Checkers the Kafka tests run when present: promtool (`promtool check metrics` on a live
