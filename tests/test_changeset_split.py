@@ -11,12 +11,11 @@ the rest (at-least-once: that batch runs again and writes all its parts anew).
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable, Iterator, Sequence
+from collections.abc import Awaitable, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import faust
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -24,9 +23,9 @@ from hypothesis import strategies as st
 from recurrence.processor.engine import EngineConfig
 from recurrence.processor.stream import changeset
 from recurrence.processor.stream.processing import BatchProcessor
-from recurrence.processor.stream.tablestore import OFFSET_KEY, StateTable
 from recurrence.processor.stream.types import SOURCE_HEADER, ChangelogRecord
 
+from .faust_tables import BACKENDS, state_table_data, table_rows
 from .kafka.harness import Oracle, by_scope, write_journal
 from .kafka.test_stream_units import (
     TOPICS,
@@ -76,15 +75,9 @@ def test_orphaned_first_parts_are_dropped_and_the_rerun_applies() -> None:
     assert assembler.take(1, 10, old[1]) is changeset.Held.HELD and assembler.orphaned == 1
 
 
-@pytest.fixture(params=["rocksdb://", "memory://"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    app = faust.App(f"cs-{tmp_path.name}", broker="kafka://127.0.0.1:1", store=request.param, datadir=str(tmp_path))
-    table = StateTable(app, name="state", key_type=bytes, value_type=bytes, partitions=2)
-    yield table.data
-
-
-def _rows(store: Any, partition: int) -> list[tuple[bytes, bytes]]:
-    return [(k, v) for k, v in store.partition_state(partition).iterate_prefix(b"") if k != OFFSET_KEY]
+@pytest.fixture(params=BACKENDS)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    return state_table_data(request.param, tmp_path, "cs")
 
 
 def test_a_split_change_set_is_applied_with_its_last_part_across_recovery_batches(
@@ -97,18 +90,18 @@ def test_a_split_change_set_is_applied_with_its_last_part_across_recovery_batche
     cut = len(orphan) + len(parts) // 2
     with caplog.at_level(logging.WARNING, logger="recurrence.stream"):
         store.apply_changelog(0, records[:cut])  # a recovery batch ends mid-change-set
-    assert _rows(store, 0) == [(b"a", b"1")]
+    assert table_rows(store, 0) == [(b"a", b"1")]
     assert store.changelog_offset(0) == 0, "the offset must stay at the last whole change set"
     assert "dropped 2 parts" in caplog.text
     store.apply_changelog(0, records[cut - 1 : cut])  # a held part delivered again
     assert store.changelog_offset(0) == 0
     store.apply_changelog(0, records[cut - 1 :])  # and the rest
-    assert _rows(store, 0) == [(b"a", b"2"), (b"b", b"3" * 200)]
+    assert table_rows(store, 0) == [(b"a", b"2"), (b"b", b"3" * 200)]
     store.apply_changelog(0, records[1:])  # read again from before the held parts (a restore's tail check)
-    assert _rows(store, 0) == [(b"a", b"2"), (b"b", b"3" * 200)]
+    assert table_rows(store, 0) == [(b"a", b"2"), (b"b", b"3" * 200)]
     assert store.changelog_offset(0) == records[-1][0]
     store.apply_changelog_batch([_event(0, records[-1][0] + 1, changeset.encode({b"a": None}))], None, None)
-    assert _rows(store, 0) == [(b"b", b"3" * 200)]
+    assert table_rows(store, 0) == [(b"b", b"3" * 200)]
 
 
 def _event(partition: int, offset: int, value: bytes | None, key: bytes = b"scope") -> Any:
@@ -185,7 +178,7 @@ def test_a_batch_processor_under_a_tiny_cap_splits_and_a_crash_mid_write_loses_n
         for at in range(0, len(recs), 7):
             store.apply_changelog_batch([_event(partition, o, v) for o, _, v in recs[at : at + 7]], None, None)
         want = [(k, v) for k, v in state.partition_state(partition).iterate_prefix(b"")]
-        assert _rows(store, partition) == want
+        assert table_rows(store, partition) == want
     assert store.assembler.orphaned > 0
 
 

@@ -7,16 +7,16 @@ batch processor to drop its row cache for that partition.
 """
 
 import types
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import faust
 import pytest
 
 from recurrence.processor.store.base import RowCache, Transaction
 from recurrence.processor.stream import changeset
-from recurrence.processor.stream.tablestore import OFFSET_KEY, StateTable
+from recurrence.processor.stream.tablestore import OFFSET_KEY
+
+from .faust_tables import BACKENDS, state_table_data, table_rows
 
 
 def _event(partition: int, offset: int, value: bytes | None, key: bytes = b"scope") -> Any:
@@ -24,15 +24,9 @@ def _event(partition: int, offset: int, value: bytes | None, key: bytes = b"scop
     return types.SimpleNamespace(message=message)
 
 
-@pytest.fixture(params=["rocksdb://", "memory://"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    app = faust.App(f"ts-{tmp_path.name}", broker="kafka://127.0.0.1:1", store=request.param, datadir=str(tmp_path))
-    table = StateTable(app, name="state", key_type=bytes, value_type=bytes, partitions=2)
-    yield table.data
-
-
-def _rows(store: Any, partition: int) -> list[tuple[bytes, bytes]]:
-    return [(k, v) for k, v in store.partition_state(partition).iterate_prefix(b"") if k != OFFSET_KEY]
+@pytest.fixture(params=BACKENDS)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    return state_table_data(request.param, tmp_path, "ts")
 
 
 def test_recovery_applies_change_sets_whole_per_partition(store: Any) -> None:
@@ -46,8 +40,8 @@ def test_recovery_applies_change_sets_whole_per_partition(store: Any) -> None:
         None,
         None,
     )
-    assert _rows(store, 0) == [(b"b", b"2"), (b"d", b"4")]
-    assert _rows(store, 1) == [(b"c", b"3")]
+    assert table_rows(store, 0) == [(b"b", b"2"), (b"d", b"4")]
+    assert table_rows(store, 1) == [(b"c", b"3")]
     assert store.generation(0) > before
     if hasattr(store, "_dbs"):  # the RocksDB store records where recovery resumes, in the same write
         assert store.partition_state(0).get(OFFSET_KEY) == b"6"
@@ -56,7 +50,7 @@ def test_recovery_applies_change_sets_whole_per_partition(store: Any) -> None:
 
 def test_a_plain_faust_changelog_record_applies_as_one_key(store: Any) -> None:
     store.apply_changelog_batch([_event(0, 1, b"plain", key=b"k"), _event(0, 2, None, key=b"gone")], None, None)
-    assert _rows(store, 0) == [(b"k", b"plain")]
+    assert table_rows(store, 0) == [(b"k", b"plain")]
 
 
 def test_flush_local_writes_a_prepared_batch_with_its_changelog_offset(store: Any) -> None:
@@ -65,7 +59,7 @@ def test_flush_local_writes_a_prepared_batch_with_its_changelog_offset(store: An
     txn.prepare()
     generation = store.generation(1)
     store.flush_local(1, txn, 42)
-    assert _rows(store, 1) == [(b"row", b"value")]
+    assert table_rows(store, 1) == [(b"row", b"value")]
     assert store.generation(1) == generation  # our own write: the row cache stays valid
     if hasattr(store, "_dbs"):
         assert store.partition_state(1).get(OFFSET_KEY) == b"42"
@@ -75,7 +69,7 @@ def test_a_truncated_change_set_is_refused_not_half_applied(store: Any) -> None:
     whole = changeset.encode({b"a": b"1", b"b": b"2"})
     with pytest.raises(changeset.ChangeSetError):
         store.apply_changelog_batch([_event(0, 1, whole[:-1])], None, None)
-    assert _rows(store, 0) == []
+    assert table_rows(store, 0) == []
 
 
 def test_a_change_set_at_or_below_the_applied_offset_is_not_applied_again(store: Any) -> None:
@@ -84,9 +78,9 @@ def test_a_change_set_at_or_below_the_applied_offset_is_not_applied_again(store:
     assert store.changelog_offset(0) == 6
     generation = store.generation(0)
     store.apply_changelog(0, [(4, b"s", changeset.encode({b"a": b"old"})), (6, b"s", changeset.encode({b"b": b"x"}))])
-    assert _rows(store, 0) == [(b"a", b"new")]
+    assert table_rows(store, 0) == [(b"a", b"new")]
     assert store.generation(0) == generation  # nothing applied: the row cache stays valid
     store.apply_changelog(0, [(6, b"s", None), (8, b"s", changeset.encode({b"b": b"2"}))])
-    assert _rows(store, 0) == [(b"a", b"new"), (b"b", b"2")]
+    assert table_rows(store, 0) == [(b"a", b"new"), (b"b", b"2")]
     assert store.changelog_offset(0) == 8
     assert store.changelog_offset(1) is None
