@@ -82,6 +82,12 @@ EARLY_FLUSH_SECONDS: Final = 0.01
 _UNSCOPED: Final = frozenset({"rid", "dlc", "stream"})
 
 
+async def _all(deliveries: Sequence[Awaitable[Delivered]]) -> list[Delivered]:
+    """Await every delivery, in order. Not ``asyncio.gather``: that wraps each awaitable that is not a
+    future in a task, while a sink's deliveries of one producer batch all wait on the batch's one future."""
+    return [await delivery for delivery in deliveries]
+
+
 def _scope_of(changes: Mapping[bytes, bytes | None]) -> bytes:
     # Engine keys are ["<ns>","<scope_id>",...]; the changelog key names the scope for operators.
     # Rows outside every scope (the record index, counters, the position) name none.
@@ -350,8 +356,8 @@ class BatchProcessor:
         stage["engine"].observe(clock.lap())
         # (2) every output record is durable before any state that records it.
         await self.sink.flush()
-        acknowledged = await asyncio.gather(*deliveries)
-        await asyncio.gather(*copies)
+        acknowledged = await _all(deliveries)
+        await _all(copies)
         self.metrics.outputs_acked(plan)
         stage["outputs"].observe(clock.lap())
         # ``explain`` reads a record back from where the broker put it: index it in the state of the
@@ -375,7 +381,7 @@ class BatchProcessor:
                 result.table_records += 1
         if not self.sink.atomic:
             await self.sink.flush()
-            await asyncio.gather(*tables)
+            await _all(tables)
         # else (exactly_once) they become visible with the change sets, in the same commit: one round
         # trip for both instead of one after the other.
         stage["statistics"].observe(clock.lap())
@@ -392,8 +398,8 @@ class BatchProcessor:
             )
             result.change_set_parts += len(values) if len(values) > 1 else 0
         await self.sink.flush()
-        delivered = [(await asyncio.gather(*parts))[-1] for parts in pending_changelog]
-        await asyncio.gather(*tables)
+        delivered = [(await _all(parts))[-1] for parts in pending_changelog]
+        await _all(tables)
         stage["changelog"].observe(clock.lap())
         if next_offsets:
             await self.sink.commit(next_offsets)

@@ -6,7 +6,7 @@ for why records are appended to batches instead of sent one by one.
 """
 
 import asyncio
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,13 +26,33 @@ class _Written:
 
 @dataclass
 class _Open:
-    """A batch being filled for one (producer, topic, partition), and the futures of its records."""
+    """A batch being filled for one (producer, topic, partition), and the one future all its records share."""
 
     producer: Any
     topic: str
     partition: int
     builder: Any
-    records: list[tuple[asyncio.Future[Delivered], int]] = field(default_factory=list)  # (future, index in batch)
+    # Resolves with the broker's metadata for the whole batch (its base offset), or its error.
+    acknowledged: asyncio.Future[Any] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+
+class _Pending:
+    """One record's delivery: awaiting it waits for its batch, then gives its partition and offset.
+
+    A record's offset is its batch's base offset plus its index in the batch, so the records of a
+    batch share one future instead of one each (an asyncio future and its callback per record were
+    6-8% of a saturated worker's main thread).
+    """
+
+    __slots__ = ("_batch", "_index")
+
+    def __init__(self, batch: _Open, index: int) -> None:
+        self._batch = batch
+        self._index = index
+
+    def __await__(self) -> Generator[Any, None, Delivered]:
+        metadata = yield from self._batch.acknowledged.__await__()
+        return _Written(self._batch.partition, metadata.offset + self._index)
 
 
 class _Batches:
@@ -74,7 +94,7 @@ class _Batches:
     async def append(
         self, producer: Any, topic: str, partition: int, key: bytes | None, value: bytes,
         headers: list[tuple[str, bytes]],
-    ) -> asyncio.Future[Delivered]:
+    ) -> Awaitable[Delivered]:
         slot_key = (id(producer), topic, partition)
         slot = self._open.get(slot_key)
         if slot is None:
@@ -86,9 +106,7 @@ class _Batches:
             meta = slot.builder.append(timestamp=None, key=key, value=value, headers=headers)
             if meta is None:
                 raise ValueError(f"a record of {len(value)} bytes does not fit in an empty batch for {topic}")
-        future: asyncio.Future[Delivered] = asyncio.get_running_loop().create_future()
-        slot.records.append((future, meta.offset))
-        return future
+        return _Pending(slot, meta.offset)
 
     async def flush(self, early: bool = False) -> None:
         """Send every batch being filled (their records' futures resolve on the broker's acknowledgement).
@@ -107,33 +125,31 @@ class _Batches:
 
     async def _send(self, slot: _Open) -> None:
         slot.builder.close()
+        acknowledged = slot.acknowledged
         try:
             sent = await slot.producer.send_batch(slot.builder, slot.topic, partition=slot.partition)
         except Exception as error:
-            for future, _ in slot.records:
-                if not future.done():
-                    future.set_exception(error)
+            if not acknowledged.done():
+                acknowledged.set_exception(error)
             raise
-        records = slot.records
         self._sent.append(sent)
 
         def resolve(batch: asyncio.Future[Any]) -> None:
-            error = batch.exception() if not batch.cancelled() else asyncio.CancelledError()
-            for future, index in records:
-                if future.done():
-                    continue
-                if error is not None:
-                    future.set_exception(error)
-                else:
-                    future.set_result(_Written(slot.partition, batch.result().offset + index))
+            if acknowledged.done():
+                return
+            if batch.cancelled():
+                acknowledged.cancel()
+            elif (error := batch.exception()) is not None:
+                acknowledged.set_exception(error)
+            else:
+                acknowledged.set_result(batch.result())
 
         sent.add_done_callback(resolve)
 
     def abandon(self) -> None:
         """A failed batch: drop what was never sent (the batch's process ends; nothing waits on them)."""
         for slot in self._open.values():
-            for future, _ in slot.records:
-                future.cancel()
+            slot.acknowledged.cancel()
         self._open.clear()
 
 
