@@ -25,7 +25,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, cast
 
 import faust
@@ -243,6 +243,7 @@ class RecurrenceService:
             for partition, records in fetched.records.items() if partition in assigned
             for record in records
         ]
+
     def _raw_topic(self, name: str) -> Any:
         """A topic of raw bytes keys and values with the journal's partition count."""
         return self.app.topic(
@@ -361,40 +362,39 @@ class RecurrenceService:
         return self.cluster.owners()
 
     def _positions(self) -> dict[int, int]:
+        """Durable journal position per assigned partition (absent: nothing applied there yet)."""
         found: dict[int, int] = {}
         for tp in self._journal_tps():
             position = self.processor.position(tp.partition)
             if position is not None:
                 found[tp.partition] = position
+        self.metrics.positions.update(found)
         return found
 
-    def _lag(self) -> dict[int, int]:
+    def _lag(self, positions: Mapping[int, int] | None = None) -> dict[int, int]:
+        positions = self._positions() if positions is None else positions
         lag: dict[int, int] = {}
         for tp in self._journal_tps():
             highwater = self.cluster.highwater(tp)
             if highwater is None or highwater < 0:
                 continue
-            position = self.processor.position(tp.partition)
-            if position is None:  # nothing applied yet on this partition
-                position = 0
-            else:
-                self.metrics.positions[tp.partition] = position
-            lag[tp.partition] = max(0, highwater - position)
+            lag[tp.partition] = max(0, highwater - positions.get(tp.partition, 0))
         return lag
 
     def _probe(self) -> ProbeInputs:
+        positions = self._positions()
         return ProbeInputs(
             agent_crashed=any(crashed(agent) for agent in self.app.agents.values()),
             rebalancing=bool(self.app.rebalancing),
             recovered=bool(cast(Any, self.app.tables).recovery.completed.is_set() and not self.app.in_recovery),
             partitions=sorted(tp.partition for tp in self._journal_tps()),
             ready_partitions=sorted(self._ready_partitions()),
-            lag=self._lag(),
+            lag=self._lag(positions),
             max_lag=self.settings.worker.ready_max_lag,
             details={
                 # Durable journal position per assigned partition: what progress checks poll (cheap,
                 # unlike rendering /metrics).
-                "positions": {str(p): n for p, n in sorted(self._positions().items())},
+                "positions": {str(p): n for p, n in sorted(positions.items())},
                 "app_id": self.settings.group_id,
                 "url": self.canonical_url,
                 "entries_processed": self.metrics.entries,
