@@ -253,11 +253,9 @@ class FaustSink:
 
     async def _commit(self, partition: int, offset: int) -> None:
         ahead, pending = self._offsets_ahead.pop(partition, (None, None))
-        if pending is not None and ahead == offset:
+        if pending is not None:
             await pending
-        else:
-            if pending is not None:  # planned differently (never expected): wait, then send the right one
-                await pending
+        if ahead != offset:  # not sent ahead, or planned differently (never expected): send the right one
             await self._add_offsets(partition, offset)
         producer = self._producer(partition)
         await producer.commit_transaction()

@@ -438,7 +438,6 @@ class Snapshots:
         return manifest
 
 
-
 def _chunk(slices: Iterator[bytes]) -> tuple[bytes, str] | None:
     """The next slice of a snapshot's row stream, compressed, and its sha256; None after the last."""
     raw = next(slices, None)
