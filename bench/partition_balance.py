@@ -18,28 +18,27 @@ from collections.abc import Iterable
 from typing import Any
 
 import orjson
-from aiokafka.partitioner import DefaultPartitioner
+
+from recurrence.processor.stream.views import partition_for
 
 
-def scope_counts(lines: Iterable[bytes]) -> Counter[bytes | None]:
-    """Entries per scope key (``None``: lines without a readable scope_id, sent to partition 0)."""
-    counts: Counter[bytes | None] = Counter()
+def scope_counts(lines: Iterable[bytes]) -> Counter[str | None]:
+    """Entries per scope (``None``: lines without a readable scope_id, sent to partition 0)."""
+    counts: Counter[str | None] = Counter()
     for line in lines:
         try:
             scope = orjson.loads(line).get("scope_id")
         except (orjson.JSONDecodeError, AttributeError):
             scope = None
-        counts[scope.encode() if isinstance(scope, str) and scope else None] += 1
+        counts[scope if isinstance(scope, str) and scope else None] += 1
     return counts
 
 
-def balance(counts: Counter[bytes | None], partitions: int) -> dict[str, Any]:
+def balance(counts: Counter[str | None], partitions: int) -> dict[str, Any]:
     """The busiest partition's share of the entries and the speedup bound it implies."""
-    assigned = list(range(partitions))
-    partitioner = DefaultPartitioner()
     load: Counter[int] = Counter()
     for scope, entries in counts.items():
-        load[0 if scope is None else partitioner(scope, assigned, assigned)] += entries
+        load[0 if scope is None else partition_for(scope, partitions)] += entries
     total = sum(counts.values())
     busiest = max(load.values())
     return {

@@ -6,7 +6,8 @@ from pathlib import Path
 from types import ModuleType
 
 import orjson
-from aiokafka.partitioner import murmur2
+
+from recurrence.processor.stream.views import partition_for
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -19,14 +20,11 @@ def _module() -> ModuleType:
     return module
 
 
-def _partition(scope: str, partitions: int) -> int:
-    partition: int = (murmur2(scope.encode()) & 0x7FFFFFFF) % partitions
-    return partition
-
-
 def _two_scopes_apart() -> tuple[str, str]:
     first = "scope-000"
-    other = next(f"scope-{n:03d}" for n in range(1, 100) if _partition(f"scope-{n:03d}", 2) != _partition(first, 2))
+    other = next(
+        f"scope-{n:03d}" for n in range(1, 100) if partition_for(f"scope-{n:03d}", 2) != partition_for(first, 2)
+    )
     return first, other
 
 
@@ -44,14 +42,14 @@ def test_skewed_scopes_and_unreadable_lines_count_against_their_partition() -> N
     # 30 entries of one scope, 10 of the other, 10 unreadable lines (sent to partition 0 by `publish`).
     lines = [orjson.dumps({"scope_id": a})] * 30 + [orjson.dumps({"scope_id": b})] * 10 + [b"not json"] * 10
     counts = pb.scope_counts(lines)
-    assert counts == Counter({a.encode(): 30, b.encode(): 10, None: 10})
+    assert counts == Counter({a: 30, b: 10, None: 10})
     row = pb.balance(counts, 2)
-    busiest = max(30 + (10 if _partition(a, 2) == 0 else 0), 10 + (10 if _partition(b, 2) == 0 else 0))
+    busiest = max(30 + (10 if partition_for(a, 2) == 0 else 0), 10 + (10 if partition_for(b, 2) == 0 else 0))
     assert row["busiest_share"] == round(busiest / 50, 3)
     assert row["speedup_bound"] == round(50 / busiest, 2)
 
 
 def test_more_partitions_than_scopes_leaves_partitions_idle() -> None:
     pb = _module()
-    row = pb.balance(Counter({b"only": 5}), 4)
+    row = pb.balance(Counter({"only": 5}), 4)
     assert row == {"partitions": 4, "busiest_share": 1.0, "speedup_bound": 1.0, "idle_partitions": 3}
