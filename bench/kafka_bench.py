@@ -413,8 +413,13 @@ async def offered_load(d: Deployment, lines: list[bytes], rate: float, warmup: f
     connection = d.connection
     outputs = [f"{d.prefix}.ledger", f"{d.prefix}.review", f"{d.prefix}.dead-letters"]
     producer = AIOKafkaProducer(**connection.aiokafka_kwargs(), acks="all", enable_idempotence=True, linger_ms=0)
+    # A short fetch wait: aiokafka leaves partitions whose records are not yet taken out of its next
+    # fetch request, one request in flight, so right after a fetch of ledger records the next request
+    # holds only the quiet review and dead-letter partitions, and the broker held it (and the ledger's
+    # next records behind it) for the default 500 ms: latency the reader added, not the worker.
     consumer = AIOKafkaConsumer(*outputs, **connection.aiokafka_kwargs(), group_id=None,
-                                isolation_level="read_committed", auto_offset_reset="earliest")
+                                isolation_level="read_committed", auto_offset_reset="earliest",
+                                fetch_max_wait_ms=10)
     received: dict[tuple[int, int], float] = {}
     done = asyncio.Event()
 

@@ -204,7 +204,7 @@ class StatisticsCache:
     def statistics(
         self, state: State, partition: int, scope_id: str, rows: ScopeRows
     ) -> ScopeStatistics | None:
-        """The scope's statistics after the batch in ``state`` (prepared, not yet flushed); None for a
+        """The scope's statistics after the batch in ``state`` (staged, not yet flushed); None for a
         scope with no accepted entry."""
         meta = state.scope(scope_id)
         cache_key = (partition, scope_id)

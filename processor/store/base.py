@@ -21,7 +21,7 @@ hot rows (a scope's counters, its failure heads, cited evidence) are neither
 read from the backend nor decoded again on every entry.
 """
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final, Literal, Protocol
 
 from recurrence.processor.exceptions import PositionRegressionError, TransactionStateError
@@ -192,6 +192,10 @@ class Transaction:
     @property
     def staged(self) -> int:
         return len(self._changes)
+
+    def staged_keys(self) -> Iterable[bytes]:
+        """The keys the batch has changed so far (a live view: rows staged later join it)."""
+        return self._changes.keys()
 
     # -- prepare / flush ---------------------------------------------------------------
     def recorded_position(self) -> int | None:

@@ -209,7 +209,8 @@ class RecurrenceService:
 
         async def agent(stream: Any) -> None:
             while True:
-                fetched = await channel.get(self.settings.batch_max, self.settings.batch_within)
+                fetched = await channel.get(self.settings.batch_max, self.settings.batch_within,
+                                            self.settings.batch_min)
                 processor.metrics.stage["wait"].observe(channel.waited)
                 try:
                     entries = self._entries(fetched, topic)

@@ -70,15 +70,18 @@ class FetchChannel:
         await self._queue.put(fetched)
         self._arrived.set()
 
-    async def get(self, max_records: int, within: float) -> Fetched:
+    async def get(self, max_records: int, within: float, min_records: int | None = None) -> Fetched:
         """The next batch: fetches merged up to ``max_records``; the channel counts as busy until ``done``.
 
         Under a live load a fetch holds what arrived while the previous batch ran, often a few
-        records per partition, and every batch has fixed costs (three acknowledged produce
+        records per partition, and every batch has fixed costs (two acknowledged produce
         stages, a statistics record per changed scope, an offset commit or a transaction per
-        partition). So fetches already waiting are merged into the batch, and a small batch
-        waits up to ``within`` seconds for more. A fetch that would take the batch past
-        ``max_records`` starts the next batch instead.
+        partition). So fetches already waiting are merged into the batch, and a batch below
+        ``min_records`` waits up to ``within`` seconds for more (a consumer's fetch.min.bytes and
+        fetch.max.wait.ms). A larger batch does not wait: the batch before it already gathered
+        it, and a wait would lengthen every cycle and with it every entry's latency. A fetch
+        that would take the batch past ``max_records`` starts the next batch instead.
+        ``min_records`` defaults to ``max_records``: any batch not full waits.
         """
         fetched = self._carry if self._carry is not None else await self._queue.get()
         self._carry = None
@@ -87,8 +90,11 @@ class FetchChannel:
         began = loop.time()
         deadline = began + within
         count = fetched.count
+        wanted = max_records if min_records is None else min(min_records, max_records)
         while count < max_records:
             if self._queue.empty():
+                if count >= wanted:
+                    break
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     break

@@ -354,10 +354,21 @@ class BatchProcessor:
 
         stage = self.metrics.stage
         stage["engine"].observe(clock.lap())
+        # Table records (the statistics of every scope the batch changed) are outputs too: they go
+        # out with the batch's last outputs, and one round trip acknowledges both.
+        changed = {partition: batch for partition, batch in batches.items()
+                   if batch.next_offset != batch.recorded or batch.txn.staged}
+        tables: list[Awaitable[Delivered]] = []
+        for partition, batch in changed.items():
+            for table in batch.run.finish(batch.txn.staged_keys()):
+                tables.append(await self.sink.send(table.topic, table.key, table.value, None, [], partition))
+                result.table_records += 1
+        stage["statistics"].observe(clock.lap())
         # (2) every output record is durable before any state that records it.
         await self.sink.flush()
         acknowledged = await _all(deliveries)
         await _all(copies)
+        await _all(tables)
         self.metrics.outputs_acked(plan)
         stage["outputs"].observe(clock.lap())
         # ``explain`` reads a record back from where the broker put it: index it in the state of the
@@ -365,26 +376,9 @@ class BatchProcessor:
         for (partition, topic, record), meta in zip(emitted, acknowledged, strict=True):
             index_record(batches[partition].txn, record, orjson.dumps([topic, meta.partition, meta.offset]))
 
-        # One change set per partition per batch; the journal position travels inside it. Table
-        # records (statistics per changed scope) are outputs too: durable before the change set.
-        change_sets: list[tuple[int, dict[bytes, bytes | None]]] = []
-        next_offsets: dict[int, int] = {}
-        tables: list[Awaitable[Delivered]] = []
-        for partition, batch in batches.items():
-            if batch.next_offset == batch.recorded and not batch.txn.staged:
-                continue
-            changes = batch.txn.prepare(batch.next_offset)
-            change_sets.append((partition, changes))
-            next_offsets[partition] = batch.next_offset
-            for table in batch.run.finish(changes):
-                tables.append(await self.sink.send(table.topic, table.key, table.value, None, [], partition))
-                result.table_records += 1
-        if not self.sink.atomic:
-            await self.sink.flush()
-            await _all(tables)
-        # else (exactly_once) they become visible with the change sets, in the same commit: one round
-        # trip for both instead of one after the other.
-        stage["statistics"].observe(clock.lap())
+        # One change set per partition per batch; the journal position travels inside it.
+        change_sets = [(partition, batch.txn.prepare(batch.next_offset)) for partition, batch in changed.items()]
+        next_offsets = {partition: batch.next_offset for partition, batch in changed.items()}
 
         # (3) the change sets are durable in the changelog before the local database sees them. A change
         # set larger than one record goes out as consecutive parts (``changeset``); the local database
@@ -399,7 +393,6 @@ class BatchProcessor:
             result.change_set_parts += len(values) if len(values) > 1 else 0
         await self.sink.flush()
         delivered = [(await _all(parts))[-1] for parts in pending_changelog]
-        await _all(tables)
         stage["changelog"].observe(clock.lap())
         if next_offsets:
             await self.sink.commit(next_offsets)

@@ -262,7 +262,13 @@ class WorkerOptions(SettingsModel):
     )
     batch_max: int = Field(1000, ge=1, le=100_000, description="journal entries per durable batch",
                            json_schema_extra=flag(metavar="N"))
-    batch_within: float = Field(0.02, gt=0, le=10, description="seconds a small batch waits for more entries",
+    # Like a consumer's fetch.min.bytes and fetch.max.wait.ms: only a batch below --batch-min waits
+    # (at most --batch-within) for more. Under load a batch holds what arrived while the previous
+    # one ran, and waiting would only lengthen every cycle, and with it the latency.
+    batch_min: int = Field(100, ge=1, le=100_000, description="entries below which a batch waits for more",
+                           json_schema_extra=flag(metavar="N"))
+    batch_within: float = Field(0.02, gt=0, le=10,
+                                description="seconds a batch below --batch-min waits for more entries",
                                 json_schema_extra=flag(metavar="SECONDS"))
     # A batch's change set larger than this goes to the changelog as several records (changeset.py):
     # keep it below the changelog topics' max.message.bytes (the broker's default is 1 MiB).
@@ -422,6 +428,10 @@ class StreamSettings(BaseModel):
     @property
     def batch_max(self) -> int:
         return self.worker.batch_max
+
+    @property
+    def batch_min(self) -> int:
+        return self.worker.batch_min
 
     @property
     def batch_within(self) -> float:

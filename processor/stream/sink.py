@@ -181,7 +181,6 @@ class FaustSink:
         self._exactly_once = exactly_once
         self._held: list[Any] = []
         self._batches = _Batches()
-        self.atomic = exactly_once
         # partition -> (journal offset, its AddOffsetsToTxn + TxnOffsetCommit in flight)
         self._offsets_ahead: dict[int, tuple[int, asyncio.Future[None]]] = {}
 

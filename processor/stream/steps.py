@@ -27,7 +27,7 @@ the tracker sees each recurrence exactly once, as in the embedded runner.
 """
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable
 from typing import Final
 
 import orjson
@@ -101,10 +101,10 @@ class _EngineRun:
     def process(self, raw: bytes, origin: Origin) -> list[Emitted]:
         return self.engine.process(raw, origin)
 
-    def finish(self, changes: Mapping[bytes, bytes | None]) -> list[TableRecord]:
-        # Called between prepare and flush: the summaries read the rows as committed before the batch.
+    def finish(self, changed: Iterable[bytes]) -> list[TableRecord]:
+        # Called before flush: the summaries read the rows as committed before the batch.
         records = []
-        for scope_id, rows in sorted(changed_rows(changes).items()):
+        for scope_id, rows in sorted(changed_rows(changed).items()):
             found = self.summaries.statistics(self.engine.state, self.partition, scope_id, rows)
             if found is not None:
                 records.append(TableRecord(self.statistics_topic, scope_id.encode(), statistics_value(found)))
@@ -163,5 +163,5 @@ class _PatternRun:
         txn.end_entry()
         return [] if suggestion is None else [suggestion]
 
-    def finish(self, changes: Mapping[bytes, bytes | None]) -> list[TableRecord]:
+    def finish(self, changed: Iterable[bytes]) -> list[TableRecord]:
         return []

@@ -5,7 +5,7 @@ and ``journal`` implement them over Faust and aiokafka; tests implement them
 in memory; ``dump`` reads the header without loading Faust.
 """
 
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol, TypeAlias
 
@@ -60,10 +60,6 @@ class Sink(Protocol):
         batch ends; a sink may skip it (e.g. while what it sent before is unacknowledged).
         """
         ...
-
-    #: Whatever a batch sends becomes visible at once, in ``commit`` (exactly_once: a Kafka
-    #: transaction per partition), so its statistics and change sets may be sent together.
-    atomic: bool
 
     async def begin(self, partitions: Sequence[int], next_offsets: Mapping[int, int] | None = None) -> None:
         """A batch for these journal partitions starts (exactly_once: take their producers).
@@ -151,11 +147,11 @@ class StepRun(Protocol):
         """Apply one input record; the output records, in order."""
         ...
 
-    def finish(self, changes: Mapping[bytes, bytes | None]) -> list[TableRecord]:
-        """After the batch's last record, given its change set: table records to write with the outputs.
+    def finish(self, changed: Iterable[bytes]) -> list[TableRecord]:
+        """After the batch's last record, given the keys it changed: table records to write with the outputs.
 
-        Called after the transaction is prepared and before it is flushed, so the rows as committed
-        before the batch can still be read (``Transaction.committed``)."""
+        Called before the transaction is flushed, so the rows as committed before the batch can still
+        be read (``Transaction.committed``)."""
         ...
 
 

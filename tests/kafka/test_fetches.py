@@ -65,6 +65,31 @@ def test_a_small_batch_waits_for_a_fetch_that_arrives_within_the_window() -> Non
     assert _offsets(asyncio.run(run())) == {0: [0, 1, 2]}
 
 
+def test_only_a_batch_below_the_minimum_waits_for_more() -> None:
+    async def run(first: range, min_records: int) -> tuple[Fetched, bool]:
+        channel = FetchChannel("j")
+        await channel.put(_fetch(1, p0=first))
+        later = _fetch(1, p0=range(first.stop, first.stop + 2))
+
+        async def put_later() -> None:
+            await asyncio.sleep(0)  # once the agent has taken the first fetch
+            await channel.put(later)
+
+        putter = asyncio.ensure_future(put_later())
+        batch = await channel.get(100, within=60.0, min_records=min_records)
+        arrived_first = putter.done()
+        await putter
+        return batch, arrived_first
+
+    # Below the minimum: waits, and the fetch that arrives joins the batch.
+    batch, _ = asyncio.run(run(range(0, 3), min_records=4))
+    assert _offsets(batch) == {0: [0, 1, 2, 3, 4]}
+    # At the minimum: returns at once with what was there (a 60 s window is never waited for).
+    batch, arrived_first = asyncio.run(run(range(0, 4), min_records=4))
+    assert _offsets(batch) == {0: [0, 1, 2, 3]}
+    assert not arrived_first
+
+
 def test_quiesce_drops_queued_fetches_and_waits_for_the_batch_in_flight() -> None:
     async def run() -> tuple[int, list[str]]:
         channel = FetchChannel("j", maxsize=8)

@@ -95,8 +95,6 @@ class RecordingSink:
     async def flush(self, early: bool = False) -> None:
         """Nothing is buffered here: every record was handed over by ``send``."""
 
-    atomic = False
-
     async def begin(self, partitions: Sequence[int], next_offsets: Mapping[int, int] | None = None) -> None:
         self.log.append(("begin", tuple(partitions)))
 
@@ -390,10 +388,6 @@ def _tagged(sink: RecordingSink) -> list[tuple[str, bytes]]:
 class _FlushRecordingSink(RecordingSink):
     """Also records flushes, and tells statistics records from other outputs."""
 
-    def __init__(self, log: list[tuple[str, Any]], atomic: bool = False) -> None:
-        super().__init__(log)
-        self.atomic = atomic
-
     async def send(
         self, topic: str, key: bytes | None, value: bytes, partition: int | None,
         headers: list[tuple[str, bytes]], source_partition: int,
@@ -442,24 +436,22 @@ def test_outputs_leave_during_a_batch_and_are_durable_before_its_change_sets(
     assert by_scope(_outputs_in_source_order(sink)) == Oracle.run(journal_file, tmp_path).grouped
 
 
-def test_an_atomic_sink_gets_statistics_and_change_sets_in_one_round_trip() -> None:
+def test_statistics_go_out_with_the_last_outputs_and_are_durable_before_the_change_sets() -> None:
     entries = _entries(_journal(300, seed=19))
-    for atomic in (False, True):
-        state = Partitions()
-        sink = _FlushRecordingSink(state.log, atomic=atomic)
-        processor = BatchProcessor(topics=TOPICS, state=state, sink=sink, source=Journal(entries),
-                                   config=EngineConfig())
-        asyncio.run(processor.process(entries))
-        log = state.log
-        statistics_acks = _positions(log, ("ack", "statistics"))
-        changelog_sends = _positions(log, ("send", "changelog"))
-        assert statistics_acks and changelog_sends
-        # Outputs are acknowledged before any change set either way (their offsets are indexed in it).
-        assert max(_positions(log, ("ack", "output"))) < min(changelog_sends)
-        if atomic:  # visible together at the commit: sent together, acknowledged together
-            assert max(_positions(log, ("send", "statistics"))) < min(changelog_sends) < max(statistics_acks)
-        else:  # each its own stage: statistics durable before any change set is sent
-            assert max(statistics_acks) < min(changelog_sends)
+    state = Partitions()
+    sink = _FlushRecordingSink(state.log)
+    processor = BatchProcessor(topics=TOPICS, state=state, sink=sink, source=Journal(entries), config=EngineConfig())
+    asyncio.run(processor.process(entries))
+    log = state.log
+    statistics_sends = _positions(log, ("send", "statistics"))
+    changelog_sends = _positions(log, ("send", "changelog"))
+    assert statistics_sends and changelog_sends
+    # Two round trips per batch: the outputs with the statistics, then the change sets.
+    flushes = _positions(log, ("flush", False))
+    assert len(flushes) == 2
+    assert max(statistics_sends) < flushes[0] < min(changelog_sends) < flushes[1]
+    # Both kinds of output are acknowledged before any change set (their offsets are indexed in it).
+    assert max(_positions(log, ("ack", "output")) + _positions(log, ("ack", "statistics"))) < min(changelog_sends)
 
 
 def test_an_early_flush_waits_while_the_previous_send_is_unacknowledged() -> None:
