@@ -13,7 +13,8 @@ For a batch of entries (any partitions, offset order per partition):
    the producer, in order, keyed by ``scope_id`` (a ``recurred`` observation
    also to the repartition topic, keyed by signature key); then, per
    partition, the statistics of every scope the batch changed;
-3. wait until every output record is acknowledged by the broker (acks=all);
+3. wait until every output and statistics record is acknowledged by the
+   broker (acks=all), one round trip for both;
 4. write each partition's batch as ONE change set -- it also carries the new
    journal position -- and wait for those acknowledgements (under exactly_once,
    then commit the partition's Kafka transaction: outputs, change sets and
