@@ -1,0 +1,202 @@
+"""Instructions per entry of the worker's batch path, without a broker, beside embedded replay's.
+
+``bench/icount.py`` counts the embedded runner; this counts what the Kafka
+worker's main thread adds around the same engine: ``BatchProcessor`` (plan,
+headers, routes, the record index, statistics records, change sets) and the
+sink's producer batching (``sink._Batches`` over aiokafka's real
+``BatchBuilder``), over one RocksDB database per partition, in batches of
+``--batch`` entries on ``--partitions`` partitions placed as the producer
+would place them. The broker is a stub that acknowledges every producer batch
+at once, so what is counted is CPU the worker spends per entry, not waiting;
+Faust's consumer thread, the network and aiokafka's sender are not in it.
+
+    python bench/worker_icount.py JOURNAL [--short 2000] [--long 8000]
+
+It prints the worker path's instructions per entry, embedded replay's on the
+same entries, and their ratio: the share of the worker's per-entry CPU that
+is engine work both runners do (goal 3 of issue 8 measures the same thing
+by the clock, on a real broker, in ``kafka_bench.py --compare``). Like
+``icount.py`` it runs each count on the first SHORT and LONG entries and
+divides the difference by LONG - SHORT, so start-up cancels out.
+"""
+
+import argparse
+import asyncio
+import shutil
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from aiokafka.producer.message_accumulator import BatchBuilder
+
+from recurrence.processor.engine import EngineConfig
+from recurrence.processor.store.rocksdb import RocksStore
+from recurrence.processor.stream.processing import BatchProcessor
+from recurrence.processor.stream.publish import scope_key
+from recurrence.processor.stream.settings import StreamSettings
+from recurrence.processor.stream.sink import _Batches
+from recurrence.processor.stream.types import Entry
+from recurrence.processor.stream.views import partition_for
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+
+from icount import PYTHON, head, instructions, replay_count  # noqa: E402
+
+
+class _Producer:
+    """Just enough of an AIOKafkaProducer for ``_Batches``: real batch builders, instant acknowledgements."""
+
+    def __init__(self, partitions: int) -> None:
+        self._partitions = set(range(partitions))
+        self._offsets: dict[tuple[str, int], int] = {}
+
+    def create_batch(self) -> Any:
+        return BatchBuilder(512 * 1024, 0, is_transactional=False, key_serializer=None, value_serializer=None)
+
+    async def partitions_for(self, topic: str) -> set[int]:
+        return self._partitions
+
+    async def send_batch(self, batch: Any, topic: str, *, partition: int) -> "asyncio.Future[Any]":
+        base = self._offsets.get((topic, partition), 0)
+        self._offsets[(topic, partition)] = base + batch.record_count()
+        acknowledged: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        acknowledged.set_result(SimpleNamespace(offset=base))
+        return acknowledged
+
+
+class _Sink:
+    """``processing.Sink`` as the worker's at-least-once ``FaustSink``, over ``_Producer``."""
+
+    def __init__(self, partitions: int) -> None:
+        self._producer = _Producer(partitions)
+        self._batches = _Batches()
+
+    async def begin(self, partitions: Sequence[int], next_offsets: Mapping[int, int] | None = None) -> None:
+        return None
+
+    def end(self) -> None:
+        self._batches.abandon()
+
+    async def send(self, topic: str, key: bytes | None, value: bytes, partition: int | None,
+                   headers: list[tuple[str, bytes]], source_partition: int) -> Any:
+        if partition is None:
+            assert key is not None
+            partition = await self._batches.partition_for(self._producer, topic, key)
+        return await self._batches.append(self._producer, topic, partition, key, value, headers)
+
+    async def flush(self, early: bool = False) -> None:
+        await self._batches.flush(early)
+
+    async def commit(self, next_offsets: Mapping[int, int]) -> None:
+        return None
+
+
+class _State:
+    """``PartitionedState`` over one RocksDB database per partition (what Faust's table keeps)."""
+
+    def __init__(self, root: Path) -> None:
+        self._root = root
+        self._stores: dict[int, Any] = {}
+
+    def partition_state(self, partition: int) -> Any:
+        store = self._stores.get(partition)
+        if store is None:
+            store = self._stores[partition] = RocksStore.open(self._root / f"p{partition}")
+        return store
+
+    def open_partition_state(self, partition: int) -> Any:
+        return self._stores.get(partition)
+
+    def generation(self, partition: int) -> int:
+        return 0
+
+    def flush_local(self, partition: int, txn: Any, changelog_offset: int) -> None:
+        txn.flush({b'["stream","changelog_offset"]': str(changelog_offset).encode()})
+
+    def changelog_offset(self, partition: int) -> int | None:
+        return None
+
+    def apply_changelog(self, partition: int, records: Sequence[Any]) -> None:
+        raise AssertionError("no restore here")
+
+
+class _Journal:
+    def __init__(self, entries: Sequence[Any]) -> None:
+        self._values = {(e.partition, e.offset): e.value for e in entries}
+
+    async def log_start(self, partition: int) -> int:
+        return 0
+
+    async def fetch(self, partition: int, start: int, stop: int) -> list[tuple[int, bytes]]:
+        return [(o, self._values[(partition, o)]) for o in range(start, stop) if (partition, o) in self._values]
+
+
+def run(journal: Path, state: Path, partitions: int, batch: int) -> None:
+    """The worker's batch path over ``journal`` (the child process callgrind counts)."""
+    offsets = dict.fromkeys(range(partitions), 0)
+    entries = []
+    for line in journal.read_bytes().splitlines():
+        if not line.strip():
+            continue
+        key = scope_key(line)
+        partition = 0 if key is None else partition_for(key.decode(), partitions)
+        entries.append(Entry(partition, offsets[partition], line))
+        offsets[partition] += 1
+    processor = BatchProcessor(topics=StreamSettings(topic_prefix="icount").topics, state=_State(state),
+                               sink=_Sink(partitions), source=_Journal(entries), config=EngineConfig())
+
+    async def main() -> None:
+        for start in range(0, len(entries), batch):
+            await processor.process(entries[start : start + batch])
+
+    asyncio.run(main())
+
+
+def worker_count(journal: Path, workdir: Path, partitions: int, batch: int) -> int:
+    state = workdir / f"worker-state-{journal.stem}"
+    try:
+        return instructions([PYTHON, __file__, "--child", str(journal), "--state", str(state),
+                             "--partitions", str(partitions), "--batch", str(batch)])
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("journal", type=Path)
+    parser.add_argument("--short", type=int, default=2000)
+    parser.add_argument("--long", type=int, default=8000)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--batch", type=int, default=1000, help="entries per batch (the worker's --batch-max)")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--state", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        run(args.journal, args.state, args.partitions, args.batch)
+        return 0
+    if shutil.which("valgrind") is None:
+        print("valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
+        return 2
+    if not 0 < args.short < args.long:
+        parser.error("need 0 < --short < --long")
+    with tempfile.TemporaryDirectory(prefix="recurrence-worker-icount-") as tmp:
+        workdir = Path(tmp)
+        short, long = (head(args.journal, n, workdir / f"head-{n}.jsonl") for n in (args.short, args.long))
+        entries = args.long - args.short
+        worker = (worker_count(long, workdir, args.partitions, args.batch)
+                  - worker_count(short, workdir, args.partitions, args.batch)) / entries
+        replay = (replay_count(long, workdir) - replay_count(short, workdir)) / entries
+    print(f"entries {args.short + 1:,}-{args.long:,} of {args.journal.name}, "
+          f"{args.partitions} partitions, batches of {args.batch}")
+    print(f"worker batch path: {worker:,.0f} instructions per entry")
+    print(f"embedded replay:   {replay:,.0f} instructions per entry")
+    print(f"replay / worker (by instructions): {replay / worker:.1%}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
