@@ -172,6 +172,7 @@ def main() -> int:
     parser.add_argument("--long", type=int, default=8000)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--batch", type=int, default=1000, help="entries per batch (the worker's --batch-max)")
+    parser.add_argument("--no-replay", action="store_true", help="count the worker path only (an A/B of it)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--state", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -189,12 +190,13 @@ def main() -> int:
         entries = args.long - args.short
         worker = (worker_count(long, workdir, args.partitions, args.batch)
                   - worker_count(short, workdir, args.partitions, args.batch)) / entries
-        replay = (replay_count(long, workdir) - replay_count(short, workdir)) / entries
+        replay = None if args.no_replay else (replay_count(long, workdir) - replay_count(short, workdir)) / entries
     print(f"entries {args.short + 1:,}-{args.long:,} of {args.journal.name}, "
           f"{args.partitions} partitions, batches of {args.batch}")
     print(f"worker batch path: {worker:,.0f} instructions per entry")
-    print(f"embedded replay:   {replay:,.0f} instructions per entry")
-    print(f"replay / worker (by instructions): {replay / worker:.1%}")
+    if replay is not None:
+        print(f"embedded replay:   {replay:,.0f} instructions per entry")
+        print(f"replay / worker (by instructions): {replay / worker:.1%}")
     return 0
 
 
