@@ -48,6 +48,7 @@ from recurrence.processor.exceptions import (
     StateDirError,
     UnusableError,
 )
+from recurrence.processor.gcpolicy import full_collections_between_batches
 from recurrence.processor.journalfile import Checkpoint, JournalReader, Progress, check_journal, shown
 from recurrence.processor.patterns import PatternTracker, is_recurred
 from recurrence.processor.recordindex import index_record
@@ -612,15 +613,17 @@ def _run(
         return False
     batch = _Batch(store, row_cache(), config, ledger, reader, summary)
     completed = True
-    try:
-        for line_number, entry in reader:
-            batch.add(line_number, entry)
-            if batch.entries >= batch_size:
-                batch.commit()
-            progress.update(summary.entries, reader.read_bytes)
-    except _StopNow:
-        completed = False  # raised only while waiting for input: every entry read so far is whole in the batch
-    batch.commit()
+    with full_collections_between_batches() as collections:
+        try:
+            for line_number, entry in reader:
+                batch.add(line_number, entry)
+                if batch.entries >= batch_size:
+                    batch.commit()
+                    collections.between_batches()
+                progress.update(summary.entries, reader.read_bytes)
+        except _StopNow:
+            completed = False  # raised only while waiting for input: every entry read so far is whole in the batch
+        batch.commit()
     return completed
 
 

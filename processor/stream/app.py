@@ -32,6 +32,7 @@ import faust
 
 from recurrence.processor.engine import EngineConfig
 from recurrence.processor.exceptions import RecurrenceError
+from recurrence.processor.gcpolicy import FullCollections, defer_full_collections
 from recurrence.processor.stream.cluster import Cluster
 from recurrence.processor.stream.faustcompat import crashed
 from recurrence.processor.stream.fetches import FetchChannel, Fetched
@@ -168,6 +169,7 @@ class RecurrenceService:
         self.app.agent(self.recurred, name=PATTERNS_AGENT_NAME)(self._agent(self.patterns_processor, names.recurred))
         self.app.timer(REPORT_INTERVAL)(self._report)
         self.app.timer(CATCH_UP_INTERVAL)(self._catch_up)
+        self._collections: FullCollections | None = None  # from the start (``_freeze_startup_objects``)
         self.app.task(self._freeze_startup_objects)
         self.app.task(self._watch_loop)
         self.app.on_before_shutdown.connect(self._close_reader)
@@ -228,6 +230,8 @@ class RecurrenceService:
                     if not exactly_once:  # under exactly_once the offsets went into each partition's transaction
                         offsets = {e.partition: e.offset + 1 for e in entries}
                         channel.commit_soon(offsets, lambda o: self.app.commit_journal(topic, o))
+                    if self._collections is not None:
+                        self._collections.between_batches()
                 finally:
                     channel.done()
 
@@ -330,11 +334,12 @@ class RecurrenceService:
         Faust, aiokafka, pydantic), and the worker measured 50-600 ms per full collection
         (``recurrence_gc_pause_seconds``), one every few seconds while the heap grows: the
         event loop, and every batch's outputs, stand still meanwhile. Frozen objects are never
-        scanned again (they are still freed by reference counting); objects created later,
-        batches' included, are collected as before.
+        scanned again (they are still freed by reference counting). Objects created later are
+        collected young as before; full collections run between batches (``gcpolicy``).
         """
         gc.collect()
         gc.freeze()
+        self._collections = defer_full_collections()
         log.info("froze %d startup objects out of garbage collection", gc.get_freeze_count())
 
     async def _watch_loop(self) -> None:  # a method without arguments: Faust passes the app to one with any
