@@ -6,8 +6,7 @@ terminal verdict and, when that verdict crosses the threshold, the Review
 proposal. A match therefore always precedes the observation citing it.
 """
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from recurrence.processor import records
 from recurrence.processor.matching import (
@@ -38,8 +37,7 @@ from recurrence.schemas.constants import MAX_CANDIDATE_EVIDENCE
 from recurrence.schemas.powercontext import HandoffArtifactCitation, HandoffCitation, HandoffSourceCitation, TaskOutcome
 
 
-@dataclass(frozen=True, slots=True)
-class Link:
+class Link(NamedTuple):
     """A complete Receipt -> Handoff chain for one Task Outcome."""
 
     receipt_ref: SourceKey

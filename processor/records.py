@@ -11,8 +11,7 @@ validates every record the engine builds against the models
 """
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import orjson
 from pydantic import TypeAdapter
@@ -26,9 +25,12 @@ _SORTED: Final = orjson.OPT_SORT_KEYS
 _OUTPUT: TypeAdapter[OutputRecord] = TypeAdapter(OutputRecord)
 
 
-@dataclass(frozen=True, slots=True)
-class Emitted:
-    """One output record: ``line`` is the JSON ledger line without its newline."""
+class Emitted(NamedTuple):
+    """One output record: ``line`` is the JSON ledger line without its newline.
+
+    A named tuple rather than a frozen dataclass: as immutable, and built for every record at a
+    fraction of the cost (a frozen dataclass sets each field through ``object.__setattr__``).
+    """
 
     record: str
     scope_id: str | None
