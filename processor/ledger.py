@@ -33,7 +33,7 @@ from recurrence.processor.state import (
     artifact_json,
     source_json,
 )
-from recurrence.schemas.constants import MAX_CANDIDATE_EVIDENCE
+from recurrence.schemas.constants import FAILURE_CHECK_STATUSES, FAILURE_OUTCOME_STATUSES, MAX_CANDIDATE_EVIDENCE
 from recurrence.schemas.powercontext import HandoffArtifactCitation, HandoffCitation, HandoffSourceCitation, TaskOutcome
 
 
@@ -108,8 +108,15 @@ class OutcomeLedger:
         receipt = outcome.handoff_receipt_ref
         link = resolve_link(state, scope_id, None if receipt is None else (receipt.source_type, receipt.source_id))
         ref_json = source_json(outcome_ref)
-        checks = verified_checks(outcome, ref_json, resolves)
-        observations = verified_observations(outcome, ref_json, resolves)
+        if link is None:
+            # Unlinked, only failure items can lead to a record (avoided needs a link): verify just
+            # those, not every check and observation of the Outcome.
+            checks = verified_checks(outcome, ref_json, resolves, FAILURE_CHECK_STATUSES)
+            failed = outcome.status in FAILURE_OUTCOME_STATUSES
+            observations = verified_observations(outcome, ref_json, resolves) if failed else []
+        else:
+            checks = verified_checks(outcome, ref_json, resolves)
+            observations = verified_observations(outcome, ref_json, resolves)
         failures = failure_items(checks, observations, outcome.status)
         if link is None and not failures:
             return [], False  # unlinked and nothing failed: no record can follow

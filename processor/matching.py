@@ -178,14 +178,28 @@ def claim_json(claim: WorkClaim) -> dict[str, Any]:
 
 def is_verified(item: WorkClaim | TaskCheck, resolves: CitationResolver) -> bool:
     """Contract: basis verified, non-empty evidence, every source/artifact citation resolving."""
-    return item.basis == "verified" and bool(item.evidence) and all(resolves(c) for c in item.evidence)
+    if item.basis != "verified":
+        return False
+    evidence = item.evidence
+    if not evidence:
+        return False
+    for citation in evidence:  # a loop, not ``all`` over a generator: every item of every Outcome
+        if not resolves(citation):
+            return False
+    return True
 
 
-def verified_checks(outcome: TaskOutcome, outcome_ref: dict[str, str], resolves: CitationResolver) -> list[Item]:
+def verified_checks(
+    outcome: TaskOutcome,
+    outcome_ref: dict[str, str],
+    resolves: CitationResolver,
+    statuses: frozenset[str] | None = None,
+) -> list[Item]:
+    """The verified checks; with ``statuses``, only those whose status is one of them."""
     return [
         Item(outcome_ref, "check", i, check, normalize(check.name), check.status)
         for i, check in enumerate(outcome.checks)
-        if is_verified(check, resolves)
+        if (statuses is None or check.status in statuses) and is_verified(check, resolves)
     ]
 
 
