@@ -259,7 +259,8 @@ class Engine:
     def _source(self, entry: SourceEntry, meta: ScopeMeta, body_digest: str) -> list[Emitted]:
         scope_id, body = entry.scope_id, entry.source
         ref = (entry.source_ref.source_type, entry.source_ref.source_id)
-        existing = self.state.source(scope_id, ref)
+        state = self.state
+        row_key, existing = state.source_row(scope_id, ref)
         if existing is not None:
             if existing.digest == body_digest:
                 return []  # the same immutable Source re-sent: no-op
@@ -278,7 +279,7 @@ class Engine:
         if kind == TASK_OUTCOME_SOURCE_KIND:
             outcome = self._parse(TaskOutcome, body.content)
             records, failure_evidence = self.ledger.process(scope_id, meta, ref, entry.position, outcome)
-            self.state.put_source(scope_id, ref, StoredSource(entry.position, kind, body_digest, failure_evidence))
+            state.put_source_row(row_key, StoredSource(entry.position, kind, body_digest, failure_evidence))
             return records
         if kind == HANDOFF_RECEIPT_SOURCE_KIND:
             receipt = self._parse(HandoffReceipt, body.content)
@@ -291,9 +292,9 @@ class Engine:
                 and selected.family == HANDOFF_FAMILY
                 else None
             )
-            self.state.put_source(scope_id, ref, StoredSource(entry.position, kind, body_digest, False, linkable))
+            state.put_source_row(row_key, StoredSource(entry.position, kind, body_digest, False, linkable))
             return []
-        self.state.put_source(scope_id, ref, StoredSource(entry.position, kind, body_digest))
+        state.put_source_row(row_key, StoredSource(entry.position, kind, body_digest))
         return []
 
     @staticmethod

@@ -128,19 +128,17 @@ class OutcomeLedger:
         for item in failures:
             result, target = decide(item, frozen)
             match = records.match(
-                {
-                    "scope_id": scope_id,
-                    "task_outcome_ref": ref_json,
-                    "task_outcome_position": position,
-                    "failure_ref": item.ref_json,
-                    "candidate_set_mode": frozen.mode,
-                    "candidate_refs": frozen.refs_line,
-                    "candidate_set_digest": frozen.digest,
-                    "result": result,
-                    "artifact_ref": None if target is None else target.ref_json,
-                    "signature_key": None if target is None else target.signature_key,
-                },
-                frozen.refs_canonical,
+                scope_id,
+                ref_json,
+                position,
+                item.ref_json,
+                frozen.mode,
+                frozen.refs_line,
+                frozen.digest,
+                result,
+                None if target is None else target.ref_json,
+                None if target is None else target.signature_key,
+                frozen.match_prefix(target),
             )
             out.append(match)
             if target is not None:

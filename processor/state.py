@@ -248,6 +248,8 @@ class State:
 
     def __init__(self, txn: Transaction) -> None:
         self.txn = txn
+        # Scope row keys of this transaction's scopes: every entry reads and writes its scope's row.
+        self._scope_keys: dict[str, bytes] = {}
 
     # -- per-scope bookkeeping ----------------------------------------------------
     def scope(self, scope_id: str) -> ScopeMeta | None:
@@ -256,7 +258,9 @@ class State:
 
     def scope_row(self, scope_id: str) -> tuple[bytes, ScopeMeta | None]:
         """The scope's row key and committed row, to read before deciding to update it."""
-        row_key = key("scope", scope_id)
+        row_key = self._scope_keys.get(scope_id)
+        if row_key is None:
+            row_key = self._scope_keys[scope_id] = key("scope", scope_id)
         meta: ScopeMeta | None = self.txn.get(row_key, ScopeMeta.decode)
         return row_key, meta
 
@@ -296,8 +300,14 @@ class State:
         stored: StoredSource | None = self.txn.get(key("src", scope_id, *ref), StoredSource.decode)
         return stored
 
-    def put_source(self, scope_id: str, ref: SourceKey, stored: StoredSource) -> None:
-        self.txn.put(key("src", scope_id, *ref), stored)
+    def source_row(self, scope_id: str, ref: SourceKey) -> tuple[bytes, StoredSource | None]:
+        """The Source's row key and row, to read before writing it (``put_source_row``)."""
+        row_key = key("src", scope_id, *ref)
+        stored: StoredSource | None = self.txn.get(row_key, StoredSource.decode)
+        return row_key, stored
+
+    def put_source_row(self, row_key: bytes, stored: StoredSource) -> None:
+        self.txn.put(row_key, stored)
 
     # -- Artifact revisions and heads ----------------------------------------------
     def artifact(self, scope_id: str, ref: ArtifactKey) -> StoredArtifact | None:
