@@ -198,7 +198,8 @@ def is_verified(item: WorkClaim | TaskCheck, resolves: CitationResolver) -> bool
     evidence = item.evidence
     if not evidence:
         return False
-    for citation in evidence:  # a loop, not ``all`` over a generator: every item of every Outcome
+    # A loop, not ``all`` over a generator: this runs for every item of every Outcome.
+    for citation in evidence:  # noqa: SIM110
         if not resolves(citation):
             return False
     return True
