@@ -111,14 +111,22 @@ def _require_strict_json(raw: bytes) -> None:
 
 def _non_finite(value: Any) -> bool:
     kind = type(value)
-    if kind is str or kind is int or kind is bool or value is None:
-        return False
     if kind is float:
         return not math.isfinite(value)
     if kind is dict:
-        return any(_non_finite(item) for item in value.values())
-    if kind is list:
-        return any(_non_finite(item) for item in value)
+        items = value.values()
+    elif kind is list:
+        items = value
+    else:
+        return False
+    # A loop, not ``any`` over a generator, and no call for a plain leaf: the metadata of every
+    # Source goes through here.
+    for item in items:
+        kind = type(item)
+        if kind is str or kind is int or kind is bool or item is None:
+            continue
+        if _non_finite(item):
+            return True
     return False
 
 
@@ -175,10 +183,13 @@ class Engine:
         return deadletters.rejected(raw, origin, rejected.code, rejected.detail, rejected.scope_id, rejected.position)
 
     def _apply(self, raw: bytes, origin: Origin) -> list[Emitted]:
-        try:
-            raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise _RejectedEntryError(deadletters.INVALID_ENCODING, "entry is not UTF-8; raw is base64") from None
+        if not raw.isascii():  # an ASCII line is UTF-8: a scan instead of decoding a copy
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise _RejectedEntryError(
+                    deadletters.INVALID_ENCODING, "entry is not UTF-8; raw is base64"
+                ) from None
         try:
             entry = JOURNAL_ENTRY.validate_json(raw)
         except ValidationError as error:
@@ -248,7 +259,8 @@ class Engine:
     def _source(self, entry: SourceEntry, meta: ScopeMeta, body_digest: str) -> list[Emitted]:
         scope_id, body = entry.scope_id, entry.source
         ref = (entry.source_ref.source_type, entry.source_ref.source_id)
-        existing = self.state.source(scope_id, ref)
+        state = self.state
+        row_key, existing = state.source_row(scope_id, ref)
         if existing is not None:
             if existing.digest == body_digest:
                 return []  # the same immutable Source re-sent: no-op
@@ -267,7 +279,7 @@ class Engine:
         if kind == TASK_OUTCOME_SOURCE_KIND:
             outcome = self._parse(TaskOutcome, body.content)
             records, failure_evidence = self.ledger.process(scope_id, meta, ref, entry.position, outcome)
-            self.state.put_source(scope_id, ref, StoredSource(entry.position, kind, body_digest, failure_evidence))
+            state.put_source_row(row_key, StoredSource(entry.position, kind, body_digest, failure_evidence))
             return records
         if kind == HANDOFF_RECEIPT_SOURCE_KIND:
             receipt = self._parse(HandoffReceipt, body.content)
@@ -280,9 +292,9 @@ class Engine:
                 and selected.family == HANDOFF_FAMILY
                 else None
             )
-            self.state.put_source(scope_id, ref, StoredSource(entry.position, kind, body_digest, False, linkable))
+            state.put_source_row(row_key, StoredSource(entry.position, kind, body_digest, False, linkable))
             return []
-        self.state.put_source(scope_id, ref, StoredSource(entry.position, kind, body_digest))
+        state.put_source_row(row_key, StoredSource(entry.position, kind, body_digest))
         return []
 
     @staticmethod

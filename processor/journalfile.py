@@ -233,7 +233,7 @@ class JournalReader:
                 self._hash.update(line)
                 self._done_bytes, self._done_lines = self.read_bytes, self._lines
             entry = line.rstrip(b"\r\n")
-            if not entry.strip():
+            if not entry or entry.isspace():  # blank: what ``strip`` strips, tested without a copy
                 self.blank_lines += 1
                 continue
             yield self._lines, entry

@@ -6,8 +6,7 @@ terminal verdict and, when that verdict crosses the threshold, the Review
 proposal. A match therefore always precedes the observation citing it.
 """
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from recurrence.processor import records
 from recurrence.processor.matching import (
@@ -34,12 +33,11 @@ from recurrence.processor.state import (
     artifact_json,
     source_json,
 )
-from recurrence.schemas.constants import MAX_CANDIDATE_EVIDENCE
+from recurrence.schemas.constants import FAILURE_CHECK_STATUSES, FAILURE_OUTCOME_STATUSES, MAX_CANDIDATE_EVIDENCE
 from recurrence.schemas.powercontext import HandoffArtifactCitation, HandoffCitation, HandoffSourceCitation, TaskOutcome
 
 
-@dataclass(frozen=True, slots=True)
-class Link:
+class Link(NamedTuple):
     """A complete Receipt -> Handoff chain for one Task Outcome."""
 
     receipt_ref: SourceKey
@@ -110,8 +108,15 @@ class OutcomeLedger:
         receipt = outcome.handoff_receipt_ref
         link = resolve_link(state, scope_id, None if receipt is None else (receipt.source_type, receipt.source_id))
         ref_json = source_json(outcome_ref)
-        checks = verified_checks(outcome, ref_json, resolves)
-        observations = verified_observations(outcome, ref_json, resolves)
+        if link is None:
+            # Unlinked, only failure items can lead to a record (avoided needs a link): verify just
+            # those, not every check and observation of the Outcome.
+            checks = verified_checks(outcome, ref_json, resolves, FAILURE_CHECK_STATUSES)
+            failed = outcome.status in FAILURE_OUTCOME_STATUSES
+            observations = verified_observations(outcome, ref_json, resolves) if failed else []
+        else:
+            checks = verified_checks(outcome, ref_json, resolves)
+            observations = verified_observations(outcome, ref_json, resolves)
         failures = failure_items(checks, observations, outcome.status)
         if link is None and not failures:
             return [], False  # unlinked and nothing failed: no record can follow
@@ -123,19 +128,17 @@ class OutcomeLedger:
         for item in failures:
             result, target = decide(item, frozen)
             match = records.match(
-                {
-                    "scope_id": scope_id,
-                    "task_outcome_ref": ref_json,
-                    "task_outcome_position": position,
-                    "failure_ref": item.ref_json,
-                    "candidate_set_mode": frozen.mode,
-                    "candidate_refs": frozen.refs_line,
-                    "candidate_set_digest": frozen.digest,
-                    "result": result,
-                    "artifact_ref": None if target is None else target.ref_json,
-                    "signature_key": None if target is None else target.signature_key,
-                },
-                frozen.refs_canonical,
+                scope_id,
+                ref_json,
+                position,
+                item.ref_json,
+                frozen.mode,
+                frozen.refs_line,
+                frozen.digest,
+                result,
+                None if target is None else target.ref_json,
+                None if target is None else target.signature_key,
+                frozen.match_prefix(target),
             )
             out.append(match)
             if target is not None:

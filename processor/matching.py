@@ -6,6 +6,7 @@ resolve a match instead of choosing again.
 """
 
 import functools
+import hashlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -45,17 +46,31 @@ class CandidateSet:
     """A frozen, sorted snapshot, serialized once: every match record that freezes it splices these bytes.
 
     ``refs_line`` is ``candidate_refs`` as the ledger line writes it (model field
-    order), ``refs_canonical`` as canonical JSON (sorted keys) for the match
-    digest; with them a match record costs the same whether the set holds one
+    order), ``refs_canonical`` as canonical JSON (sorted keys). The match digest
+    hashes canonical JSON whose first two keys are ``artifact_ref`` (null or one
+    of these candidates) and ``candidate_refs``, so the sha256 state after that
+    prefix is kept per artifact_ref and copied for each match
+    (``match_prefix``): a match record costs the same whether the set holds one
     revision or two hundred.
     """
 
     mode: str
     candidates: tuple[Candidate, ...]
     refs_line: orjson.Fragment
-    refs_canonical: orjson.Fragment
+    refs_canonical: bytes
     digest: str
     by_key: dict[str, tuple[Candidate, ...]]
+    prefixes: dict[ArtifactKey | None, "hashlib._Hash"]
+
+    def match_prefix(self, target: Candidate | None) -> "hashlib._Hash":
+        """sha256 fed with ``{"artifact_ref":…,"candidate_refs":[…],`` of a match naming ``target``."""
+        ref = None if target is None else target.ref
+        prefix = self.prefixes.get(ref)
+        if prefix is None:
+            art = b"null" if target is None else orjson.dumps(target.ref_json, option=orjson.OPT_SORT_KEYS)
+            prefix = hashlib.sha256(b'{"artifact_ref":%b,"candidate_refs":%b,' % (art, self.refs_canonical))
+            self.prefixes[ref] = prefix
+        return prefix.copy()
 
 
 def freeze(mode: str, candidates: Iterable[Candidate]) -> CandidateSet:
@@ -66,8 +81,8 @@ def freeze(mode: str, candidates: Iterable[Candidate]) -> CandidateSet:
     for c in ordered:
         by_key[c.signature_key] = (*by_key.get(c.signature_key, ()), c)
     return CandidateSet(
-        mode, ordered, orjson.Fragment(compact(orjson.dumps(refs_json))), orjson.Fragment(canonical),
-        digest_bytes(canonical), by_key,
+        mode, ordered, orjson.Fragment(compact(orjson.dumps(refs_json))), canonical,
+        digest_bytes(canonical), by_key, {},
     )
 
 
@@ -178,14 +193,29 @@ def claim_json(claim: WorkClaim) -> dict[str, Any]:
 
 def is_verified(item: WorkClaim | TaskCheck, resolves: CitationResolver) -> bool:
     """Contract: basis verified, non-empty evidence, every source/artifact citation resolving."""
-    return item.basis == "verified" and bool(item.evidence) and all(resolves(c) for c in item.evidence)
+    if item.basis != "verified":
+        return False
+    evidence = item.evidence
+    if not evidence:
+        return False
+    # A loop, not ``all`` over a generator: this runs for every item of every Outcome.
+    for citation in evidence:  # noqa: SIM110
+        if not resolves(citation):
+            return False
+    return True
 
 
-def verified_checks(outcome: TaskOutcome, outcome_ref: dict[str, str], resolves: CitationResolver) -> list[Item]:
+def verified_checks(
+    outcome: TaskOutcome,
+    outcome_ref: dict[str, str],
+    resolves: CitationResolver,
+    statuses: frozenset[str] | None = None,
+) -> list[Item]:
+    """The verified checks; with ``statuses``, only those whose status is one of them."""
     return [
         Item(outcome_ref, "check", i, check, normalize(check.name), check.status)
         for i, check in enumerate(outcome.checks)
-        if is_verified(check, resolves)
+        if (statuses is None or check.status in statuses) and is_verified(check, resolves)
     ]
 
 

@@ -10,9 +10,9 @@ validates every record the engine builds against the models
 (``Emitted.model``).
 """
 
+import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import orjson
 from pydantic import TypeAdapter
@@ -26,9 +26,12 @@ _SORTED: Final = orjson.OPT_SORT_KEYS
 _OUTPUT: TypeAdapter[OutputRecord] = TypeAdapter(OutputRecord)
 
 
-@dataclass(frozen=True, slots=True)
-class Emitted:
-    """One output record: ``line`` is the JSON ledger line without its newline."""
+class Emitted(NamedTuple):
+    """One output record: ``line`` is the JSON ledger line without its newline.
+
+    A named tuple rather than a frozen dataclass: as immutable, and built for every record at a
+    fraction of the cost (a frozen dataclass sets each field through ``object.__setattr__``).
+    """
 
     record: str
     scope_id: str | None
@@ -45,18 +48,54 @@ class Emitted:
         return _OUTPUT.validate_json(self.line)
 
 
-def match(fields: dict[str, Any], refs_canonical: orjson.Fragment) -> Emitted:
-    """``fields`` in MatchRecord order without ``record`` and ``match_digest``.
+def match(
+    scope_id: str,
+    task_outcome_ref: dict[str, str],
+    task_outcome_position: int,
+    failure_ref: dict[str, Any],
+    candidate_set_mode: str,
+    candidate_refs: orjson.Fragment,
+    candidate_set_digest: str,
+    result: str,
+    artifact_ref: dict[str, Any] | None,
+    signature_key: str | None,
+    prefix: "hashlib._Hash",
+) -> Emitted:
+    """A MatchRecord; ``candidate_refs`` is the frozen set's pre-serialized line form.
 
-    ``fields["candidate_refs"]`` is the frozen set's pre-serialized line form;
-    ``refs_canonical`` the same list as canonical JSON, spliced in for the digest.
+    ``prefix`` is sha256 already fed with the canonical JSON's first two keys,
+    ``artifact_ref`` and ``candidate_refs`` (``CandidateSet.match_prefix``);
+    every other key sorts after them, so their canonical JSON continues it.
     """
-    line_refs = fields["candidate_refs"]
-    fields["candidate_refs"] = refs_canonical
-    match_digest = digest_bytes(orjson.dumps(fields, option=_SORTED))
-    fields["candidate_refs"] = line_refs
-    line = orjson.dumps({"record": "match", **fields, "match_digest": match_digest})
-    return Emitted("match", fields["scope_id"], match_digest, line)
+    rest = {
+        "candidate_set_digest": candidate_set_digest,
+        "candidate_set_mode": candidate_set_mode,
+        "failure_ref": failure_ref,
+        "result": result,
+        "scope_id": scope_id,
+        "signature_key": signature_key,
+        "task_outcome_position": task_outcome_position,
+        "task_outcome_ref": task_outcome_ref,
+    }
+    prefix.update(memoryview(orjson.dumps(rest, option=_SORTED))[1:])  # without its "{"
+    match_digest = "sha256:" + prefix.hexdigest()
+    line = orjson.dumps(
+        {
+            "record": "match",
+            "scope_id": scope_id,
+            "task_outcome_ref": task_outcome_ref,
+            "task_outcome_position": task_outcome_position,
+            "failure_ref": failure_ref,
+            "candidate_set_mode": candidate_set_mode,
+            "candidate_refs": candidate_refs,
+            "candidate_set_digest": candidate_set_digest,
+            "result": result,
+            "artifact_ref": artifact_ref,
+            "signature_key": signature_key,
+            "match_digest": match_digest,
+        }
+    )
+    return Emitted("match", scope_id, match_digest, line)
 
 
 def observation(fields: dict[str, Any]) -> Emitted:

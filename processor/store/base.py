@@ -84,9 +84,26 @@ class RowCache:
             return
         rows = self.rows
         if rows.pop(key, _MISSING) is _MISSING and len(rows) >= self.capacity:
-            for old in list(rows)[: max(1, self.capacity // 2)]:
-                del rows[old]
+            self._evict()
         rows[key] = _ABSENT if value is None else value  # at the end: the most recently used
+
+    def keep_all(self, changes: Mapping[bytes, Any]) -> None:
+        """``keep`` for each row of a committed batch (one call per batch, not one per row)."""
+        capacity, uncached, rows = self.capacity, self.uncached, self.rows
+        if capacity <= 0:
+            return
+        pop = rows.pop
+        for key, value in changes.items():
+            if uncached and key.startswith(uncached):
+                continue
+            if pop(key, _MISSING) is _MISSING and len(rows) >= capacity:
+                self._evict()
+            rows[key] = _ABSENT if value is None else value
+
+    def _evict(self) -> None:
+        rows = self.rows
+        for old in list(rows)[: max(1, self.capacity // 2)]:
+            del rows[old]
 
     def clear(self) -> None:
         """Forget everything (the store changed behind the cache, e.g. a restore)."""
@@ -162,7 +179,14 @@ class Transaction:
 
     # -- writes ------------------------------------------------------------------------
     def put(self, key: bytes, value: Row | bytes) -> None:
-        self._stage(key, value)
+        # ``_stage`` inlined: every row an entry writes comes through here.
+        if self.status != "open":
+            raise TransactionStateError(f"cannot write to a {self.status} transaction")
+        entry = self._entry
+        if entry is not None:
+            entry[key] = value
+        else:
+            self._changes[key] = value
 
     def delete(self, key: bytes) -> None:
         self._stage(key, None)
@@ -208,7 +232,10 @@ class Transaction:
         """The batch as a byte change set, with the tracking position; nothing is written yet."""
         if self.status != "open" or self._entry is not None:
             raise TransactionStateError(f"cannot prepare a {self.status} transaction inside an entry")
-        changes = {key: None if value is None else encode(value) for key, value in self._changes.items()}
+        changes = {
+            key: value if value is None or isinstance(value, bytes) else value.encode()
+            for key, value in self._changes.items()
+        }
         if position is not None:
             if self.position_key is None:
                 raise TransactionStateError("this transaction records no position")
@@ -232,9 +259,7 @@ class Transaction:
             except BaseException:
                 self.status = "failed"
                 raise
-        keep = self.cache.keep
-        for key, value in self._changes.items():
-            keep(key, value)
+        self.cache.keep_all(self._changes)
         self.status = "flushed"
 
     def commit(self, position: int | None = None) -> dict[bytes, bytes | None]:
