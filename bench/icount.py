@@ -56,29 +56,52 @@ def head(journal: Path, lines: int, into: Path) -> Path:
     return into
 
 
-def replay_count(journal: Path, workdir: Path) -> int:
-    state = workdir / f"state-{journal.stem}"
+def counted_with_state(argv: Sequence[str], state: Path) -> int:
+    """``instructions`` of a run that builds the state directory ``state``, removed after it."""
     try:
-        return instructions([PYTHON, "-m", "recurrence.processor.cli", "replay", str(journal), "--state", str(state),
-                             "--out", str(workdir / f"ledger-{journal.stem}.jsonl")])
+        return instructions(argv)
     finally:
         shutil.rmtree(state, ignore_errors=True)
 
 
-def main() -> int:
+def replay_count(journal: Path, workdir: Path) -> int:
+    state = workdir / f"state-{journal.stem}"
+    return counted_with_state([PYTHON, "-m", "recurrence.processor.cli", "replay", str(journal), "--state", str(state),
+                               "--out", str(workdir / f"ledger-{journal.stem}.jsonl")], state)
+
+
+def window_parser() -> argparse.ArgumentParser:
+    """The arguments every count takes: the journal and the window of entries counted."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("journal", type=Path)
     parser.add_argument("--short", type=int, default=2000)
     parser.add_argument("--long", type=int, default=8000)
-    args = parser.parse_args()
-    if shutil.which("valgrind") is None:
-        print("valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
-        return 2
+    return parser
+
+
+def check_window(parser: argparse.ArgumentParser, args: argparse.Namespace) -> bool:
+    """False (with a message) when valgrind is missing; a window that is not one is a usage error."""
     if not 0 < args.short < args.long:
         parser.error("need 0 < --short < --long")
+    if shutil.which("valgrind") is None:
+        print("valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
+        return False
+    return True
+
+
+def heads(journal: Path, short: int, long: int, workdir: Path) -> tuple[Path, Path]:
+    """The journal's first ``short`` and first ``long`` entries, as two files."""
+    return head(journal, short, workdir / f"head-{short}.jsonl"), head(journal, long, workdir / f"head-{long}.jsonl")
+
+
+def main() -> int:
+    parser = window_parser()
+    args = parser.parse_args()
+    if not check_window(parser, args):
+        return 2
     with tempfile.TemporaryDirectory(prefix="recurrence-icount-") as tmp:
         workdir = Path(tmp)
-        short, long = (head(args.journal, n, workdir / f"head-{n}.jsonl") for n in (args.short, args.long))
+        short, long = heads(args.journal, args.short, args.long, workdir)
         entries = args.long - args.short
         replay = (replay_count(long, workdir) - replay_count(short, workdir)) / entries
         validate = [PYTHON, str(BENCH / "validate_only.py")]

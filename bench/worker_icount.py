@@ -22,7 +22,6 @@ divides the difference by LONG - SHORT, so start-up cancels out.
 
 import argparse
 import asyncio
-import shutil
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -44,7 +43,7 @@ from recurrence.processor.stream.views import partition_for
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
-from icount import PYTHON, head, instructions, replay_count  # noqa: E402
+from icount import PYTHON, check_window, counted_with_state, heads, replay_count, window_parser  # noqa: E402
 
 
 class _Producer:
@@ -158,18 +157,13 @@ def run(journal: Path, state: Path, partitions: int, batch: int) -> None:
 
 def worker_count(journal: Path, workdir: Path, partitions: int, batch: int) -> int:
     state = workdir / f"worker-state-{journal.stem}"
-    try:
-        return instructions([PYTHON, __file__, "--child", str(journal), "--state", str(state),
-                             "--partitions", str(partitions), "--batch", str(batch)])
-    finally:
-        shutil.rmtree(state, ignore_errors=True)
+    return counted_with_state([PYTHON, __file__, "--child", str(journal), "--state", str(state),
+                               "--partitions", str(partitions), "--batch", str(batch)], state)
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("journal", type=Path)
-    parser.add_argument("--short", type=int, default=2000)
-    parser.add_argument("--long", type=int, default=8000)
+    parser = window_parser()
+    parser.description = (__doc__ or "").splitlines()[0]
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--batch", type=int, default=1000, help="entries per batch (the worker's --batch-max)")
     parser.add_argument("--no-replay", action="store_true", help="count the worker path only (an A/B of it)")
@@ -179,14 +173,11 @@ def main() -> int:
     if args.child:
         run(args.journal, args.state, args.partitions, args.batch)
         return 0
-    if shutil.which("valgrind") is None:
-        print("valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
+    if not check_window(parser, args):
         return 2
-    if not 0 < args.short < args.long:
-        parser.error("need 0 < --short < --long")
     with tempfile.TemporaryDirectory(prefix="recurrence-worker-icount-") as tmp:
         workdir = Path(tmp)
-        short, long = (head(args.journal, n, workdir / f"head-{n}.jsonl") for n in (args.short, args.long))
+        short, long = heads(args.journal, args.short, args.long, workdir)
         entries = args.long - args.short
         worker = (worker_count(long, workdir, args.partitions, args.batch)
                   - worker_count(short, workdir, args.partitions, args.batch)) / entries
