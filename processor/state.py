@@ -253,14 +253,18 @@ class State:
 
     # -- per-scope bookkeeping ----------------------------------------------------
     def scope(self, scope_id: str) -> ScopeMeta | None:
-        meta: ScopeMeta | None = self.txn.get(key("scope", scope_id), ScopeMeta.decode)
+        meta: ScopeMeta | None = self.txn.get(self._scope_key(scope_id), ScopeMeta.decode)
         return meta
 
-    def scope_row(self, scope_id: str) -> tuple[bytes, ScopeMeta | None]:
-        """The scope's row key and committed row, to read before deciding to update it."""
+    def _scope_key(self, scope_id: str) -> bytes:
         row_key = self._scope_keys.get(scope_id)
         if row_key is None:
             row_key = self._scope_keys[scope_id] = key("scope", scope_id)
+        return row_key
+
+    def scope_row(self, scope_id: str) -> tuple[bytes, ScopeMeta | None]:
+        """The scope's row key and committed row, to read before deciding to update it."""
+        row_key = self._scope_key(scope_id)
         meta: ScopeMeta | None = self.txn.get(row_key, ScopeMeta.decode)
         return row_key, meta
 
@@ -272,7 +276,7 @@ class State:
 
     def committed_scope(self, scope_id: str) -> ScopeMeta | None:
         """The scope's row as committed before the current batch (see ``Transaction.committed``)."""
-        meta: ScopeMeta | None = self.txn.committed(key("scope", scope_id), ScopeMeta.decode)
+        meta: ScopeMeta | None = self.txn.committed(self._scope_key(scope_id), ScopeMeta.decode)
         return meta
 
     def scope_ids(self) -> Iterator[str]:

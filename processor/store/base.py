@@ -54,10 +54,6 @@ def identity(raw: bytes) -> bytes:
     return raw
 
 
-def encode(value: Row | bytes) -> bytes:
-    return value if isinstance(value, bytes) else value.encode()
-
-
 _MISSING: Final = object()
 _ABSENT: Final = object()
 
