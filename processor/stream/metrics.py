@@ -113,15 +113,16 @@ class Metrics(Tally):
         )
         self.batch_entries = Histogram(
             "recurrence_batch_entries",
-            "Entries per batch (fetches merged up to --batch-max; a batch also ends at --batch-within).",
+            "Entries per batch (fetches merged up to --batch-max; one below --batch-min waits --batch-within "
+            "for more).",
             buckets=BATCH_SIZE_BUCKETS,
             registry=self.registry,
         )
         stages = Histogram(
             "recurrence_batch_stage_seconds",
-            "One batch's time by stage: wait (collecting fetches), engine, outputs (sent and acknowledged), "
-            "statistics (computed, sent, acknowledged), changelog (sent, acknowledged), commit (exactly_once "
-            "transactions), local (state written).",
+            "One batch's time by stage: wait (collecting fetches), engine, statistics (computed and sent), "
+            "outputs (the last sent; outputs and statistics acknowledged), changelog (sent, acknowledged), commit "
+            "(exactly_once transactions), local (state written).",
             ["stage"],
             buckets=STAGE_BUCKETS,
             registry=self.registry,
