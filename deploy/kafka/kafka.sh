@@ -8,7 +8,7 @@
 #   bash deploy/kafka/kafka.sh logs [-f] [-n N]
 #
 # `up` prints progress on stderr and exactly one line on stdout:
-#   KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:39092
+#   KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:19092
 # so `export "$(bash deploy/kafka/kafka.sh up)"` works. See README.md beside this file.
 set -euo pipefail
 
@@ -17,8 +17,8 @@ REPO="$(cd "$HERE/../.." && pwd)"
 
 KAFKA_VERSION="${KAFKA_VERSION:-4.1.2}"
 KAFKA_HOST=127.0.0.1
-KAFKA_PORT="${KAFKA_PORT:-39092}"
-KAFKA_CONTROLLER_PORT="${KAFKA_CONTROLLER_PORT:-39093}"
+KAFKA_PORT="${KAFKA_PORT:-19092}"
+KAFKA_CONTROLLER_PORT="${KAFKA_CONTROLLER_PORT:-19093}"
 KAFKA_HEAP="${KAFKA_HEAP:--Xmx512m -Xms256m}"
 read -r -a HEAP_OPTS <<<"$KAFKA_HEAP"
 KAFKA_START_TIMEOUT="${KAFKA_START_TIMEOUT:-90}"
@@ -217,6 +217,12 @@ wait_ready() { # pid [kill-on-timeout]
     if ! kill -0 "$pid" 2>/dev/null; then
       say "broker process $pid exited during startup; last 50 lines of $LOG_FILE:"
       tail -n 50 "$LOG_FILE" >&2 || true
+      if grep -q "Address already in use" "$LOG_FILE" 2>/dev/null; then
+        # The port was free when `up` checked it. Inside the kernel's ephemeral range
+        # (ip_local_port_range) the broker's own connection to its controller can take it.
+        say "a port was taken after the check; keep KAFKA_PORT and KAFKA_CONTROLLER_PORT below" \
+            "$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768), outside the ephemeral range"
+      fi
       rm -f "$PID_FILE"
       exit 1
     fi

@@ -36,7 +36,7 @@ from recurrence.processor.patterns import MAX_LISTED
 from recurrence.processor.stream.changeset import RECORD_BYTES as CHANGELOG_RECORD_BYTES
 from recurrence.schemas.constants import DEFAULT_PATTERN_SCOPES, RECURRENCE_REVIEW_STREAK_THRESHOLD
 
-DEFAULT_BOOTSTRAP: Final = "127.0.0.1:39092"
+DEFAULT_BOOTSTRAP: Final = "127.0.0.1:19092"
 DEFAULT_PREFIX: Final = "recurrence"
 DEFAULT_PARTITIONS: Final = 4
 DEFAULT_WEB_PORT: Final = 6066

@@ -4,7 +4,7 @@ A block runs as one bash script (``set -euo pipefail``) in a scratch directory
 (``examples/`` linked in), against the test broker, with these substitutions
 so it cannot touch anything outside the test:
 
-* the local broker address ``127.0.0.1:39092`` -> the test broker, web port
+* the local broker address ``127.0.0.1:19092`` -> the test broker, web port
   ``6066`` -> a free port, ``/var/lib/recurrence`` -> the scratch directory,
   a unique ``RECURRENCE_TOPIC_PREFIX`` per block;
 * the managed-cluster example's brokers, ``SASL_SSL``, replication 3 and
@@ -104,7 +104,7 @@ def blocks() -> list[Block]:
 
 def substitute(command: str, bootstrap: str, port: int, scratch: Path) -> str:
     replacements = {
-        "127.0.0.1:39092": bootstrap,
+        "127.0.0.1:19092": bootstrap,
         '"b-1.example:9096,b-2.example:9096"': f'"{bootstrap}"',
         '"SASL_SSL"': '"PLAINTEXT"',
         "replication = 3": "replication = 1",
