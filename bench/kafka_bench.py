@@ -355,6 +355,23 @@ def group_rate(
             worker.kill9()
 
 
+def warm_up(bootstrap: str, args: argparse.Namespace, workdir: Path) -> None:
+    """One short worker run per guarantee, measured by nothing.
+
+    A freshly started broker compiles its hot paths (produce, fetch, the transaction
+    coordinator) during its first tens of seconds of load, taking most of a core on this
+    2-core machine kind: without a warm-up the first figures measured that, not the worker.
+    """
+    journal = workdir / "journal-warm-up.jsonl"
+    write(JournalSpec(entries=args.warm_up_entries, scopes=args.scopes, seed=args.seed + 1,
+                      garbage_ratio=args.garbage, experiences_per_scope=args.experiences_per_scope or None),
+          str(journal))
+    for guarantee in ("at_least_once", "exactly_once"):
+        run = group_rate(bootstrap, workdir, journal, [], args.partitions, guarantee, 1, args.timeout)
+        emit("warm-up", guarantee=guarantee, entries=run["entries"], seconds=run["seconds"],
+             note="a freshly started broker; not a figure")
+
+
 def comparison(bootstrap: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     """Goal 3 and 5 of issue 8 in one run: each figure beside its reference on the same journal."""
     journal = workdir / "journal-compare.jsonl"
@@ -741,6 +758,10 @@ def main() -> int:
     parser.add_argument("--latency", type=float, metavar="RATE",
                         help="instead: only the latency of one worker (--processing-guarantee) at RATE entries/s")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (journals, worker log)")
+    parser.add_argument("--warm-up", choices=["auto", "yes", "no"], default="auto",
+                        help="--compare: first run a worker per guarantee over --warm-up-entries, measured by "
+                        "nothing (auto: only when this run started the broker)")
+    parser.add_argument("--warm-up-entries", type=int, default=10_000)
     parser.add_argument(
         "--compare", action="store_true",
         help="instead: one worker under each guarantee and two workers vs one on 2 partitions, each beside its "
@@ -756,6 +777,8 @@ def main() -> int:
                      **latency(broker.bootstrap, workdir, args, args.processing_guarantee, args.latency))
                 return 0
             if args.compare:
+                if args.warm_up == "yes" or (args.warm_up == "auto" and broker.started_here):
+                    warm_up(broker.bootstrap, args, workdir)
                 rows = comparison(broker.bootstrap, args, workdir)
             else:
                 report = bench(broker.bootstrap, args, workdir)

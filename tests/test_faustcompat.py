@@ -95,3 +95,47 @@ def test_the_worker_app_runs_on_the_corrected_transport(tmp_path: Path) -> None:
     transport = app.transport
     assert transport.Consumer.__name__ == "_Consumer"
     assert transport.TransactionManager.__name__ == "_TransactionManager"
+
+
+def test_faust_recovery_waits_for_changelog_records_with_asyncio_wait_for_only_there() -> None:
+    """``shorten_recovery_wait`` bounds the recovery module's one ``asyncio.wait_for``: it must still be the
+    changelog wait (a new call there would be bounded too, a moved one would not be)."""
+    import importlib
+    import inspect
+
+    source = inspect.getsource(importlib.import_module(faustcompat.RECOVERY_MODULE))
+    assert source.count("asyncio.wait_for(") == 1, "faust recovery's waits changed: re-check shorten_recovery_wait"
+    assert "changelog_queue.get(), timeout=5.0" in source
+    assert "detect_aborted_tx" in source
+
+
+def test_the_shortened_recovery_wait_times_out_sooner_and_leaves_asyncio_alone() -> None:
+    import importlib
+
+    recovery = vars(importlib.import_module(faustcompat.RECOVERY_MODULE))
+    before = recovery["asyncio"]
+    try:
+        faustcompat.shorten_recovery_wait(0.01)
+        faustcompat.shorten_recovery_wait(0.01)  # idempotent: still one wrapper over the real module
+        assert recovery["asyncio"].__getattr__("Queue") is asyncio.Queue
+        assert recovery["asyncio"].TimeoutError is asyncio.TimeoutError
+
+        async def run() -> tuple[bool, int]:
+            queue: asyncio.Queue[int] = asyncio.Queue()
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            try:
+                await recovery["asyncio"].wait_for(queue.get(), timeout=5.0)
+            except TimeoutError:
+                timed_out = loop.time() - started < 4.0
+            else:  # pragma: no cover - the queue is empty
+                timed_out = False
+            queue.put_nowait(7)
+            return timed_out, await recovery["asyncio"].wait_for(queue.get(), timeout=5.0)
+
+        timed_out, value = asyncio.run(run())
+        assert timed_out, "the 5 s changelog wait was not shortened"
+        assert value == 7
+        assert asyncio.wait_for is not recovery["asyncio"].wait_for  # only the recovery module sees the bound
+    finally:
+        recovery["asyncio"] = before

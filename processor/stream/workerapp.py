@@ -23,6 +23,7 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from recurrence.processor.stream.faustcompat import (
     set_fetch_max_wait,
+    shorten_recovery_wait,
     thread_consumer,
     transaction_locks,
     transaction_producers,
@@ -240,6 +241,7 @@ class WorkerApp(faust.App):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        shorten_recovery_wait()  # exactly_once restarts: ~9 s of Faust's recovery timeout less
         #: Topics whose fetches go to their agent whole, by topic name (``_Consumer``).
         self.fetch_channels: dict[str, FetchChannel] = {}
 
