@@ -60,6 +60,12 @@ CATCH_UP_INTERVAL: Final = 2.0
 STALL_SECONDS: Final = 4.0
 PRODUCER_BATCH_BYTES: Final = 512 * 1024
 SNAPSHOT_CHECK_INTERVAL: Final = 2.0
+#: How long the patterns agent collects recurred observations into one batch (its batches are not
+#: latency-bound). Under exactly_once it shares each partition's transactional producer with the
+#: engine agent (the topics are co-partitioned, so Faust keeps one producer per partition for both),
+#: and a batch holds that producer for its whole transaction: run for every few observations, its
+#: batches kept the engine's next batch waiting 44 ms of a 200 ms cycle at half load.
+PATTERNS_BATCH_WITHIN: Final = 1.0
 
 
 def faust_credentials(connection: KafkaConnection) -> Any:
@@ -165,8 +171,13 @@ class RecurrenceService:
             processor.changelog_record_bytes = settings.worker.changelog_record_bytes
         self._wire_snapshots(settings)
         self.app.on_partitions_assigned.connect(self._assigned)
-        self.app.agent(self.journal, name=AGENT_NAME)(self._agent(self.processor, names.journal))
-        self.app.agent(self.recurred, name=PATTERNS_AGENT_NAME)(self._agent(self.patterns_processor, names.recurred))
+        worker = settings.worker
+        self.app.agent(self.journal, name=AGENT_NAME)(
+            self._agent(self.processor, names.journal, worker.batch_within, worker.batch_min)
+        )
+        self.app.agent(self.recurred, name=PATTERNS_AGENT_NAME)(
+            self._agent(self.patterns_processor, names.recurred, PATTERNS_BATCH_WITHIN, worker.batch_max)
+        )
         self.app.timer(REPORT_INTERVAL)(self._report)
         self.app.timer(CATCH_UP_INTERVAL)(self._catch_up)
         self._collections: FullCollections | None = None  # from the start (``_freeze_startup_objects``)
@@ -202,7 +213,9 @@ class RecurrenceService:
         return cast(PartitionedState, self.table.data)
 
     # -- the agents -------------------------------------------------------------------
-    def _agent(self, processor: BatchProcessor, topic: str) -> Callable[[Any], Awaitable[None]]:
+    def _agent(
+        self, processor: BatchProcessor, topic: str, within: float, min_records: int
+    ) -> Callable[[Any], Awaitable[None]]:
         # The agent owns the topic's partitions (Faust subscribes, assigns, recovers and starts the
         # transactional producers for it), but its records arrive as whole fetches (``fetches``).
         channel = FetchChannel(topic)
@@ -211,8 +224,7 @@ class RecurrenceService:
 
         async def agent(stream: Any) -> None:
             while True:
-                fetched = await channel.get(self.settings.batch_max, self.settings.batch_within,
-                                            self.settings.batch_min)
+                fetched = await channel.get(self.settings.batch_max, within, min_records)
                 processor.metrics.stage["wait"].observe(channel.waited)
                 try:
                     entries = self._entries(fetched, topic)

@@ -36,7 +36,7 @@ STAGE_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.
 #: How often the event loop watch wakes up (``Metrics.watch_event_loop``).
 LOOP_WATCH_INTERVAL: Final = 0.05
 #: The stages of one batch, in order (``recurrence_batch_stage_seconds{stage}``).
-STAGES: Final = ("wait", "engine", "outputs", "statistics", "changelog", "commit", "local")
+STAGES: Final = ("wait", "begin", "engine", "outputs", "statistics", "changelog", "commit", "local")
 
 
 class Timestamped(Protocol):
@@ -120,7 +120,8 @@ class Metrics(Tally):
         )
         stages = Histogram(
             "recurrence_batch_stage_seconds",
-            "One batch's time by stage: wait (collecting fetches), engine, statistics (computed and sent), "
+            "One batch's time by stage: wait (collecting fetches), begin (planned; under exactly_once the "
+            "partitions' transaction locks taken), engine, statistics (computed and sent), "
             "outputs (the last sent; outputs and statistics acknowledged), changelog (sent, acknowledged), commit "
             "(exactly_once transactions), local (state written).",
             ["stage"],

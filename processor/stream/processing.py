@@ -314,6 +314,7 @@ class BatchProcessor:
         plan, result = await self._plan(entries, batches, through)
         advancing = {p: batch.next_offset for p, batch in batches.items() if batch.next_offset != batch.recorded}
         await self.sink.begin(sorted(batches), advancing)
+        self.metrics.stage["begin"].observe(time.perf_counter() - started)
         try:
             return await self._run(plan, result, batches, started)
         finally:
