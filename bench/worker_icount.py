@@ -70,6 +70,8 @@ class _Producer:
 class _Sink:
     """``processing.Sink`` as the worker's at-least-once ``FaustSink``, over ``_Producer``."""
 
+    transactional = False
+
     def __init__(self, partitions: int) -> None:
         self._producer = _Producer(partitions)
         self._batches = _Batches()

@@ -133,6 +133,7 @@ class BatchResult(Tally):
     filled: int = 0  # not delivered by the stream, read directly and run
     table_records: int = 0  # e.g. statistics of the scopes the batch changed
     change_set_parts: int = 0  # changelog records of change sets split because they outgrew one record
+    state_changes: int = 0  # keys written or deleted by the batch's change sets
 
 
 class BatchProcessor:
@@ -366,57 +367,80 @@ class BatchProcessor:
                 tables.append(await self.sink.send(table.topic, table.key, table.value, None, [], partition))
                 result.table_records += 1
         stage["statistics"].observe(clock.lap())
+        next_offsets = {partition: batch.next_offset for partition, batch in changed.items()}
+        # One change set per partition per batch; the journal position travels inside it.
+        transactional = self.sink.transactional
+        ahead: dict[int, list[Awaitable[Delivered]]] = {}
+        if transactional:
+            # Under exactly_once nothing the batch writes is visible before its commit, so its change
+            # sets need not wait for the outputs: they leave in the same round trip (and the producer
+            # adds every partition to the transaction with one request instead of two). Only the
+            # record index needs the outputs' offsets; it follows as a change set of its own.
+            for partition, batch in changed.items():
+                ahead[partition] = await self._send_change_set(partition, batch.txn.prepare(batch.next_offset), result)
         # (2) every output record is durable before any state that records it.
         await self.sink.flush()
         acknowledged = await _all(deliveries)
         await _all(copies)
         await _all(tables)
+        last = {partition: (await _all(parts))[-1] for partition, parts in ahead.items()}
         self.metrics.outputs_acked(plan)
         stage["outputs"].observe(clock.lap())
         # ``explain`` reads a record back from where the broker put it: index it in the state of the
         # source partition that produced it (the scope's partition, or the source's for an unkeyed one).
+        indexes = {partition: self._index_transaction(partition) for partition in changed} if transactional else {}
         for (partition, topic, record), meta in zip(emitted, acknowledged, strict=True):
-            index_record(batches[partition].txn, record, orjson.dumps([topic, meta.partition, meta.offset]))
+            txn = indexes[partition] if transactional else batches[partition].txn
+            index_record(txn, record, orjson.dumps([topic, meta.partition, meta.offset]))
 
-        # One change set per partition per batch; the journal position travels inside it.
-        change_sets = [(partition, batch.txn.prepare(batch.next_offset)) for partition, batch in changed.items()]
-        next_offsets = {partition: batch.next_offset for partition, batch in changed.items()}
-
+        if transactional:
+            change_sets = [(partition, txn.prepare()) for partition, txn in indexes.items() if txn.staged]
+        else:
+            change_sets = [(partition, batch.txn.prepare(batch.next_offset)) for partition, batch in changed.items()]
         # (3) the change sets are durable in the changelog before the local database sees them. A change
         # set larger than one record goes out as consecutive parts (``changeset``); the local database
         # records the offset of the last, the one that completes it.
-        pending_changelog: list[list[Awaitable[Delivered]]] = []
-        for partition, changes in change_sets:
-            key = _scope_of(changes)
-            values = changeset.encode_records(changes, self.changelog_record_bytes)
-            pending_changelog.append(
-                [await self.sink.send(self.step.changelog, key, value, partition, [], partition) for value in values]
-            )
-            result.change_set_parts += len(values) if len(values) > 1 else 0
+        pending = [(partition, await self._send_change_set(partition, changes, result))
+                   for partition, changes in change_sets]
         await self.sink.flush()
-        delivered = [(await _all(parts))[-1] for parts in pending_changelog]
+        for partition, parts in pending:
+            last[partition] = (await _all(parts))[-1]
         stage["changelog"].observe(clock.lap())
         if next_offsets:
             await self.sink.commit(next_offsets)
             stage["commit"].observe(clock.lap())
-        # (4) local state, atomically with the changelog offset recovery resumes from.
-        for (partition, _), meta in zip(change_sets, delivered, strict=True):
-            self.state.flush_local(partition, batches[partition].txn, meta.offset)
+        # (4) local state, atomically with the changelog offset recovery resumes from (a record index
+        # of its own is written just before: should the worker stop between the two, the recorded
+        # offset is the batch before's, and recovery applies both change sets again).
+        for partition, batch in changed.items():
+            record_index = indexes.get(partition)
+            if record_index is not None and record_index.status == "prepared":
+                record_index.flush()
+            self.state.flush_local(partition, batch.txn, last[partition].offset)
         stage["local"].observe(clock.lap())
 
         for _, _, record in emitted:
             result.record(record)
-        result.change_sets = len(change_sets)
-        self._count(plan, change_sets, next_offsets, result, time.perf_counter() - started)
+        result.change_sets = len(ahead) + len(change_sets)
+        self._count(plan, result, next_offsets, time.perf_counter() - started)
         return result
 
+    async def _send_change_set(
+        self, partition: int, changes: Mapping[bytes, bytes | None], result: BatchResult
+    ) -> list[Awaitable[Delivered]]:
+        values = changeset.encode_records(changes, self.changelog_record_bytes)
+        if len(values) > 1:
+            result.change_set_parts += len(values)
+        result.state_changes += len(changes)
+        key = _scope_of(changes)
+        return [await self.sink.send(self.step.changelog, key, value, partition, [], partition) for value in values]
+
+    def _index_transaction(self, partition: int) -> Transaction:
+        """The record index of a transactional batch, staged apart from the change set already sent."""
+        return Transaction(self.state.partition_state(partition), self._caches[partition])
+
     def _count(
-        self,
-        entries: Sequence[Entry],
-        change_sets: Sequence[tuple[int, Mapping[bytes, bytes | None]]],
-        next_offsets: Mapping[int, int],
-        result: BatchResult,
-        seconds: float,
+        self, entries: Sequence[Entry], result: BatchResult, next_offsets: Mapping[int, int], seconds: float
     ) -> None:
         m = self.metrics
         m.entries += len(entries)
@@ -431,7 +455,7 @@ class BatchProcessor:
         m.changelog_records += result.change_sets
         m.changelog_parts += result.change_set_parts
         m.table_records += result.table_records
-        m.state_changes += sum(len(changes) for _, changes in change_sets)
+        m.state_changes += result.state_changes
         m.positions.update(next_offsets)
         if entries:
             log.debug(

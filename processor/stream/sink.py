@@ -184,6 +184,10 @@ class FaustSink:
         # partition -> (journal offset, its AddOffsetsToTxn + TxnOffsetCommit in flight)
         self._offsets_ahead: dict[int, tuple[int, asyncio.Future[None]]] = {}
 
+    @property
+    def transactional(self) -> bool:
+        return self._exactly_once
+
     def _transactional_id(self, partition: int) -> str:
         group = self._app.assignor.group_for_topic(self._journal)
         return f"{self._app.conf.id}-{group}-{partition}"

@@ -35,6 +35,11 @@ class Delivered(Protocol):
 
 
 class Sink(Protocol):
+    @property
+    def transactional(self) -> bool:
+        """Are a batch's records visible only together, at ``commit`` (exactly_once)?"""
+        ...
+
     async def send(
         self,
         topic: str,

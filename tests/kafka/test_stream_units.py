@@ -67,8 +67,9 @@ class Partitions:
 class RecordingSink:
     """Acknowledges later (when the processor awaits), and records the order of events."""
 
-    def __init__(self, log: list[tuple[str, Any]]) -> None:
+    def __init__(self, log: list[tuple[str, Any]], transactional: bool = False) -> None:
         self.log = log
+        self.transactional = transactional
         self.sent: dict[str, list[tuple[bytes | None, bytes, list[tuple[str, bytes]]]]] = {}
         self.offsets: dict[str, int] = {}
         self.changelog: dict[int, list[bytes]] = {}  # journal partition -> its change sets, in order
@@ -138,17 +139,19 @@ def _entries(lines: list[bytes], partitions: int = 4) -> list[Entry]:
     return entries
 
 
-def _processor(entries: list[Entry]) -> tuple[BatchProcessor, RecordingSink, Partitions, Journal]:
+def _processor(
+    entries: list[Entry], transactional: bool = False
+) -> tuple[BatchProcessor, RecordingSink, Partitions, Journal]:
     state = Partitions()
-    sink = RecordingSink(state.log)
+    sink = RecordingSink(state.log, transactional)
     journal = Journal(entries)
     processor = BatchProcessor(topics=TOPICS, state=state, sink=sink, source=journal, config=EngineConfig())
     return processor, sink, state, journal
 
 
-def _run(lines: list[bytes], batch: int) -> tuple[RecordingSink, Partitions]:
+def _run(lines: list[bytes], batch: int, transactional: bool = False) -> tuple[RecordingSink, Partitions]:
     entries = _entries(lines)
-    processor, sink, state, _ = _processor(entries)
+    processor, sink, state, _ = _processor(entries, transactional)
 
     async def main() -> None:
         for start in range(0, len(entries), batch):
@@ -179,13 +182,14 @@ def test_every_output_carries_its_record_id_header() -> None:
     assert {"match", "observation", "dead_letter", "admission"} <= kinds
 
 
+@pytest.mark.parametrize("transactional", [False, True], ids=["at_least_once", "exactly_once"])
 @pytest.mark.parametrize("batch", [1, 37, 500])
-def test_batch_processor_equals_the_embedded_runner(tmp_path: Path, batch: int) -> None:
+def test_batch_processor_equals_the_embedded_runner(tmp_path: Path, batch: int, transactional: bool) -> None:
     lines = _journal(600, seed=batch)
     journal = tmp_path / "journal.jsonl"
     write_journal(journal, lines)
     oracle = Oracle.run(journal, tmp_path)
-    sink, _ = _run(lines, batch)
+    sink, _ = _run(lines, batch, transactional)
     assert by_scope(_outputs_in_source_order(sink)) == oracle.grouped
 
 
@@ -206,13 +210,13 @@ def test_outputs_are_acknowledged_before_change_sets_and_change_sets_before_loca
         assert max(changelog_acks) < commit < min(local), "local state written before the changelog was durable"
 
 
-def test_changelog_replay_rebuilds_the_same_state() -> None:
-    sink, state = _run(_journal(400, seed=5), batch=64)
+@pytest.mark.parametrize("transactional", [False, True], ids=["at_least_once", "exactly_once"])
+def test_changelog_replay_rebuilds_the_same_state(transactional: bool) -> None:
+    sink, state = _run(_journal(400, seed=5), 64, transactional)
     rebuilt: dict[int, MemoryStore] = {}
-    for key, value, _ in sink.sent[TOPICS.changelog]:
-        scope = key.decode() if key else None
-        partition = 0 if not scope else partition_for(scope, 4)
-        rebuilt.setdefault(partition, MemoryStore()).apply(changeset.decode(value))
+    for partition, values in sink.changelog.items():
+        for value in values:
+            rebuilt.setdefault(partition, MemoryStore()).apply(changeset.decode(value))
     for partition, store in state.stores.items():
         assert list(store.iterate_prefix(b"[")) == list(rebuilt[partition].iterate_prefix(b"["))
 
@@ -300,9 +304,10 @@ def test_partition_for_matches_the_java_default_partitioner() -> None:
         assert partition_for(scope, 4) == partitioner(scope.encode(), [0, 1, 2, 3], [0, 1, 2, 3])
 
 
-def test_every_output_is_indexed_where_the_broker_put_it() -> None:
+@pytest.mark.parametrize("transactional", [False, True], ids=["at_least_once", "exactly_once"])
+def test_every_output_is_indexed_where_the_broker_put_it(transactional: bool) -> None:
     # ``/explain`` reads a record back by the index row its batch wrote: [topic, partition, offset].
-    sink, state = _run(_journal(400, seed=7), 64)
+    sink, state = _run(_journal(400, seed=7), 64, transactional)
     codes: Counter[str] = Counter()
     for topic in TOPICS.outputs():
         for offset, (key, value, headers) in enumerate(sink.sent.get(topic, [])):
@@ -350,19 +355,20 @@ class Changelog:
         return [r for r in self.records.get(partition, []) if start <= r[0] < stop]
 
 
-def test_a_restore_that_missed_committed_change_sets_is_completed_before_the_first_batch() -> None:
+@pytest.mark.parametrize("transactional", [False, True], ids=["at_least_once", "exactly_once"])
+def test_a_restore_that_missed_committed_change_sets_is_completed_before_the_first_batch(transactional: bool) -> None:
     # Faust's exactly_once recovery can end with a fetched change set not applied. The processor
     # reads the rest back from the changelog before the partition's first batch after an
     # assignment, so nothing committed is run (and emitted) a second time.
     entries = _entries(_journal(400, seed=7))
     done, rest = entries[:250], entries[250:]
-    first, first_sink, _, _ = _processor(entries)
+    first, first_sink, _, _ = _processor(entries, transactional)
     for start in range(0, len(done), 50):
         asyncio.run(first.process(done[start : start + 50]))
     state = RestoringPartitions()
     for partition, values in first_sink.changelog.items():
         state.apply_changelog(partition, [(0, b"scope", values[0])])  # the restore stopped after one
-    sink = RecordingSink(state.log)
+    sink = RecordingSink(state.log, transactional)
     changelog = Changelog(first_sink.changelog)
     second = BatchProcessor(
         topics=TOPICS, state=state, sink=sink, source=Journal(entries), config=EngineConfig(), changelog=changelog
@@ -373,7 +379,7 @@ def test_a_restore_that_missed_committed_change_sets_is_completed_before_the_fir
 
     missing = sum(len(values) - 1 for values in changelog.records.values())
     assert missing > 0 and second.metrics.restore_repaired == missing
-    whole, whole_sink, _, _ = _processor(entries)
+    whole, whole_sink, _, _ = _processor(entries, transactional)
     for start in range(0, len(entries), 50):
         asyncio.run(whole.process(entries[start : start + 50]))
     # Every record once: what the first owner emitted plus what the second did is the whole run.
@@ -452,6 +458,36 @@ def test_statistics_go_out_with_the_last_outputs_and_are_durable_before_the_chan
     assert max(statistics_sends) < flushes[0] < min(changelog_sends) < flushes[1]
     # Both kinds of output are acknowledged before any change set (their offsets are indexed in it).
     assert max(_positions(log, ("ack", "output")) + _positions(log, ("ack", "statistics"))) < min(changelog_sends)
+
+
+def test_a_transactional_batch_sends_its_change_sets_with_its_outputs_and_its_record_index_after_them() -> None:
+    # Under exactly_once nothing is visible before the commit: the change sets need not wait for the
+    # outputs, only the record index (it holds their offsets) does; the commit follows every
+    # acknowledgement, and the local state the commit.
+    entries = _entries(_journal(300, seed=23))
+    state = Partitions()
+    sink = _FlushRecordingSink(state.log, transactional=True)
+    processor = BatchProcessor(topics=TOPICS, state=state, sink=sink, source=Journal(entries), config=EngineConfig())
+    for start in range(0, len(entries), 60):
+        state.log.clear()
+        changelog_before = {partition: len(values) for partition, values in sink.changelog.items()}
+        asyncio.run(processor.process(entries[start : start + 60]))
+        log = list(state.log)
+        flushes = _positions(log, ("flush", False))
+        changelog_sends = _positions(log, ("send", "changelog"))
+        assert len(flushes) == 2
+        main = [i for i in changelog_sends if i < flushes[0]]
+        index = [i for i in changelog_sends if flushes[0] < i < flushes[1]]
+        assert main and index and len(main) + len(index) == len(changelog_sends)
+        assert max(_positions(log, ("ack", "output"))) < min(index), "record index sent before the outputs' offsets"
+        (commit,) = [i for i, e in enumerate(log) if e[0] == "commit"]
+        local = [i for i, e in enumerate(log) if e[0] == "local"]
+        assert max(_positions(log, ("ack", "changelog"))) < commit < min(local)
+        for partition, values in sink.changelog.items():
+            new = [changeset.decode(v) for v in values[changelog_before.get(partition, 0):]]
+            if len(new) == 2:  # the batch's change set, then its record index (the only rows in the second)
+                assert all(key.startswith((b'["rid",', b'["dlc",')) for key in new[1])
+                assert not any(key.startswith((b'["rid",', b'["dlc",')) for key in new[0])
 
 
 def test_an_early_flush_waits_while_the_previous_send_is_unacknowledged() -> None:
