@@ -33,22 +33,21 @@ used again only if its scope is still at the position it was built at.
 import bisect
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 import orjson
 
 from recurrence.processor.state import ArtifactKey, Group, ScopeMeta, State, prefix
 from recurrence.processor.statistics import (
     RankKey,
-    assemble,
     citation_gap,
     handoff_citations,
     is_recurring,
     needs_review,
     rank,
+    statistics_document,
 )
 from recurrence.schemas.constants import EXPERIENCE_FAMILY, HANDOFF_FAMILY
-from recurrence.schemas.statistics import ScopeStatistics
 
 #: Entries (tracked groups, cited revisions, gaps) all cached summaries hold together, at most.
 DEFAULT_CAPACITY: Final = 100_000
@@ -141,8 +140,9 @@ class ScopeSummary:
             affected.add(ref)
         self._recheck(state, scope_id, affected)
 
-    def statistics(self, scope_id: str, meta: ScopeMeta, top: int) -> ScopeStatistics:
-        return assemble(scope_id, meta, len(self.gaps), self.needing_review, self.ranked, top)
+    def statistics(self, scope_id: str, meta: ScopeMeta, top: int) -> dict[str, Any]:
+        """The scope's statistics as JSON-ready data (``ScopeStatistics``' shape)."""
+        return statistics_document(scope_id, meta, len(self.gaps), self.needing_review, self.ranked, top)
 
     def _group(self, group_key: GroupKey, group: Group | None, review_threshold: int) -> None:
         ref, signature_key = group_key
@@ -203,9 +203,9 @@ class StatisticsCache:
 
     def statistics(
         self, state: State, partition: int, scope_id: str, rows: ScopeRows
-    ) -> ScopeStatistics | None:
-        """The scope's statistics after the batch in ``state`` (staged, not yet flushed); None for a
-        scope with no accepted entry."""
+    ) -> dict[str, Any] | None:
+        """The scope's statistics after the batch in ``state`` (staged, not yet flushed), as JSON-ready
+        data; None for a scope with no accepted entry."""
         meta = state.scope(scope_id)
         cache_key = (partition, scope_id)
         # Out of the cache while it changes: an exception halfway leaves no half-updated summary.

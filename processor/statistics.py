@@ -12,12 +12,13 @@ to the rows a batch changed, for the worker's statistics topic.
 """
 
 from collections.abc import Iterable
-from typing import Final
+from typing import Any, Final
+
+import orjson
 
 from recurrence.processor.state import ArtifactKey, Group, ScopeMeta, State, StoredArtifact
-from recurrence.schemas.base import ArtifactRef
 from recurrence.schemas.constants import EXPERIENCE_FAMILY, HANDOFF_FAMILY
-from recurrence.schemas.statistics import RecurrenceStatistics, RecurrenceStreak, ScopeStatistics
+from recurrence.schemas.statistics import ScopeStatistics
 
 #: Where a recurring group sorts in ``top_revisions``: the longest terminal streak first, then by key.
 RankKey = tuple[int, str, str, int, str]
@@ -65,30 +66,44 @@ def assemble(
     ranked: Iterable[RankKey],
     top: int,
 ) -> ScopeStatistics:
-    """The statistics object from the counters and the recurring groups in rank order."""
-    streaks: list[RecurrenceStreak] = []
+    """The statistics object from the counters and the recurring groups in rank order (the read path;
+    validating ``statistics_document`` keeps the worker's fast path and this one the same figures)."""
+    document = statistics_document(scope_id, meta, unlinked, needing_review, ranked, top)
+    return ScopeStatistics.model_validate_json(orjson.dumps(document))
+
+
+def statistics_document(
+    scope_id: str,
+    meta: ScopeMeta,
+    unlinked: int,
+    needing_review: int,
+    ranked: Iterable[RankKey],
+    top: int,
+) -> dict[str, Any]:
+    """A scope's ``ScopeStatistics`` as JSON-ready data, in the model's field order: the worker writes
+    one per changed scope per batch, and building the models cost more than the figures
+    (``tests/test_scopesummary.py`` holds its bytes equal to the model's dump)."""
+    streaks: list[dict[str, Any]] = []
     for negative_streak, family, artifact_id, revision, signature_key in ranked:
         if len(streaks) >= top:
             break
-        streaks.append(
-            RecurrenceStreak(
-                artifact_ref=ArtifactRef(family=family, artifact_id=artifact_id, revision=revision),
-                signature_key=signature_key,
-                terminal_recurred_streak=-negative_streak,
-            )
-        )
-    return ScopeStatistics(
-        scope_id=scope_id,
-        recurrence=RecurrenceStatistics(
-            selected=meta.selected,
-            recurred=meta.recurred,
-            avoided=meta.avoided,
-            unknown=meta.unknown,
-            unlinked_handoff_citations=unlinked,
-            needing_review=needing_review,
-            top_revisions=tuple(streaks),
-        ),
-    )
+        streaks.append({
+            "artifact_ref": {"family": family, "artifact_id": artifact_id, "revision": revision},
+            "signature_key": signature_key,
+            "terminal_recurred_streak": -negative_streak,
+        })
+    return {
+        "scope_id": scope_id,
+        "recurrence": {
+            "selected": meta.selected,
+            "recurred": meta.recurred,
+            "avoided": meta.avoided,
+            "unknown": meta.unknown,
+            "unlinked_handoff_citations": unlinked,
+            "needing_review": needing_review,
+            "top_revisions": streaks,
+        },
+    }
 
 
 # -- the read path: a scan of the scope ------------------------------------------------------------

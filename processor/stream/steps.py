@@ -27,8 +27,8 @@ the tracker sees each recurrence exactly once, as in the embedded runner.
 """
 
 import logging
-from collections.abc import Iterable
-from typing import Final
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
 
 import orjson
 
@@ -40,7 +40,6 @@ from recurrence.processor.state import key
 from recurrence.processor.store.base import Transaction
 from recurrence.processor.stream.settings import TopicNames
 from recurrence.processor.stream.types import StepRun, TableRecord
-from recurrence.schemas.statistics import ScopeStatistics
 
 log = logging.getLogger("recurrence.stream")
 
@@ -57,9 +56,9 @@ def route(topics: TopicNames, record: Emitted) -> str:
     return topics.dead_letters
 
 
-def statistics_value(statistics: ScopeStatistics) -> bytes:
+def statistics_value(statistics: Mapping[str, Any]) -> bytes:
     """A scope's statistics as the worker serves them (``GET /scopes/{id}/statistics``)."""
-    return orjson.dumps(statistics.model_dump(mode="json"))
+    return orjson.dumps(statistics)
 
 
 class EngineStep:
