@@ -140,11 +140,16 @@ def run(journal: Path, state: Path, partitions: int, batch: int) -> None:
     """The worker's batch path over ``journal`` (the child process callgrind counts)."""
     offsets = dict.fromkeys(range(partitions), 0)
     entries = []
+    # The publisher's work, not the worker's: murmur2 is pure Python, so once per scope, not per entry.
+    placed: dict[bytes, int] = {}
     for line in journal.read_bytes().splitlines():
         if not line.strip():
             continue
         key = scope_key(line)
-        partition = 0 if key is None else partition_for(key.decode(), partitions)
+        if key is None:
+            partition = 0
+        elif (partition := placed.get(key, -1)) < 0:
+            partition = placed[key] = partition_for(key.decode(), partitions)
         entries.append(Entry(partition, offsets[partition], line))
         offsets[partition] += 1
     processor = BatchProcessor(topics=StreamSettings(topic_prefix="icount").topics, state=_State(state),
