@@ -58,20 +58,6 @@ def citation_gap(state: State, scope_id: str, cited: ArtifactKey) -> str | None:
     return experience.signature_key if group is None or group.selected == 0 else None
 
 
-def assemble(
-    scope_id: str,
-    meta: ScopeMeta,
-    unlinked: int,
-    needing_review: int,
-    ranked: Iterable[RankKey],
-    top: int,
-) -> ScopeStatistics:
-    """The statistics object from the counters and the recurring groups in rank order (the read path;
-    validating ``statistics_document`` keeps the worker's fast path and this one the same figures)."""
-    document = statistics_document(scope_id, meta, unlinked, needing_review, ranked, top)
-    return ScopeStatistics.model_validate_json(orjson.dumps(document))
-
-
 def statistics_document(
     scope_id: str,
     meta: ScopeMeta,
@@ -129,4 +115,8 @@ def scope_statistics(state: State, scope_id: str, review_threshold: int, top: in
         if is_recurring(group):
             ranked.append(rank(ref, signature_key, group.streak))
     ranked.sort()
-    return assemble(scope_id, meta, _unlinked_handoff_citations(state, scope_id), needing_review, ranked, top)
+    # Validated: the worker's statistics records are this document, built without the models.
+    document = statistics_document(
+        scope_id, meta, _unlinked_handoff_citations(state, scope_id), needing_review, ranked, top
+    )
+    return ScopeStatistics.model_validate_json(orjson.dumps(document))
