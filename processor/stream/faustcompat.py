@@ -6,7 +6,8 @@ exactly-once sink sends through them and holds them for a whole batch), a
 service's crashed flag (the liveness probe), a consumer's client to read
 cluster metadata, and, for the corrected Faust classes in ``workerapp``, the
 transactional producers by id and the consumer inside Faust's consumer
-thread. They are reached only through the functions below (``workerapp``
+thread; and the one changelog wait of Faust's table recovery, bounded
+(``shorten_recovery_wait``). They are reached only through the functions below (``workerapp``
 overrides a few private *methods*, listed and checked there);
 faust-streaming is pinned to the minor version they were checked against
 (pyproject.toml), and ``tests/test_faustcompat.py`` builds an app and fails
