@@ -38,7 +38,7 @@ from yarl import URL
 
 from recurrence.processor.store.base import StateStore, Transaction
 from recurrence.processor.store.memory import MemoryStore
-from recurrence.processor.store.rocksdb import RocksStore, filter_memtables
+from recurrence.processor.store.rocksdb import RocksStore
 from recurrence.processor.stream import changeset
 from recurrence.processor.stream.types import ChangelogRecord
 
@@ -74,7 +74,7 @@ def _joined(
 
 
 class KeptRocksDBOptions(faust_rocksdb.RocksDBOptions):
-    """Faust's RocksDB options, plus memtable filters, and a reopened database keeps its table options.
+    """Faust's RocksDB options, except that a reopened database keeps its table options.
 
     Faust opens with ``Rdict(path, options=...)`` alone; rocksdict then reopens an
     existing database with the column family options it reloads from the OPTIONS
@@ -87,7 +87,7 @@ class KeptRocksDBOptions(faust_rocksdb.RocksDBOptions):
     def open(self, path: Path, *, read_only: bool = False) -> Any:
         if not self.use_rocksdict:
             return super().open(path, read_only=read_only)
-        options = filter_memtables(self.as_options())
+        options = self.as_options()
         access = AccessType.read_write() if self.ttl is None else AccessType.with_ttl(self.ttl)
         db = Rdict(str(path), options=options, column_families={"default": options}, access_type=access)
         db.set_read_options(ReadOptions())
