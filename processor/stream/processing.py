@@ -18,7 +18,9 @@ For a batch of entries (any partitions, offset order per partition):
 4. write each partition's batch as ONE change set -- it also carries the new
    journal position -- and wait for those acknowledgements (under exactly_once,
    then commit the partition's Kafka transaction: outputs, change sets and
-   journal offsets become visible together);
+   journal offsets become visible together; there the change sets already left
+   with the outputs in step 3, nothing being visible before the commit, and
+   only the record index, which needs the outputs' offsets, is written here);
 5. only then flush each transaction to the local partition database, together
    with the changelog offset recovery resumes from;
 6. return, and the agent acknowledges the entries (Faust commits the journal
