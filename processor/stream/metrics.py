@@ -36,7 +36,7 @@ STAGE_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.
 #: How often the event loop watch wakes up (``Metrics.watch_event_loop``).
 LOOP_WATCH_INTERVAL: Final = 0.05
 #: The stages of one batch, in order (``recurrence_batch_stage_seconds{stage}``).
-STAGES: Final = ("wait", "begin", "engine", "outputs", "statistics", "changelog", "commit", "local")
+STAGES: Final = ("wait", "begin", "engine", "statistics", "outputs", "changelog", "commit", "local")
 
 
 class Timestamped(Protocol):
