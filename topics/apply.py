@@ -5,7 +5,8 @@ count that differs from the definition (a scope would change partitions, or
 the changelog would not line up with the journal), a cleanup policy other than
 the definition's (compaction drops change sets and ledger records; the
 statistics table topic must be compacted), a finite retention on an
-append-only topic, a different replication factor or ``min.insync.replicas``.
+append-only topic, a different replication factor or ``min.insync.replicas``,
+a record size limit (``max.message.bytes``) other than the definition's.
 Fixing drift is an operator decision (migrate to new topics, or alter configs
 by hand), so ``apply`` only reports it, with a non-zero exit code.
 """
@@ -21,6 +22,9 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from recurrence.processor.stream.brokers import bounded, started
 from recurrence.processor.stream.settings import KafkaConnection
 from recurrence.topics.definitions import TopicSpec
+
+# Limits that move no record when changed: the drift line says how to change them in place.
+ALTERABLE_IN_PLACE = frozenset({"max.message.bytes"})
 
 _TOPIC_ALREADY_EXISTS = 36
 _UNKNOWN_TOPIC = 3
@@ -62,7 +66,11 @@ def _describe_drift(spec: TopicSpec, partitions: int, replication: int, configs:
     for name, wanted in spec.config.items():
         actual = configs.get(name)
         if actual != wanted:
-            problems.append(f"{name}={actual}, the definition says {wanted}")
+            problem = f"{name}={actual}, the definition says {wanted}"
+            if name in ALTERABLE_IN_PLACE:  # a limit, not a layout: changing it moves no record
+                problem += (f" (safe to change in place: kafka-configs.sh --alter --entity-type topics "
+                            f"--entity-name {spec.name} --add-config {name}={wanted})")
+            problems.append(problem)
     return problems
 
 

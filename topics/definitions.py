@@ -15,6 +15,14 @@ compaction keeps up. Every topic has the same partition count,
 because a scope's journal partition is also its changelog partition and (by
 key) its output partition, and the patterns agent's repartition topic and
 changelog line up the same way by signature key.
+
+Record sizes: the changelogs split a change set into records below
+``--changelog-record-bytes``, snapshots cut their chunks, and every other
+record the worker writes is one record however large. The journal is held at
+Kafka's default limit, and the topics the worker writes whole records to take
+``OUTPUT_MAX_RECORD_BYTES``: the largest dead letter of a journal record
+(its raw text escaped in JSON, at most six bytes per byte) fits, so no entry
+the journal accepted can be refused on the way out and stop the worker.
 """
 
 from dataclasses import dataclass, field
@@ -22,7 +30,18 @@ from typing import Final
 
 from recurrence.processor.stream.settings import StreamSettings
 
+#: Kafka's default ``max.message.bytes`` (1 MiB and a record batch's framing), held on the journal:
+#: the output limit below is sized from it.
+JOURNAL_MAX_RECORD_BYTES: Final = 1024 * 1024 + 12
+#: Records the worker writes whole (no topic but the changelogs splits its records): a dead letter
+#: keeps the raw entry in a JSON string, up to six bytes per byte (``\u0001``), and a ``match``
+#: lists every candidate (~70 bytes each).
+OUTPUT_MAX_RECORD_BYTES: Final = 8 * 1024 * 1024
+
 APPEND_ONLY: Final = {"cleanup.policy": "delete", "retention.ms": "-1"}
+JOURNAL_RECORDS: Final = {"max.message.bytes": str(JOURNAL_MAX_RECORD_BYTES)}
+OUTPUT_RECORDS: Final = {"max.message.bytes": str(OUTPUT_MAX_RECORD_BYTES)}
+OUTPUT: Final = {**APPEND_ONLY, **OUTPUT_RECORDS}
 # Last value per key; old values may be cleaned as soon as they are superseded.
 COMPACTED: Final = {"cleanup.policy": "compact"}
 # Snapshots: last copy per key, and nothing older than the retention (> snapshots.MAX_AGE, 1 day).
@@ -52,18 +71,21 @@ def topic_specs(settings: StreamSettings) -> list[TopicSpec]:
         return TopicSpec(name, role, settings.partitions, settings.replication, {**policy, **insync}, description)
 
     return [
-        spec(names.journal, "journal", "Source journal entries, keyed by scope_id, in position order per scope"),
-        spec(names.ledger, "ledger", "match and observation records, keyed by scope_id"),
-        spec(names.review, "review", "review_proposal and admission records, keyed by scope_id"),
-        spec(names.dead_letters, "dead-letters", "dead_letter records (key scope_id when readable)"),
+        spec(names.journal, "journal", "Source journal entries, keyed by scope_id, in position order per scope",
+             {**APPEND_ONLY, **JOURNAL_RECORDS}),
+        spec(names.ledger, "ledger", "match and observation records, keyed by scope_id", OUTPUT),
+        spec(names.review, "review", "review_proposal and admission records, keyed by scope_id", OUTPUT),
+        spec(names.dead_letters, "dead-letters", "dead_letter records (key scope_id when readable)", OUTPUT),
         spec(names.changelog, "changelog", "engine state: one change set per journal partition per batch"),
         spec(
             names.statistics, "statistics",
             "each changed scope's RecurrenceStatistics after every batch, keyed by scope_id (last value wins)",
-            COMPACTED,
+            {**COMPACTED, **OUTPUT_RECORDS},
         ),
-        spec(names.recurred, "repartition", "recurred observations keyed by signature key, for the patterns agent"),
-        spec(names.patterns, "patterns", "pattern suggestions (a signature recurring in K scopes), keyed by it"),
+        spec(names.recurred, "repartition", "recurred observations keyed by signature key, for the patterns agent",
+             OUTPUT),
+        spec(names.patterns, "patterns", "pattern suggestions (a signature recurring in K scopes), keyed by it",
+             OUTPUT),
         spec(names.patterns_changelog, "patterns-changelog", "patterns agent state: one change set per batch"),
         spec(
             names.snapshots, "snapshots",

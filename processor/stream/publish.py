@@ -6,7 +6,9 @@ removed, exactly as the embedded runner reads it). The key is the line's
 whose scope cannot be read still goes (nothing is lost), unkeyed, to
 partition 0, where the worker dead-letters it like the embedded runner would.
 The producer is idempotent with acks=all and one request in flight per
-partition, so a scope's entries land in file order.
+partition, so a scope's entries land in file order. A line larger than the
+journal topic takes (``JOURNAL_MAX_RECORD_BYTES``) stops the run with its line
+number before it is sent; the lines before it are published.
 """
 
 import asyncio
@@ -17,12 +19,16 @@ from typing import IO, Any, Final
 import orjson
 from aiokafka import AIOKafkaProducer
 
+from recurrence.processor.exceptions import UnusableError
 from recurrence.processor.journalfile import JournalReader, Progress
 from recurrence.processor.stream.brokers import bounded, require_topics, started
 from recurrence.processor.stream.settings import KafkaConnection
+from recurrence.topics.definitions import JOURNAL_MAX_RECORD_BYTES
 
 UNKEYED_PARTITION: Final = 0
 _WINDOW: Final = 2000  # records in flight before waiting for acknowledgements
+# A record alone in its record batch: the batch header (61 bytes) and the record's own framing.
+_FRAMING: Final = 128
 
 
 def scope_key(line: bytes) -> bytes | None:
@@ -79,8 +85,15 @@ async def publish(
             # Checked first: aiokafka would otherwise retry a missing topic's metadata for 40 s.
             await require_topics(connection, producer.client, [topic])
             in_flight: list[asyncio.Future[Any]] = []
-            for _, entry in reader:
+            for line, entry in reader:
                 key = scope_key(entry)
+                if len(entry) + len(key or b"") + _FRAMING > JOURNAL_MAX_RECORD_BYTES:
+                    await bounded(connection, asyncio.gather(*in_flight))
+                    raise UnusableError(
+                        f"journal line {line} is {len(entry):,} bytes, more than the journal topic takes "
+                        f"({JOURNAL_MAX_RECORD_BYTES:,} bytes a record); the {summary.entries} entries before it "
+                        "were published, nothing after it"
+                    )
                 if key is None:
                     summary.unkeyed += 1
                 in_flight.append(

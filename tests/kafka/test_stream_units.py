@@ -32,7 +32,7 @@ from recurrence.processor.stream.snapshots import MAX_AGE
 from recurrence.processor.stream.types import ID_HEADER, SOURCE_HEADER, ChangelogRecord, Entry
 from recurrence.processor.stream.views import partition_for
 from recurrence.processor.synthetic import JournalSpec, generate
-from recurrence.topics.definitions import topic_specs
+from recurrence.topics.definitions import JOURNAL_MAX_RECORD_BYTES, OUTPUT_MAX_RECORD_BYTES, topic_specs
 
 from .harness import Oracle, by_scope, write_journal
 
@@ -281,15 +281,23 @@ def test_topics_are_co_partitioned_and_only_statistics_and_snapshots_are_compact
     }
     for spec in specs:
         assert spec.partitions == 6 and spec.replication == 3
+        # Records written whole take the largest dead letter of a journal record; changelogs split theirs.
+        records = {"journal": JOURNAL_MAX_RECORD_BYTES, "changelog": None, "patterns-changelog": None,
+                   "snapshots": 8 * 1024 * 1024}.get(spec.role, OUTPUT_MAX_RECORD_BYTES)
+        sized = {} if records is None else {"max.message.bytes": str(records)}
         if spec.role == "statistics":
             # A table topic: the last value per scope is its statistics.
-            assert spec.config == {"cleanup.policy": "compact", "min.insync.replicas": "2"}
+            assert spec.config == {"cleanup.policy": "compact", "min.insync.replicas": "2", **sized}
         elif spec.role == "snapshots":
             # Superseded snapshots compacted away, unfinished uploads aged out (snapshots.MAX_AGE is 1 day).
             assert spec.config["cleanup.policy"] == "compact,delete"
             assert int(spec.config["retention.ms"]) > 2 * MAX_AGE * 1000
+            assert spec.config["max.message.bytes"] == sized["max.message.bytes"]
         else:
-            assert spec.config == {"cleanup.policy": "delete", "retention.ms": "-1", "min.insync.replicas": "2"}
+            assert spec.config == {"cleanup.policy": "delete", "retention.ms": "-1", "min.insync.replicas": "2",
+                                   **sized}
+    # A dead letter's raw text is escaped in JSON: at most six bytes per journal byte, and some framing.
+    assert OUTPUT_MAX_RECORD_BYTES > 6 * JOURNAL_MAX_RECORD_BYTES + 64 * 1024
     names = {s.name for s in specs}
     assert {"p-state-changelog", "p.statistics", "p.patterns", "p-recurred-repartition",
             "p-patterns-changelog", "p-snapshots"} <= names

@@ -6,7 +6,7 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from recurrence.processor.stream.settings import StreamSettings
-from recurrence.topics.definitions import topic_specs
+from recurrence.topics.definitions import OUTPUT_MAX_RECORD_BYTES, topic_specs
 
 from .harness import Deployment
 
@@ -38,6 +38,10 @@ def test_apply_creates_missing_topics_and_reports_drift(deployment: Deployment) 
     assert "cleanup.policy=compact, the definition says delete" in result.stdout
     assert f"drift        {deployment.prefix}.statistics" in result.stdout
     assert "cleanup.policy=delete, the definition says compact" in result.stdout
+    # Made by hand with the broker's default record limit: a limit says how to raise it in place.
+    assert (f"max.message.bytes=1048588, the definition says {OUTPUT_MAX_RECORD_BYTES} (safe to change in place: "
+            f"kafka-configs.sh --alter --entity-type topics --entity-name {deployment.prefix}.statistics "
+            f"--add-config max.message.bytes={OUTPUT_MAX_RECORD_BYTES})") in result.stdout
     assert "nothing was changed" in result.stderr
 
     # Nothing was altered: the same drift again, everything else is fine now.

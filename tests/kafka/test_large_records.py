@@ -1,0 +1,74 @@
+"""An entry as large as the journal takes must not stop the stream, under both guarantees.
+
+A dead letter keeps the raw entry inside a JSON string, so a journal record
+of control characters (valid UTF-8, invalid JSON) comes out about six times
+its size: a journal record near the broker's default 1 MiB made a dead letter
+the output topic refused, and the worker exited 70 on it at every restart.
+The output topics now take records up to ``OUTPUT_MAX_RECORD_BYTES``
+(topics/definitions.py); the journal is held at Kafka's default.
+"""
+
+import asyncio
+from pathlib import Path
+
+import orjson
+import pytest
+
+from recurrence.processor.stream.journal import PartitionReader
+from recurrence.processor.synthetic import JournalSpec, generate
+from recurrence.topics.definitions import JOURNAL_MAX_RECORD_BYTES, OUTPUT_MAX_RECORD_BYTES
+
+from .harness import Deployment, Oracle, wait_for, write_journal
+
+pytestmark = pytest.mark.kafka
+
+# The largest journal record the topic takes, less the record batch's framing and a margin.
+HUGE = JOURNAL_MAX_RECORD_BYTES - 4096
+
+
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
+def test_an_entry_as_large_as_the_journal_takes_is_dead_lettered_and_the_stream_goes_on(
+    deployment: Deployment, tmp_path: Path, guarantee: str
+) -> None:
+    deployment.guarantee = guarantee
+    lines = list(generate(JournalSpec(entries=120, scopes=4, seed=31)))
+    lines.insert(60, b"\x01" * HUGE)
+    journal = tmp_path / "journal.jsonl"
+    write_journal(journal, lines)
+    oracle = Oracle.run(journal, tmp_path)
+    dead = [orjson.loads(r) for r in oracle.records if orjson.loads(r)["record"] == "dead_letter"]
+    assert [len(d["raw"]) for d in dead] == [HUGE]
+    largest = max(len(r) for r in oracle.records)
+    assert 5 * 1024 * 1024 < largest < OUTPUT_MAX_RECORD_BYTES  # far past the broker's default, within the cap
+
+    deployment.apply_topics()
+    worker = deployment.worker("w1", "--batch-max", "50").start()
+    worker.wait_ready(partitions=deployment.partitions)
+    deployment.publish(journal)
+    outputs = deployment.wait_for_outputs(oracle, timeout=120)
+    assert max(len(r) for r in outputs) > 5 * 1024 * 1024  # the dead letter itself (its origin names the topic)
+    wait_for(lambda: worker.lag() == 0, 60, 0.2, "zero lag")
+    assert worker.starts == 1 and worker.alive(), "the worker restarted or stopped on the large record"
+
+
+def test_publish_refuses_a_line_larger_than_the_journal_takes_and_names_it(
+    deployment: Deployment, tmp_path: Path
+) -> None:
+    lines = list(generate(JournalSpec(entries=5, scopes=1, seed=3)))
+    journal = tmp_path / "journal.jsonl"
+    write_journal(journal, [*lines[:3], b"\x01" * JOURNAL_MAX_RECORD_BYTES, *lines[3:]])
+    deployment.apply_topics()
+    result = deployment.run("publish", str(journal), check=False)
+    assert result.returncode == 2, result.stderr
+    assert f"journal line 4 is {JOURNAL_MAX_RECORD_BYTES:,} bytes" in result.stderr
+    assert "the 3 entries before it were published" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert asyncio.run(_journal_records(deployment)) == 3
+
+
+async def _journal_records(deployment: Deployment) -> int:
+    reader = PartitionReader(deployment.connection, f"{deployment.prefix}.journal")
+    try:
+        return sum([await reader.log_end(partition) for partition in range(deployment.partitions)])
+    finally:
+        await reader.close()
