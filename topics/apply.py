@@ -6,7 +6,8 @@ the changelog would not line up with the journal), a cleanup policy other than
 the definition's (compaction drops change sets and ledger records; the
 statistics table topic must be compacted), a finite retention on an
 append-only topic, a different replication factor or ``min.insync.replicas``,
-a record size limit (``max.message.bytes``) other than the definition's.
+a record size limit (``max.message.bytes``) other than the definition's (on a
+topic the worker writes, only a smaller one: a larger one admits larger records).
 Fixing drift is an operator decision (migrate to new topics, or alter configs
 by hand), so ``apply`` only reports it, with a non-zero exit code.
 """
@@ -65,8 +66,11 @@ def _describe_drift(spec: TopicSpec, partitions: int, replication: int, configs:
         problems.append(f"replication factor is {replication}, the definition says {spec.replication}")
     for name, wanted in spec.config.items():
         actual = configs.get(name)
+        if name in spec.at_least and actual is not None and actual.isdigit() and int(actual) >= int(wanted):
+            continue
         if actual != wanted:
-            problem = f"{name}={actual}, the definition says {wanted}"
+            says = "at least " if name in spec.at_least else ""
+            problem = f"{name}={actual}, the definition says {says}{wanted}"
             if name in ALTERABLE_IN_PLACE:  # a limit, not a layout: changing it moves no record
                 problem += (f" (safe to change in place: kafka-configs.sh --alter --entity-type topics "
                             f"--entity-name {spec.name} --add-config {name}={wanted})")

@@ -39,8 +39,9 @@ JOURNAL_MAX_RECORD_BYTES: Final = 1024 * 1024 + 12
 OUTPUT_MAX_RECORD_BYTES: Final = 8 * 1024 * 1024
 
 APPEND_ONLY: Final = {"cleanup.policy": "delete", "retention.ms": "-1"}
-JOURNAL_RECORDS: Final = {"max.message.bytes": str(JOURNAL_MAX_RECORD_BYTES)}
-OUTPUT_RECORDS: Final = {"max.message.bytes": str(OUTPUT_MAX_RECORD_BYTES)}
+RECORD_LIMIT: Final = "max.message.bytes"
+JOURNAL_RECORDS: Final = {RECORD_LIMIT: str(JOURNAL_MAX_RECORD_BYTES)}
+OUTPUT_RECORDS: Final = {RECORD_LIMIT: str(OUTPUT_MAX_RECORD_BYTES)}
 OUTPUT: Final = {**APPEND_ONLY, **OUTPUT_RECORDS}
 # Last value per key; old values may be cleaned as soon as they are superseded.
 COMPACTED: Final = {"cleanup.policy": "compact"}
@@ -49,7 +50,7 @@ SNAPSHOTS: Final = {
     "cleanup.policy": "compact,delete",
     "retention.ms": str(7 * 24 * 3600 * 1000),
     "segment.bytes": str(64 * 1024 * 1024),
-    "max.message.bytes": str(8 * 1024 * 1024),  # snapshots.MAX_RECORD_BYTES
+    RECORD_LIMIT: str(8 * 1024 * 1024),  # snapshots.MAX_RECORD_BYTES
 }
 
 
@@ -61,6 +62,9 @@ class TopicSpec:
     replication: int
     config: dict[str, str] = field(default_factory=dict)
     description: str = ""
+    #: Configs the topic may hold a larger value of than ``config`` (a record limit on a topic the
+    #: worker writes: a larger one only lets larger records through). The rest must be equal.
+    at_least: frozenset[str] = frozenset()
 
 
 def topic_specs(settings: StreamSettings) -> list[TopicSpec]:
@@ -68,7 +72,11 @@ def topic_specs(settings: StreamSettings) -> list[TopicSpec]:
     insync = {"min.insync.replicas": str(settings.min_insync)}
 
     def spec(name: str, role: str, description: str, policy: dict[str, str] = APPEND_ONLY) -> TopicSpec:
-        return TopicSpec(name, role, settings.partitions, settings.replication, {**policy, **insync}, description)
+        # The journal's limit is exact: a larger one would admit entries whose dead letters the
+        # output topics refuse. Any other topic may take larger records than defined.
+        at_least = frozenset() if role == "journal" else frozenset({RECORD_LIMIT} & policy.keys())
+        return TopicSpec(name, role, settings.partitions, settings.replication, {**policy, **insync}, description,
+                         at_least)
 
     return [
         spec(names.journal, "journal", "Source journal entries, keyed by scope_id, in position order per scope",

@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, cast
 
 import faust
+from aiokafka.errors import MessageSizeTooLargeError
 
 from recurrence.processor.engine import EngineConfig
 from recurrence.processor.exceptions import RecurrenceError
@@ -58,6 +59,11 @@ PATTERNS_AGENT_NAME: Final = "recurrence-patterns"
 REPORT_INTERVAL: Final = 15.0
 CATCH_UP_INTERVAL: Final = 2.0
 STALL_SECONDS: Final = 4.0
+RECORD_TOO_LARGE: Final = (
+    "the broker refused a record of this batch as larger than its topic's max.message.bytes; a restart "
+    "would meet it again: raise that output topic's limit in place (kafka-configs.sh --alter "
+    "--add-config max.message.bytes=..., see docs/kafka.md, Topics), then restart"
+)
 PRODUCER_BATCH_BYTES: Final = 512 * 1024
 SNAPSHOT_CHECK_INTERVAL: Final = 2.0
 #: How long the patterns agent collects recurred observations into one batch (its batches are not
@@ -236,6 +242,8 @@ class RecurrenceService:
                         self._abort("cancelled while a batch was in flight", entries)
                     except RecurrenceError as error:  # a refusal with an operator's message: one line, its exit code
                         self._abort(str(error), entries, error.exit_code)
+                    except MessageSizeTooLargeError:  # the broker refused a record: the same on every restart
+                        self._abort(RECORD_TOO_LARGE, entries)
                     except Exception as error:  # any failure: never commit a batch that is not durable
                         log.critical("batch failed: %s", type(error).__name__, exc_info=error)
                         self._abort(f"{type(error).__name__} while a batch was in flight", entries)

@@ -13,10 +13,14 @@ from pathlib import Path
 
 import orjson
 import pytest
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
+from recurrence.processor.stream.app import EXIT_BATCH_ABORTED
 from recurrence.processor.stream.journal import PartitionReader
+from recurrence.processor.stream.settings import StreamSettings
 from recurrence.processor.synthetic import JournalSpec, generate
-from recurrence.topics.definitions import JOURNAL_MAX_RECORD_BYTES, OUTPUT_MAX_RECORD_BYTES
+from recurrence.topics.definitions import JOURNAL_MAX_RECORD_BYTES, OUTPUT_MAX_RECORD_BYTES, topic_specs
 
 from .harness import Deployment, Oracle, wait_for, write_journal
 
@@ -72,3 +76,41 @@ async def _journal_records(deployment: Deployment) -> int:
         return sum([await reader.log_end(partition) for partition in range(deployment.partitions)])
     finally:
         await reader.close()
+
+
+def test_a_record_past_its_topics_limit_stops_the_worker_with_the_fix_and_raising_the_limit_resumes(
+    deployment: Deployment, tmp_path: Path
+) -> None:
+    # Someone lowered the dead-letter topic's limit after the worker started (at start it would be
+    # drift): the large dead letter is refused, and the log says what to do; doing it resumes.
+    lines = list(generate(JournalSpec(entries=80, scopes=3, seed=37)))
+    lines.insert(40, b"\x01" * HUGE)
+    journal = tmp_path / "journal.jsonl"
+    write_journal(journal, lines)
+    oracle = Oracle.run(journal, tmp_path)
+    deployment.apply_topics()
+    worker = deployment.worker("w1", "--batch-max", "50").start()
+    worker.wait_ready(partitions=deployment.partitions)
+    asyncio.run(_set_record_limit(deployment, "dead-letters", 1024 * 1024))
+    deployment.publish(journal)
+    wait_for(lambda: not worker.alive(), 60, 0.2, "the worker to stop on the refused record")
+    assert worker.proc is not None and worker.proc.returncode == EXIT_BATCH_ABORTED
+    log = worker.log_path.read_text()
+    assert "larger than its topic's max.message.bytes" in log and "kafka-configs.sh --alter" in log
+
+    asyncio.run(_set_record_limit(deployment, "dead-letters", OUTPUT_MAX_RECORD_BYTES))
+    worker.start()
+    deployment.wait_for_outputs(oracle, timeout=120)
+
+
+async def _set_record_limit(deployment: Deployment, role: str, limit: int) -> None:
+    """Every config the definition gives the topic, with this record limit (AlterConfigs replaces them all)."""
+    specs = topic_specs(StreamSettings(topic_prefix=deployment.prefix, partitions=deployment.partitions))
+    spec = next(s for s in specs if s.role == role)
+    admin = AIOKafkaAdminClient(bootstrap_servers=deployment.bootstrap)
+    await admin.start()
+    try:
+        configs = {**spec.config, "max.message.bytes": str(limit)}
+        await admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, spec.name, configs=configs)])
+    finally:
+        await admin.close()

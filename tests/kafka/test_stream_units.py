@@ -32,6 +32,7 @@ from recurrence.processor.stream.snapshots import MAX_AGE
 from recurrence.processor.stream.types import ID_HEADER, SOURCE_HEADER, ChangelogRecord, Entry
 from recurrence.processor.stream.views import partition_for
 from recurrence.processor.synthetic import JournalSpec, generate
+from recurrence.topics.apply import _describe_drift
 from recurrence.topics.definitions import JOURNAL_MAX_RECORD_BYTES, OUTPUT_MAX_RECORD_BYTES, topic_specs
 
 from .harness import Oracle, by_scope, write_journal
@@ -301,6 +302,36 @@ def test_topics_are_co_partitioned_and_only_statistics_and_snapshots_are_compact
     names = {s.name for s in specs}
     assert {"p-state-changelog", "p.statistics", "p.patterns", "p-recurred-repartition",
             "p-patterns-changelog", "p-snapshots"} <= names
+
+
+def test_a_larger_record_limit_is_drift_on_the_journal_only() -> None:
+    specs = {s.role: s for s in topic_specs(StreamSettings(topic_prefix="p"))}
+
+    def drift(role: str, limit: int) -> list[str]:
+        spec = specs[role]
+        configs = {**spec.config, "max.message.bytes": str(limit)}
+        return _describe_drift(spec, spec.partitions, spec.replication, configs)
+
+    # An output topic may take larger records than defined (a match past 8 MiB needs that), not smaller ones.
+    assert drift("ledger", OUTPUT_MAX_RECORD_BYTES) == drift("ledger", 64 * 1024 * 1024) == []
+    assert drift("ledger", OUTPUT_MAX_RECORD_BYTES - 1) == [
+        f"max.message.bytes={OUTPUT_MAX_RECORD_BYTES - 1}, the definition says at least {OUTPUT_MAX_RECORD_BYTES} "
+        "(safe to change in place: kafka-configs.sh --alter --entity-type topics --entity-name p.ledger "
+        f"--add-config max.message.bytes={OUTPUT_MAX_RECORD_BYTES})"
+    ]
+    # The journal's limit is exact: a larger one admits entries whose dead letters the outputs refuse.
+    assert drift("journal", JOURNAL_MAX_RECORD_BYTES) == []
+    assert drift("journal", 2 * JOURNAL_MAX_RECORD_BYTES) == [
+        f"max.message.bytes={2 * JOURNAL_MAX_RECORD_BYTES}, the definition says {JOURNAL_MAX_RECORD_BYTES} "
+        "(safe to change in place: kafka-configs.sh --alter --entity-type topics --entity-name p.journal "
+        f"--add-config max.message.bytes={JOURNAL_MAX_RECORD_BYTES})"
+    ]
+    # The changelogs split their records and define no limit; other configs stay exact.
+    assert "max.message.bytes" not in specs["changelog"].config
+    spec = specs["ledger"]
+    assert _describe_drift(spec, spec.partitions, spec.replication, {**spec.config, "retention.ms": "1000"}) == [
+        "retention.ms=1000, the definition says -1"
+    ]
 
 
 def test_partition_for_matches_the_java_default_partitioner() -> None:
