@@ -19,7 +19,9 @@ KAFKA_VERSION="${KAFKA_VERSION:-4.1.2}"
 KAFKA_HOST=127.0.0.1
 KAFKA_PORT="${KAFKA_PORT:-19092}"
 KAFKA_CONTROLLER_PORT="${KAFKA_CONTROLLER_PORT:-19093}"
-KAFKA_HEAP="${KAFKA_HEAP:--Xmx512m -Xms256m}"
+# Kafka's own default heap. With -Xmx512m -Xms256m, G1 ran concurrent marking without pause
+# under load: 40% of a core beside the worker on a 2-core machine (docs/performance.md).
+KAFKA_HEAP="${KAFKA_HEAP:--Xmx1g -Xms1g}"
 read -r -a HEAP_OPTS <<<"$KAFKA_HEAP"
 KAFKA_START_TIMEOUT="${KAFKA_START_TIMEOUT:-90}"
 KAFKA_STOP_TIMEOUT="${KAFKA_STOP_TIMEOUT:-30}"
