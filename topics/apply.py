@@ -22,10 +22,10 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from recurrence.processor.stream.brokers import bounded, started
 from recurrence.processor.stream.settings import KafkaConnection
-from recurrence.topics.definitions import TopicSpec
+from recurrence.topics.definitions import RECORD_LIMIT, TopicSpec
 
 # Limits that move no record when changed: the drift line says how to change them in place.
-ALTERABLE_IN_PLACE = frozenset({"max.message.bytes"})
+ALTERABLE_IN_PLACE = frozenset({RECORD_LIMIT})
 
 _TOPIC_ALREADY_EXISTS = 36
 _UNKNOWN_TOPIC = 3

@@ -33,7 +33,7 @@ from recurrence.processor.stream.settings import StreamSettings
 #: Kafka's default ``max.message.bytes`` (1 MiB and a record batch's framing), held on the journal:
 #: the output limit below is sized from it.
 JOURNAL_MAX_RECORD_BYTES: Final = 1024 * 1024 + 12
-#: Records the worker writes whole (no topic but the changelogs splits its records): a dead letter
+#: Records the worker writes whole (the changelogs and snapshots cut theirs in parts): a dead letter
 #: keeps the raw entry in a JSON string, up to six bytes per byte (``\u0001``), and a ``match``
 #: lists every candidate (~70 bytes each).
 OUTPUT_MAX_RECORD_BYTES: Final = 8 * 1024 * 1024

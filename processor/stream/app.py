@@ -61,8 +61,9 @@ CATCH_UP_INTERVAL: Final = 2.0
 STALL_SECONDS: Final = 4.0
 RECORD_TOO_LARGE: Final = (
     "the broker refused a record of this batch as larger than its topic's max.message.bytes; a restart "
-    "would meet it again: raise that output topic's limit in place (kafka-configs.sh --alter "
-    "--add-config max.message.bytes=..., see docs/kafka.md, Topics), then restart"
+    "would meet it again: raise that topic's limit in place (kafka-configs.sh --alter --add-config "
+    "max.message.bytes=..., see docs/kafka.md, Topics), or for a changelog lower --changelog-record-bytes, "
+    "then restart"
 )
 PRODUCER_BATCH_BYTES: Final = 512 * 1024
 SNAPSHOT_CHECK_INTERVAL: Final = 2.0
