@@ -81,6 +81,14 @@ POSITION_KEY: Final = b'["stream","next_offset"]'
 
 #: Engine time after which a batch's outputs so far are sent, before the batch's last entry has run.
 EARLY_FLUSH_SECONDS: Final = 0.01
+#: Event loop turns given to the producers at each of those points. The engine holds the loop
+#: otherwise, and a producer's requests advance one turn at a time: a response is read, then its
+#: waiter wakes, then the next request is written. Under exactly_once each batch starts a chain
+#: of them (AddOffsetsToTxn, TxnOffsetCommit, AddPartitionsToTxn); with one turn per point it was
+#: still running when the engine finished, and the outputs and the commit waited for it (4 turns:
+#: `outputs` 28-32 ms against 39-58 ms, `commit` 12-17 ms against 19-26 ms at 1,900 entries/s,
+#: four interleaved pairs).
+EARLY_FLUSH_YIELDS: Final = 4
 
 _UNSCOPED: Final = frozenset({"rid", "dlc", "stream"})
 
@@ -340,7 +348,8 @@ class BatchProcessor:
                 # once acknowledged); the batch's durability order is unchanged: everything is still
                 # acknowledged before any change set. The yield lets the producer's sender write.
                 await self.sink.flush(early=True)
-                await asyncio.sleep(0)
+                for _ in range(EARLY_FLUSH_YIELDS):
+                    await asyncio.sleep(0)
                 early_flush = time.perf_counter() + EARLY_FLUSH_SECONDS
             run = batches[entry.partition].run
             origin: dict[str, str | int] = {"topic": source, "partition": entry.partition, "offset": entry.offset}

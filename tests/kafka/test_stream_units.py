@@ -481,6 +481,50 @@ def test_outputs_leave_during_a_batch_and_are_durable_before_its_change_sets(
     assert by_scope(_outputs_in_source_order(sink)) == Oracle.run(journal_file, tmp_path).grouped
 
 
+class _ChainSink(RecordingSink):
+    """At ``begin``, starts background work that needs one event loop turn per step, like a
+    producer's coordinator requests (each response read, then its waiter woken, then the next
+    request written); records how far it got at each early flush."""
+
+    STEPS = 3
+
+    def __init__(self, log: list[tuple[str, Any]]) -> None:
+        super().__init__(log, transactional=True)
+        self.steps = 0
+        self.at_flush: list[int] = []
+
+    async def begin(self, partitions: Sequence[int], next_offsets: Mapping[int, int] | None = None) -> None:
+        await super().begin(partitions, next_offsets)
+        self.steps = 0
+        loop = asyncio.get_running_loop()
+
+        def step() -> None:
+            self.steps += 1
+            if self.steps < self.STEPS:
+                loop.call_soon(step)
+
+        loop.call_soon(step)
+
+    async def flush(self, early: bool = False) -> None:
+        if early:
+            self.at_flush.append(self.steps)
+
+
+def test_each_early_flush_point_gives_the_producers_several_loop_turns(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The engine holds the event loop between flush points; a chain of coordinator requests begun
+    # with the batch must not need one flush point per step (it was still running at the batch's end).
+    from recurrence.processor.stream import processing
+
+    monkeypatch.setattr(processing, "EARLY_FLUSH_SECONDS", 0.0)  # a flush point before every entry
+    entries = _entries(_journal(40, seed=29))
+    state = Partitions()
+    sink = _ChainSink(state.log)
+    processor = BatchProcessor(topics=TOPICS, state=state, sink=sink, source=Journal(entries), config=EngineConfig())
+    asyncio.run(processor.process(entries))
+    # The first flush point comes before the first entry: by the second, the whole chain has run.
+    assert sink.at_flush[:2] == [0, _ChainSink.STEPS]
+
+
 def test_statistics_go_out_with_the_last_outputs_and_are_durable_before_the_change_sets() -> None:
     entries = _entries(_journal(300, seed=19))
     state = Partitions()
