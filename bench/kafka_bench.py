@@ -394,18 +394,17 @@ def comparison(bootstrap: str, args: argparse.Namespace, workdir: Path) -> dict[
         (workdir / f"embedded-{number}").mkdir()
         records, seconds = oracle(journal, workdir / f"embedded-{number}")
         want = want or records
-        runs: dict[str, Any] = {"embedded": round(args.entries / seconds)}
+        runs: dict[str, Any] = {"embedded": {"entries_per_s": round(args.entries / seconds)}}
         for guarantee in ("at_least_once", "exactly_once"):
             runs[guarantee] = group_rate(bootstrap, workdir, journal, want, args.partitions, guarantee, 1, args.timeout)
         for workers in (1, 2):
             runs[f"scale-{workers}"] = group_rate(bootstrap, workdir, journal, want, 2, "at_least_once", workers,
                                                   args.timeout)
-        emit("round", round=number + 1, embedded_per_s=runs["embedded"],
-             **{name: run["entries_per_s"] for name, run in runs.items() if name != "embedded"})
+        emit("round", round=number + 1, **{name: run["entries_per_s"] for name, run in runs.items()})
         rounds.append(runs)
 
     def rates(name: str) -> list[int]:
-        return [r[name] if name == "embedded" else r[name]["entries_per_s"] for r in rounds]
+        return [r[name]["entries_per_s"] for r in rounds]
 
     embedded = emit("embedded", entries=args.entries, entries_per_s=round(statistics.median(rates("embedded"))),
                     runs_entries_per_s=rates("embedded"),
@@ -416,7 +415,7 @@ def comparison(bootstrap: str, args: argparse.Namespace, workdir: Path) -> dict[
                                "runs_entries_per_s": rates(name),
                                "equal": all(r[name]["equal"] for r in rounds)}
         if name in ("at_least_once", "exactly_once"):
-            ratios = [r[name]["entries_per_s"] / r["embedded"] for r in rounds]
+            ratios = [r[name]["entries_per_s"] / r["embedded"]["entries_per_s"] for r in rounds]
             row.update(guarantee=name, partitions=args.partitions, workers=1,
                        vs_embedded=round(statistics.median(ratios), 3), runs_vs_embedded=[round(x, 3) for x in ratios])
             rows[name] = emit("worker", **row)

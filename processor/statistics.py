@@ -11,7 +11,7 @@ is the read path and the oracle; ``scopesummary`` applies the same functions
 to the rows a batch changed, for the worker's statistics topic.
 """
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 import orjson
@@ -115,8 +115,12 @@ def scope_statistics(state: State, scope_id: str, review_threshold: int, top: in
         if is_recurring(group):
             ranked.append(rank(ref, signature_key, group.streak))
     ranked.sort()
-    # Validated: the worker's statistics records are this document, built without the models.
-    document = statistics_document(
+    return validated(statistics_document(
         scope_id, meta, _unlinked_handoff_citations(state, scope_id), needing_review, ranked, top
-    )
+    ))
+
+
+def validated(document: Mapping[str, Any]) -> ScopeStatistics:
+    """A statistics document read as the wire model, strictly: the worker's statistics records are
+    these documents, built without the models, so whatever reads one back checks it."""
     return ScopeStatistics.model_validate_json(orjson.dumps(document))

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from recurrence.processor.engine import Engine, EngineConfig
 from recurrence.processor.scopesummary import StatisticsCache, changed_rows
 from recurrence.processor.state import State, row_cache
-from recurrence.processor.statistics import scope_statistics
+from recurrence.processor.statistics import scope_statistics, validated
 from recurrence.processor.store.base import Transaction
 from recurrence.processor.store.memory import MemoryStore
 from recurrence.processor.synthetic import JournalSpec, generate
@@ -84,7 +84,7 @@ def oracle(state: State, scope_id: str) -> ScopeStatistics | None:
 
 def as_model(document: dict[str, Any] | None) -> ScopeStatistics | None:
     """The worker's statistics document read as the wire model (strict: it must validate)."""
-    return None if document is None else ScopeStatistics.model_validate_json(orjson.dumps(document))
+    return None if document is None else validated(document)
 
 
 def oracle_json(state: State, scope_id: str) -> dict[str, Any]:

@@ -20,7 +20,12 @@ from recurrence.processor.stream.app import EXIT_BATCH_ABORTED
 from recurrence.processor.stream.journal import PartitionReader
 from recurrence.processor.stream.settings import StreamSettings
 from recurrence.processor.synthetic import JournalSpec, generate
-from recurrence.topics.definitions import JOURNAL_MAX_RECORD_BYTES, OUTPUT_MAX_RECORD_BYTES, topic_specs
+from recurrence.topics.definitions import (
+    JOURNAL_MAX_RECORD_BYTES,
+    OUTPUT_MAX_RECORD_BYTES,
+    RECORD_LIMIT,
+    topic_specs,
+)
 
 from .harness import Deployment, Oracle, wait_for, write_journal
 
@@ -110,7 +115,7 @@ async def _set_record_limit(deployment: Deployment, role: str, limit: int) -> No
     admin = AIOKafkaAdminClient(bootstrap_servers=deployment.bootstrap)
     await admin.start()
     try:
-        configs = {**spec.config, "max.message.bytes": str(limit)}
+        configs = {**spec.config, RECORD_LIMIT: str(limit)}
         await admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, spec.name, configs=configs)])
     finally:
         await admin.close()
