@@ -431,14 +431,14 @@ def comparison(bootstrap: str, args: argparse.Namespace, workdir: Path) -> dict[
         rows["scale_bound"] = balance(scope_counts(line for line in handle if line.strip()), 2)["speedup_bound"]
     # Goal 4: latency at half the measured maximum, in interleaved rounds for the same reason as above:
     # one 30 s window's p99 is decided by whether the shared machine had a slow few seconds in it.
-    runs_by_guarantee: dict[str, list[dict[str, Any]]] = {"at_least_once": [], "exactly_once": []}
+    latency_runs: dict[str, list[dict[str, Any]]] = {"at_least_once": [], "exactly_once": []}
     for number in range(args.latency_rounds):
-        for guarantee, runs in runs_by_guarantee.items():
+        for guarantee, measured in latency_runs.items():
             rate = rows[guarantee]["entries_per_s"] * args.latency_load
-            runs.append(emit("latency", guarantee=guarantee, partitions=args.partitions, round=number + 1,
-                             **latency(bootstrap, workdir, args, guarantee, rate)))
-    for guarantee, runs in runs_by_guarantee.items():
-        rows[f"latency-{guarantee}"] = latency_summary(runs)
+            measured.append(emit("latency", guarantee=guarantee, partitions=args.partitions, round=number + 1,
+                                 **latency(bootstrap, workdir, args, guarantee, rate)))
+    for guarantee, measured in latency_runs.items():
+        rows[f"latency-{guarantee}"] = latency_summary(measured)
     return rows
 
 
@@ -485,10 +485,10 @@ async def offered_load(d: Deployment, lines: list[bytes], rate: float, warmup: f
     consumer = AIOKafkaConsumer(*outputs, **connection.aiokafka_kwargs(), group_id=None,
                                 isolation_level="read_committed", auto_offset_reset="earliest",
                                 fetch_max_wait_ms=10)
-    received: dict[tuple[int, int], float] = {}
-    # The worker's producer stamps each output with its wall-clock creation time (CreateTime): latency up
-    # to there is the worker's alone, without the broker's acknowledgement and this reader.
-    produced: dict[tuple[int, int], float] = {}
+    # (partition, offset) -> when its first output was read, and when the worker's producer created it
+    # (CreateTime, wall clock): latency up to there is the worker's alone, without the broker's
+    # acknowledgement and this reader.
+    received: dict[tuple[int, int], tuple[float, float]] = {}
     wall_minus_monotonic = time.time() - time.monotonic()
     done = asyncio.Event()
 
@@ -503,8 +503,7 @@ async def offered_load(d: Deployment, lines: list[bytes], rate: float, warmup: f
                         continue
                     partition, offset, index = (int(part) for part in source.decode().split(":"))
                     if index == 0 and (partition, offset) not in received:
-                        received[(partition, offset)] = now
-                        produced[(partition, offset)] = record.timestamp / 1000 - wall_minus_monotonic
+                        received[(partition, offset)] = (now, record.timestamp / 1000 - wall_minus_monotonic)
 
     await producer.start()
     await consumer.start()
@@ -529,7 +528,7 @@ async def offered_load(d: Deployment, lines: list[bytes], rate: float, warmup: f
         # Not ``gather``: over every send of the run its callbacks ran in one turn of this loop, which held
         # the reader for most of a second and added that to the last entries' latencies.
         metadata = [future.result() if future.done() else await future for future in pending]
-        end = sum(1 for _ in metadata)
+        end = len(metadata)
         deadline = time.monotonic() + timeout
         while (await asyncio.to_thread(d.applied) or 0) < end:
             if time.monotonic() > deadline:
@@ -542,10 +541,10 @@ async def offered_load(d: Deployment, lines: list[bytes], rate: float, warmup: f
     finally:
         await consumer.stop()
         await producer.stop()
-    measured = [((meta.partition, meta.offset), sent) for meta, sent in zip(metadata, sent_at, strict=True)
+    measured = [(received[(meta.partition, meta.offset)], sent) for meta, sent in zip(metadata, sent_at, strict=True)
                 if sent - began >= warmup and (meta.partition, meta.offset) in received]
-    latencies = [(received[entry] - sent) * 1000 for entry, sent in measured]
-    until_produced = [(produced[entry] - sent) * 1000 for entry, sent in measured]
+    latencies = [(read - sent) * 1000 for (read, _), sent in measured]
+    until_produced = [(created - sent) * 1000 for (_, created), sent in measured]
     return {
         "offered_per_s": round(rate),
         "published_per_s": round(len(lines) / published),
