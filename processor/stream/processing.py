@@ -346,7 +346,7 @@ class BatchProcessor:
             if time.perf_counter() >= early_flush:
                 # Outputs leave while the rest of the batch runs (at-least-once, a reader sees them
                 # once acknowledged); the batch's durability order is unchanged: everything is still
-                # acknowledged before any change set. The yield lets the producer's sender write.
+                # acknowledged before any change set. The yields let the producers write (EARLY_FLUSH_YIELDS).
                 await self.sink.flush(early=True)
                 for _ in range(EARLY_FLUSH_YIELDS):
                     await asyncio.sleep(0)
