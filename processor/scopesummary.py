@@ -31,13 +31,12 @@ used again only if its scope is still at the position it was built at.
 """
 
 import bisect
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-import orjson
 
-from recurrence.processor.state import ArtifactKey, Group, ScopeMeta, State, prefix
+from recurrence.processor.state import ArtifactKey, Group, ScopeMeta, State
 from recurrence.processor.statistics import (
     RankKey,
     citation_gap,
@@ -54,13 +53,6 @@ DEFAULT_CAPACITY: Final = 100_000
 
 GroupKey = tuple[ArtifactKey, str]
 
-_SCOPE: Final = prefix("scope")
-_GROUP: Final = prefix("grp")
-_HEAD: Final = prefix("head")
-_ARTIFACT: Final = prefix("art")
-_NAMESPACES: Final = (_SCOPE, _GROUP, _HEAD, _ARTIFACT)
-
-
 @dataclass
 class ScopeRows:
     """The rows of one scope a batch wrote that its statistics depend on."""
@@ -70,25 +62,30 @@ class ScopeRows:
     experiences: list[ArtifactKey] = field(default_factory=list)
 
 
-def changed_rows(changes: Iterable[bytes]) -> dict[str, ScopeRows]:
-    """Per changed scope (every accepted entry rewrites its scope row), the rows that matter."""
+def changed_rows(state: State, staged: Container[bytes]) -> dict[str, ScopeRows]:
+    """Per changed scope (every accepted entry rewrites its scope row), the rows that matter.
+
+    ``staged``: the keys the batch's transaction holds. The state names the rows of these kinds it
+    staged (``State.statistics_rows``), so the keys need not be parsed; a row staged only by an
+    entry that was then aborted is not among ``staged``.
+    """
     scopes: dict[str, ScopeRows] = {}
-    for raw_key in changes:
-        if not raw_key.startswith(_NAMESPACES):
-            continue  # most of a change set: positions, Sources, the record index
-        if raw_key.startswith(_SCOPE):
-            scopes.setdefault(orjson.loads(raw_key)[1], ScopeRows())
-        elif raw_key.startswith(_GROUP):
-            _, scope_id, family, artifact_id, revision, signature_key = orjson.loads(raw_key)
-            scopes.setdefault(scope_id, ScopeRows()).groups.append(((family, artifact_id, revision), signature_key))
-        elif raw_key.startswith(_HEAD):
-            _, scope_id, family, artifact_id = orjson.loads(raw_key)
-            if family == HANDOFF_FAMILY:
-                scopes.setdefault(scope_id, ScopeRows()).handoff_heads.append(artifact_id)
-        elif raw_key.startswith(_ARTIFACT):
-            _, scope_id, family, artifact_id, revision = orjson.loads(raw_key)
-            if family == EXPERIENCE_FAMILY:
-                scopes.setdefault(scope_id, ScopeRows()).experiences.append((family, artifact_id, revision))
+    for row_key, parts in state.statistics_rows.items():
+        if row_key not in staged:
+            continue
+        kind, scope_id = parts[0], parts[1]
+        rows = scopes.get(scope_id)
+        if rows is None:
+            rows = scopes[scope_id] = ScopeRows()
+        if kind == "grp":
+            _, _, family, artifact_id, revision, signature_key = parts
+            rows.groups.append(((family, artifact_id, revision), signature_key))
+        elif kind == "head":
+            if parts[2] == HANDOFF_FAMILY:
+                rows.handoff_heads.append(parts[3])
+        elif kind == "art":
+            if parts[2] == EXPERIENCE_FAMILY:
+                rows.experiences.append((parts[2], parts[3], parts[4]))
     return scopes
 
 

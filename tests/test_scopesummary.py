@@ -18,12 +18,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from recurrence.processor.engine import Engine, EngineConfig
-from recurrence.processor.scopesummary import StatisticsCache, changed_rows
-from recurrence.processor.state import State, row_cache
+from recurrence.processor.scopesummary import ScopeRows, StatisticsCache, changed_rows
+from recurrence.processor.state import State, StoredArtifact, row_cache
 from recurrence.processor.statistics import scope_statistics, validated
 from recurrence.processor.store.base import Transaction
 from recurrence.processor.store.memory import MemoryStore
 from recurrence.processor.synthetic import JournalSpec, generate
+from recurrence.schemas.constants import EXPERIENCE_FAMILY, HANDOFF_FAMILY
 from recurrence.schemas.statistics import ScopeStatistics
 from tests.builders import Journal, check, claim, failure_block
 
@@ -55,7 +56,9 @@ class Worker:
         for number, line in enumerate(lines):
             engine.process(line, {"line": number})
         changes = txn.prepare()
-        for scope_id, rows in sorted(changed_rows(changes).items()):
+        changed = changed_rows(engine.state, changes)
+        assert as_sets(changed) == as_sets(rows_by_key(changes))
+        for scope_id, rows in sorted(changed.items()):
             got = self.summaries.statistics(engine.state, 0, scope_id, rows)
             assert as_model(got) == oracle(engine.state, scope_id), scope_id
             # the bytes the worker writes: the model's own dump, key order included
@@ -73,6 +76,28 @@ class Worker:
         copy = MemoryStore()
         copy.apply(dict(self.store.iterate_prefix(b"")))
         return copy
+
+
+def rows_by_key(changes: dict[bytes, bytes | None]) -> dict[str, ScopeRows]:
+    """The oracle of ``changed_rows``: every key the batch staged, parsed."""
+    scopes: dict[str, ScopeRows] = {}
+    for raw_key in changes:
+        parts = orjson.loads(raw_key)
+        if not isinstance(parts, list) or len(parts) < 2 or parts[0] not in ("scope", "grp", "head", "art"):
+            continue
+        rows = scopes.setdefault(parts[1], ScopeRows())
+        if parts[0] == "grp":
+            rows.groups.append(((parts[2], parts[3], parts[4]), parts[5]))
+        elif parts[0] == "head" and parts[2] == HANDOFF_FAMILY:
+            rows.handoff_heads.append(parts[3])
+        elif parts[0] == "art" and parts[2] == EXPERIENCE_FAMILY:
+            rows.experiences.append((parts[2], parts[3], parts[4]))
+    return scopes
+
+
+def as_sets(scopes: dict[str, ScopeRows]) -> dict[str, tuple[frozenset[Any], ...]]:
+    return {scope_id: (frozenset(rows.groups), frozenset(rows.handoff_heads), frozenset(rows.experiences))
+            for scope_id, rows in scopes.items()}
 
 
 def oracle(state: State, scope_id: str) -> ScopeStatistics | None:
@@ -232,7 +257,7 @@ def test_a_summary_that_cannot_prove_it_is_current_is_rebuilt() -> None:
     for line in third:
         engine.process(line, {"line": 0})
     changes = txn.prepare()
-    (scope_id, rows), = changed_rows(changes).items()
+    (scope_id, rows), = changed_rows(engine.state, changes).items()
     assert rows.groups == [] and rows.handoff_heads == []  # the batch itself changes no figure's row
     got = as_model(worker.summaries.statistics(engine.state, 0, scope_id, rows))
     assert got is not None and got.recurrence.unlinked_handoff_citations == 0
@@ -280,3 +305,23 @@ def test_committed_reads_ignore_what_the_batch_staged() -> None:
     assert (txn.get(b'["fresh"]'), txn.committed(b'["fresh"]')) == (b"x", None)
     txn.flush()
     assert Transaction(store, txn.cache).committed(b'["k"]') == b"new"  # the cache holds what was flushed
+
+
+def test_changed_rows_leave_out_what_an_aborted_entry_staged() -> None:
+    txn = Transaction(MemoryStore())
+    state = State(txn)
+    kept = ("experience", "e1", 1)
+    txn.begin_entry()
+    scope_key, current = state.scope_row("s1")
+    state.stage_scope(scope_key, current)
+    state.put_artifact("s1", kept, StoredArtifact(1, "d1"))
+    txn.end_entry()
+    txn.begin_entry()  # fails halfway: nothing it staged may count as changed
+    scope_key, current = state.scope_row("s2")
+    state.stage_scope(scope_key, current)
+    state.put_head("s1", ("handoff", "h1", 1))
+    state.group_for_update("s1", kept, "cue")
+    txn.abort_entry()
+    changed = changed_rows(state, txn.staged_keys())
+    assert changed == {"s1": ScopeRows(experiences=[kept])}
+    assert as_sets(changed) == as_sets(rows_by_key(txn.prepare()))

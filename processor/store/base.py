@@ -21,7 +21,7 @@ hot rows (a scope's counters, its failure heads, cited evidence) are neither
 read from the backend nor decoded again on every entry.
 """
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import Any, Final, Literal, Protocol
 
 from recurrence.processor.exceptions import PositionRegressionError, TransactionStateError
@@ -213,7 +213,7 @@ class Transaction:
     def staged(self) -> int:
         return len(self._changes)
 
-    def staged_keys(self) -> Iterable[bytes]:
+    def staged_keys(self) -> Collection[bytes]:
         """The keys the batch has changed so far (a live view: rows staged later join it)."""
         return self._changes.keys()
 

@@ -27,7 +27,7 @@ the tracker sees each recurrence exactly once, as in the embedded runner.
 """
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, Final
 
 import orjson
@@ -100,10 +100,10 @@ class _EngineRun:
     def process(self, raw: bytes, origin: Origin) -> list[Emitted]:
         return self.engine.process(raw, origin)
 
-    def finish(self, changed: Iterable[bytes]) -> list[TableRecord]:
+    def finish(self, changed: Collection[bytes]) -> list[TableRecord]:
         # Called before flush: the summaries read the rows as committed before the batch.
         records = []
-        for scope_id, rows in sorted(changed_rows(changed).items()):
+        for scope_id, rows in sorted(changed_rows(self.engine.state, changed).items()):
             found = self.summaries.statistics(self.engine.state, self.partition, scope_id, rows)
             if found is not None:
                 records.append(TableRecord(self.statistics_topic, scope_id.encode(), statistics_value(found)))
@@ -162,5 +162,5 @@ class _PatternRun:
         txn.end_entry()
         return [] if suggestion is None else [suggestion]
 
-    def finish(self, changed: Iterable[bytes]) -> list[TableRecord]:
+    def finish(self, changed: Collection[bytes]) -> list[TableRecord]:
         return []

@@ -5,7 +5,7 @@ and ``journal`` implement them over Faust and aiokafka; tests implement them
 in memory; ``dump`` reads the header without loading Faust.
 """
 
-from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol, TypeAlias
 
@@ -152,7 +152,7 @@ class StepRun(Protocol):
         """Apply one input record; the output records, in order."""
         ...
 
-    def finish(self, changed: Iterable[bytes]) -> list[TableRecord]:
+    def finish(self, changed: Collection[bytes]) -> list[TableRecord]:
         """After the batch's last record, given the keys it changed: table records to write with the outputs.
 
         Called before the transaction is flushed, so the rows as committed before the batch can still
