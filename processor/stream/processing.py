@@ -340,6 +340,7 @@ class BatchProcessor:
         emitted: list[tuple[int, str, Emitted]] = []  # (source partition, primary topic, record)
         copies: list[Awaitable[Delivered]] = []  # the same record on a further topic (the repartition)
         source = self.step.source
+        routes, send = self.step.routes, self.sink.send  # once per batch: the loop below runs per record
         early_flush = time.perf_counter() + EARLY_FLUSH_SECONDS
 
         for entry in plan:
@@ -356,10 +357,10 @@ class BatchProcessor:
             for index, record in enumerate(run.process(entry.value, origin)):
                 headers = [(SOURCE_HEADER, f"{entry.partition}:{entry.offset}:{index}".encode()),
                            (ID_HEADER, f"{record.record}:{record.record_id}".encode())]
-                for number, (topic, key) in enumerate(self.step.routes(record)):
+                for number, (topic, key) in enumerate(routes(record)):
                     # Unkeyed dead letters stay beside their source partition (same partition counts).
                     partition = None if key is not None else entry.partition
-                    delivery = await self.sink.send(topic, key, record.line, partition, headers, entry.partition)
+                    delivery = await send(topic, key, record.line, partition, headers, entry.partition)
                     if number == 0:
                         deliveries.append(delivery)
                         emitted.append((entry.partition, topic, record))

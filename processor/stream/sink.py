@@ -78,6 +78,29 @@ class _Batches:
         self._chosen: dict[tuple[str, bytes], int] = {}
         self._remembered_keys = remembered_keys
 
+    async def send(
+        self, producer: Any, topic: str, key: bytes | None, value: bytes, partition: int | None,
+        headers: list[tuple[str, bytes]],
+    ) -> Awaitable[Delivered]:
+        """Append a record to the batch for its partition (a keyed record's, when ``partition`` is None).
+
+        Every output record comes through here: the common case -- a key whose partition is known,
+        a batch with room -- runs without a further coroutine (``partition_for`` and ``_append``
+        only when a key's partition must be computed or a batch is full).
+        """
+        if partition is None:
+            if key is None:
+                raise ValueError(f"a record for {topic} needs a key or a partition")
+            partition = self._chosen.get((topic, key))
+            if partition is None:
+                partition = await self.partition_for(producer, topic, key)
+        slot = self._open.get((id(producer), topic, partition))
+        if slot is not None:
+            meta = slot.builder.append(timestamp=None, key=key, value=value, headers=headers)
+            if meta is not None:
+                return _Pending(slot, meta.offset)
+        return await self._append(producer, topic, partition, key, value, headers)
+
     async def partition_for(self, producer: Any, topic: str, key: bytes) -> int:
         chosen = self._chosen.get((topic, key))
         if chosen is not None:
@@ -91,21 +114,19 @@ class _Batches:
         self._chosen[(topic, key)] = chosen
         return chosen
 
-    async def append(
+    async def _append(
         self, producer: Any, topic: str, partition: int, key: bytes | None, value: bytes,
         headers: list[tuple[str, bytes]],
     ) -> Awaitable[Delivered]:
+        """``send`` when the partition has no open batch, or its batch is full (sent, and another opened)."""
         slot_key = (id(producer), topic, partition)
-        slot = self._open.get(slot_key)
-        if slot is None:
-            slot = self._open[slot_key] = _Open(producer, topic, partition, producer.create_batch())
+        full = self._open.pop(slot_key, None)
+        if full is not None:
+            await self._send(full)
+        slot = self._open[slot_key] = _Open(producer, topic, partition, producer.create_batch())
         meta = slot.builder.append(timestamp=None, key=key, value=value, headers=headers)
-        if meta is None:  # full: send it and start another
-            await self._send(self._open.pop(slot_key))
-            slot = self._open[slot_key] = _Open(producer, topic, partition, producer.create_batch())
-            meta = slot.builder.append(timestamp=None, key=key, value=value, headers=headers)
-            if meta is None:
-                raise ValueError(f"a record of {len(value)} bytes does not fit in an empty batch for {topic}")
+        if meta is None:
+            raise ValueError(f"a record of {len(value)} bytes does not fit in an empty batch for {topic}")
         return _Pending(slot, meta.offset)
 
     async def flush(self, early: bool = False) -> None:
@@ -232,11 +253,7 @@ class FaustSink:
         source_partition: int,
     ) -> Awaitable[Delivered]:
         producer = self._producer(source_partition) if self._exactly_once else plain_producer(self._app)
-        if partition is None:
-            if key is None:
-                raise ValueError(f"a record for {topic} needs a key or a partition")
-            partition = await self._batches.partition_for(producer, topic, key)
-        return await self._batches.append(producer, topic, partition, key, value, headers)
+        return await self._batches.send(producer, topic, key, value, partition, headers)
 
     async def flush(self, early: bool = False) -> None:
         await self._batches.flush(early)

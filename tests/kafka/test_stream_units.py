@@ -598,14 +598,14 @@ def test_an_early_flush_waits_while_the_previous_send_is_unacknowledged() -> Non
 
     async def run() -> list[int]:
         producer, batches = Producer(), _Batches()
-        first = await batches.append(producer, "t", 0, b"k", b"v", [])
+        first = await batches.send(producer, "t", b"k", b"v", 0, [])
         await batches.flush(early=True)  # nothing in flight: sent
-        second = await batches.append(producer, "t", 0, b"k", b"v", [])
+        second = await batches.send(producer, "t", b"k", b"v", 0, [])
         await batches.flush(early=True)  # the first is unacknowledged: kept
         sent_while_waiting = len(producer.sent)
         producer.sent[0][1].set_result(SimpleNamespace(offset=10))
         await batches.flush(early=True)  # acknowledged now: the second goes
-        third = await batches.append(producer, "t", 0, b"k", b"v", [])
+        third = await batches.send(producer, "t", b"k", b"v", 0, [])
         await batches.flush()  # a batch's last flush sends even with the second unacknowledged
         producer.sent[1][1].set_result(SimpleNamespace(offset=11))
         producer.sent[2][1].set_result(SimpleNamespace(offset=12))
