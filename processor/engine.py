@@ -147,10 +147,12 @@ def _entry_digest(kind: str, identity: object, body_digest: str) -> bytes:
 
 
 class Engine:
-    def __init__(self, txn: Transaction, config: EngineConfig | None = None) -> None:
+    def __init__(
+        self, txn: Transaction, config: EngineConfig | None = None, track_statistics_rows: bool = False
+    ) -> None:
         self.txn = txn
         self.config = config or EngineConfig()
-        self.state = State(txn)
+        self.state = State(txn, track_statistics_rows)  # the worker's statistics step reads them
         self.ledger = OutcomeLedger(self.state, self.config.review_threshold)
         self.admission = AdmissionGate(self.state)
 

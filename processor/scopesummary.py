@@ -69,6 +69,8 @@ def changed_rows(state: State, staged: Container[bytes]) -> dict[str, ScopeRows]
     staged (``State.statistics_rows``), so the keys need not be parsed; a row staged only by an
     entry that was then aborted is not among ``staged``.
     """
+    if state.statistics_rows is None:
+        raise ValueError("the state does not track its statistics rows (Engine(..., track_statistics_rows=True))")
     scopes: dict[str, ScopeRows] = {}
     for row_key, parts in state.statistics_rows.items():
         if row_key not in staged:

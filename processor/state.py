@@ -246,15 +246,16 @@ def _int(raw: bytes | None) -> int | None:
 class State:
     """Typed access to one transaction's view of the store."""
 
-    def __init__(self, txn: Transaction) -> None:
+    def __init__(self, txn: Transaction, track_statistics_rows: bool = False) -> None:
         self.txn = txn
         # Scope row keys of this transaction's scopes: every entry reads and writes its scope's row.
         self._scope_keys: dict[str, bytes] = {}
-        # The rows a scope's statistics depend on, as staged (key -> its parts, the key's JSON array
-        # decoded), so the worker's statistics step reads them here instead of parsing every key the
-        # batch staged (``scopesummary.changed_rows``). A row of an entry that was then aborted stays
-        # here; the transaction's staged keys tell.
-        self.statistics_rows: dict[bytes, tuple[Any, ...]] = {}
+        # With ``track_statistics_rows`` (the worker): the rows a scope's statistics depend on, as
+        # staged (key -> its parts, the key's JSON array decoded), so the statistics step reads them
+        # here instead of parsing every key the batch staged (``scopesummary.changed_rows``). A row of
+        # an entry that was then aborted stays here; the transaction's staged keys tell. The embedded
+        # runner writes no statistics records and pays nothing for it.
+        self.statistics_rows: dict[bytes, tuple[Any, ...]] | None = {} if track_statistics_rows else None
 
     # -- per-scope bookkeeping ----------------------------------------------------
     def scope(self, scope_id: str) -> ScopeMeta | None:
@@ -278,7 +279,7 @@ class State:
         meta = ScopeMeta() if current is None else current.copy()
         self.txn.put(row_key, meta)
         rows = self.statistics_rows
-        if row_key not in rows:
+        if rows is not None and row_key not in rows:
             rows[row_key] = ("scope", orjson.loads(row_key)[1])
         return meta
 
@@ -329,7 +330,8 @@ class State:
     def put_artifact(self, scope_id: str, ref: ArtifactKey, stored: StoredArtifact) -> None:
         row_key = key("art", scope_id, *ref)
         self.txn.put(row_key, stored)
-        self.statistics_rows[row_key] = ("art", scope_id, *ref)
+        if self.statistics_rows is not None:
+            self.statistics_rows[row_key] = ("art", scope_id, *ref)
 
     def head(self, scope_id: str, family: str, artifact_id: str) -> int | None:
         return _int(self.txn.get(key("head", scope_id, family, artifact_id)))
@@ -341,7 +343,8 @@ class State:
     def put_head(self, scope_id: str, ref: ArtifactKey) -> None:
         row_key = key("head", scope_id, ref[0], ref[1])
         self.txn.put(row_key, str(ref[2]).encode())
-        self.statistics_rows[row_key] = ("head", scope_id, ref[0], ref[1])
+        if self.statistics_rows is not None:
+            self.statistics_rows[row_key] = ("head", scope_id, ref[0], ref[1])
 
     def heads(self, scope_id: str, family: str) -> Iterator[ArtifactKey]:
         for raw_key, raw_value in self.txn.iterate_prefix(prefix("head", scope_id, family)):
@@ -372,7 +375,8 @@ class State:
         current: Group | None = self.txn.get(row_key, Group.decode)
         group = Group() if current is None else current.copy()
         self.txn.put(row_key, group)
-        self.statistics_rows[row_key] = ("grp", scope_id, *ref, signature_key)
+        if self.statistics_rows is not None:
+            self.statistics_rows[row_key] = ("grp", scope_id, *ref, signature_key)
         return group
 
     def groups(self, scope_id: str) -> Iterator[tuple[ArtifactKey, str, Group]]:

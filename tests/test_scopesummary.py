@@ -52,7 +52,7 @@ class Worker:
 
     def batch(self, lines: list[bytes], fail: bool = False) -> None:
         txn = Transaction(self.store, self.cache)
-        engine = Engine(txn, CONFIG)
+        engine = Engine(txn, CONFIG, track_statistics_rows=True)
         for number, line in enumerate(lines):
             engine.process(line, {"line": number})
         changes = txn.prepare()
@@ -253,7 +253,7 @@ def test_a_summary_that_cannot_prove_it_is_current_is_rebuilt() -> None:
     txn.commit()
 
     txn = Transaction(worker.store, worker.cache)
-    engine = Engine(txn, CONFIG)
+    engine = Engine(txn, CONFIG, track_statistics_rows=True)
     for line in third:
         engine.process(line, {"line": 0})
     changes = txn.prepare()
@@ -309,7 +309,7 @@ def test_committed_reads_ignore_what_the_batch_staged() -> None:
 
 def test_changed_rows_leave_out_what_an_aborted_entry_staged() -> None:
     txn = Transaction(MemoryStore())
-    state = State(txn)
+    state = State(txn, track_statistics_rows=True)
     kept = ("experience", "e1", 1)
     txn.begin_entry()
     scope_key, current = state.scope_row("s1")

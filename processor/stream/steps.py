@@ -80,7 +80,8 @@ class EngineStep:
         return self.config.pinned()
 
     def begin(self, txn: Transaction, partition: int) -> StepRun:
-        return _EngineRun(Engine(txn, self.config), self.topics.statistics, self.summaries, partition)
+        engine = Engine(txn, self.config, track_statistics_rows=True)
+        return _EngineRun(engine, self.topics.statistics, self.summaries, partition)
 
     def routes(self, record: Emitted) -> list[tuple[str, bytes | None]]:
         scope_key = record.scope_id.encode() if record.scope_id else None
