@@ -43,6 +43,7 @@ from recurrence.processor.statistics import (
     handoff_citations,
     is_recurring,
     needs_review,
+    never_selected,
     rank,
     statistics_document,
 )
@@ -133,10 +134,20 @@ class ScopeSummary:
                     cites = handoff_citations(state.artifact(scope_id, (HANDOFF_FAMILY, artifact_id, revision)))
                     self._cite(cites, delta)
                     affected.update(cites)
+        # A group row exists only for a failure-bearing revision, under the revision's own signature
+        # key (revisions are immutable), so the row just read is the one ``citation_gap`` would read.
+        unselected: dict[ArtifactKey, bool] = {}
         for group_key in rows.groups:
             ref, signature_key = group_key
-            self._group(group_key, state.group(scope_id, ref, signature_key), review_threshold)
-            affected.add(ref)
+            group = state.group(scope_id, ref, signature_key)
+            self._group(group_key, group, review_threshold)
+            unselected[ref] = never_selected(group)
+        for ref, gap in unselected.items():
+            if gap and ref in self.cited:
+                self.gaps.add(ref)
+            else:
+                self.gaps.discard(ref)
+        affected.difference_update(unselected)
         self._recheck(state, scope_id, affected)
 
     def statistics(self, scope_id: str, meta: ScopeMeta, top: int) -> dict[str, Any]:

@@ -48,6 +48,11 @@ def handoff_citations(handoff: StoredArtifact | None) -> tuple[ArtifactKey, ...]
     return tuple(cited for cited in handoff.cites if cited[0] == EXPERIENCE_FAMILY)
 
 
+def never_selected(group: Group | None) -> bool:
+    """The other half of ``citation_gap``: a failure-bearing revision's group with no ``selected``."""
+    return group is None or group.selected == 0
+
+
 def citation_gap(state: State, scope_id: str, cited: ArtifactKey) -> str | None:
     """A cited Experience revision counts as an unlinked citation when it bears a failure and its
     group has no ``selected``: the signature key of that group, else None."""
@@ -55,7 +60,7 @@ def citation_gap(state: State, scope_id: str, cited: ArtifactKey) -> str | None:
     if experience is None or experience.signature_key is None:
         return None
     group = state.group(scope_id, cited, experience.signature_key)
-    return experience.signature_key if group is None or group.selected == 0 else None
+    return experience.signature_key if never_selected(group) else None
 
 
 def statistics_document(
