@@ -9,6 +9,9 @@ sink's producer batching (``sink._Batches`` over aiokafka's real
 would place them. The broker is a stub that acknowledges every producer batch
 at once, so what is counted is CPU the worker spends per entry, not waiting;
 Faust's consumer thread, the network and aiokafka's sender are not in it.
+It runs under the worker's collection policy and without early flushes (they
+follow the clock, which valgrind slows ~50 times), so a count repeats to a
+few parts in a hundred thousand.
 
     python bench/worker_icount.py JOURNAL [--short 2000] [--long 8000]
 
