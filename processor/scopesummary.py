@@ -35,7 +35,6 @@ from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-
 from recurrence.processor.state import ArtifactKey, Group, ScopeMeta, State
 from recurrence.processor.statistics import (
     RankKey,
@@ -83,12 +82,10 @@ def changed_rows(state: State, staged: Container[bytes]) -> dict[str, ScopeRows]
         if kind == "grp":
             _, _, family, artifact_id, revision, signature_key = parts
             rows.groups.append(((family, artifact_id, revision), signature_key))
-        elif kind == "head":
-            if parts[2] == HANDOFF_FAMILY:
-                rows.handoff_heads.append(parts[3])
-        elif kind == "art":
-            if parts[2] == EXPERIENCE_FAMILY:
-                rows.experiences.append((parts[2], parts[3], parts[4]))
+        elif kind == "head" and parts[2] == HANDOFF_FAMILY:
+            rows.handoff_heads.append(parts[3])
+        elif kind == "art" and parts[2] == EXPERIENCE_FAMILY:
+            rows.experiences.append((parts[2], parts[3], parts[4]))
     return scopes
 
 

@@ -21,7 +21,7 @@ hot rows (a scope's counters, its failure heads, cited evidence) are neither
 read from the backend nor decoded again on every entry.
 """
 
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any, Final, Literal, Protocol
 
 from recurrence.processor.exceptions import PositionRegressionError, TransactionStateError
