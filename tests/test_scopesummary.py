@@ -14,6 +14,7 @@ and capacities small enough to evict.
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -325,3 +326,9 @@ def test_changed_rows_leave_out_what_an_aborted_entry_staged() -> None:
     changed = changed_rows(state, txn.staged_keys())
     assert changed == {"s1": ScopeRows(experiences=[kept])}
     assert as_sets(changed) == as_sets(rows_by_key(txn.prepare()))
+
+
+def test_changed_rows_need_a_state_that_tracks_them() -> None:
+    txn = Transaction(MemoryStore())
+    with pytest.raises(ValueError, match="track_statistics_rows"):
+        changed_rows(State(txn), txn.staged_keys())
