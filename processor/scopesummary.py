@@ -45,6 +45,7 @@ from recurrence.processor.statistics import (
     never_selected,
     rank,
     statistics_document,
+    top_revisions,
 )
 from recurrence.schemas.constants import EXPERIENCE_FAMILY, HANDOFF_FAMILY
 
@@ -92,7 +93,7 @@ def changed_rows(state: State, staged: Container[bytes]) -> dict[str, ScopeRows]
 class ScopeSummary:
     """What ``scope_statistics`` aggregates over a scope, as of ``position``; see the module docstring."""
 
-    __slots__ = ("cited", "gaps", "needing_review", "position", "ranked", "tracked")
+    __slots__ = ("_top", "_top_ranked", "cited", "gaps", "needing_review", "position", "ranked", "tracked")
 
     def __init__(self, position: int) -> None:
         self.position = position
@@ -102,6 +103,10 @@ class ScopeSummary:
         self.needing_review = 0
         self.cited: dict[ArtifactKey, int] = {}  # Experience revision -> current Handoff heads citing it
         self.gaps: set[ArtifactKey] = set()  # cited revisions that are unlinked citations
+        # ``top_revisions`` as last built, and the ranked prefix it was built from: most batches
+        # change no scope's leading streaks, and the list is shared by the documents (read-only).
+        self._top_ranked: list[RankKey] | None = None
+        self._top: list[dict[str, Any]] = []
 
     @property
     def weight(self) -> int:
@@ -149,7 +154,10 @@ class ScopeSummary:
 
     def statistics(self, scope_id: str, meta: ScopeMeta, top: int) -> dict[str, Any]:
         """The scope's statistics as JSON-ready data (``ScopeStatistics``' shape)."""
-        return statistics_document(scope_id, meta, len(self.gaps), self.needing_review, self.ranked, top)
+        leading = self.ranked[:top]
+        if leading != self._top_ranked:
+            self._top_ranked, self._top = leading, top_revisions(leading, top)
+        return statistics_document(scope_id, meta, len(self.gaps), self.needing_review, self._top)
 
     def _group(self, group_key: GroupKey, group: Group | None, review_threshold: int) -> None:
         ref, signature_key = group_key

@@ -63,17 +63,8 @@ def citation_gap(state: State, scope_id: str, cited: ArtifactKey) -> str | None:
     return experience.signature_key if never_selected(group) else None
 
 
-def statistics_document(
-    scope_id: str,
-    meta: ScopeMeta,
-    unlinked: int,
-    needing_review: int,
-    ranked: Iterable[RankKey],
-    top: int,
-) -> dict[str, Any]:
-    """A scope's ``ScopeStatistics`` as JSON-ready data, in the model's field order: the worker writes
-    one per changed scope per batch, and building the models cost more than the figures
-    (``tests/test_scopesummary.py`` holds its bytes equal to the model's dump)."""
+def top_revisions(ranked: Iterable[RankKey], top: int) -> list[dict[str, Any]]:
+    """``top_revisions`` as JSON-ready data: the first ``top`` recurring groups in rank order."""
     streaks: list[dict[str, Any]] = []
     for negative_streak, family, artifact_id, revision, signature_key in ranked:
         if len(streaks) >= top:
@@ -83,6 +74,20 @@ def statistics_document(
             "signature_key": signature_key,
             "terminal_recurred_streak": -negative_streak,
         })
+    return streaks
+
+
+def statistics_document(
+    scope_id: str,
+    meta: ScopeMeta,
+    unlinked: int,
+    needing_review: int,
+    streaks: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """A scope's ``ScopeStatistics`` as JSON-ready data, in the model's field order (``streaks`` from
+    ``top_revisions``): the worker writes one per changed scope per batch, and building the models
+    cost more than the figures (``tests/test_scopesummary.py`` holds its bytes equal to the model's
+    dump)."""
     return {
         "scope_id": scope_id,
         "recurrence": {
@@ -121,7 +126,7 @@ def scope_statistics(state: State, scope_id: str, review_threshold: int, top: in
             ranked.append(rank(ref, signature_key, group.streak))
     ranked.sort()
     return validated(statistics_document(
-        scope_id, meta, _unlinked_handoff_citations(state, scope_id), needing_review, ranked, top
+        scope_id, meta, _unlinked_handoff_citations(state, scope_id), needing_review, top_revisions(ranked, top)
     ))
 
 

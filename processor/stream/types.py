@@ -7,7 +7,7 @@ in memory; ``dump`` reads the header without loading Faust.
 
 from collections.abc import Awaitable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, Protocol, TypeAlias
+from typing import Final, NamedTuple, Protocol, TypeAlias
 
 from recurrence.processor.records import Emitted, Origin
 from recurrence.processor.store.base import StateStore, Transaction
@@ -136,8 +136,7 @@ class PartitionedState(Protocol):
 
 
 
-@dataclass(frozen=True)
-class TableRecord:
+class TableRecord(NamedTuple):
     """A keyed value written after a batch (a table topic: the last value per key is the state)."""
 
     topic: str
