@@ -527,7 +527,7 @@ async def offered_load(d: Deployment, lines: list[bytes], rate: float, warmup: f
         published = time.monotonic() - began
         # Not ``gather``: over every send of the run its callbacks ran in one turn of this loop, which held
         # the reader for most of a second and added that to the last entries' latencies.
-        metadata = [future.result() if future.done() else await future for future in pending]
+        metadata = [await future for future in pending]  # a done future's await takes no loop turn
         end = len(metadata)
         deadline = time.monotonic() + timeout
         while (await asyncio.to_thread(d.applied) or 0) < end:

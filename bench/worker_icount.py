@@ -25,7 +25,6 @@ divides the difference by LONG - SHORT, so start-up cancels out.
 
 import argparse
 import asyncio
-import gc
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -36,7 +35,7 @@ from typing import Any
 from aiokafka.producer.message_accumulator import BatchBuilder
 
 from recurrence.processor.engine import EngineConfig
-from recurrence.processor.gcpolicy import defer_full_collections
+from recurrence.processor.gcpolicy import freeze_startup_objects
 from recurrence.processor.store.rocksdb import RocksStore
 from recurrence.processor.stream import processing
 from recurrence.processor.stream.processing import BatchProcessor
@@ -160,11 +159,9 @@ def run(journal: Path, state: Path, partitions: int, batch: int) -> None:
         offsets[partition] += 1
     processor = BatchProcessor(topics=StreamSettings(topic_prefix="icount").topics, state=_State(state),
                                sink=_Sink(partitions), source=_Journal(entries), config=EngineConfig())
-    # The worker's collection policy (``app._freeze_startup_objects``): startup objects frozen, no full
+    # The worker's collection policy (``gcpolicy.freeze_startup_objects``): startup objects frozen, no full
     # collection triggered by heap growth. Without it full collections walked the row caches here.
-    gc.collect()
-    gc.freeze()
-    defer_full_collections()
+    freeze_startup_objects()
 
     async def main() -> None:
         for start in range(0, len(entries), batch):

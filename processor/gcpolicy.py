@@ -60,6 +60,14 @@ def defer_full_collections(every: float = FULL_COLLECTION_SECONDS) -> FullCollec
     return FullCollections(every)
 
 
+def freeze_startup_objects(every: float = FULL_COLLECTION_SECONDS) -> FullCollections:
+    """The worker's policy once it has started: what exists now is collected once and frozen (never
+    scanned again), and full collections are deferred (``defer_full_collections``)."""
+    gc.collect()
+    gc.freeze()
+    return defer_full_collections(every)
+
+
 @contextmanager
 def full_collections_between_batches(every: float = FULL_COLLECTION_SECONDS) -> Iterator[FullCollections]:
     """``defer_full_collections`` for a ``with`` block; the thresholds before it come back after it."""

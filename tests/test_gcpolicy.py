@@ -2,7 +2,7 @@
 
 import gc
 
-from recurrence.processor.gcpolicy import FullCollections, full_collections_between_batches
+from recurrence.processor.gcpolicy import FullCollections, freeze_startup_objects, full_collections_between_batches
 
 
 def _full_collections() -> int:
@@ -52,3 +52,18 @@ def test_a_full_collection_runs_between_batches_once_it_is_due() -> None:
     assert _full_collections() == before + 1 and collections.collections == 1
     now[0] = 200.0  # the next one is due 60 s after this one
     assert collections.between_batches() is False
+
+
+def test_startup_objects_are_frozen_and_full_collections_deferred() -> None:
+    before = gc.get_threshold()
+    try:
+        gc.unfreeze()
+        assert gc.get_freeze_count() == 0
+        collections = freeze_startup_objects(every=60.0)
+        assert gc.get_freeze_count() > 0  # everything alive now, this test's modules included
+        young, middle, oldest = gc.get_threshold()
+        assert (young, middle) == before[:2] and oldest > 1_000_000
+        assert collections.every == 60.0
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)

@@ -33,7 +33,7 @@ from aiokafka.errors import MessageSizeTooLargeError
 
 from recurrence.processor.engine import EngineConfig
 from recurrence.processor.exceptions import RecurrenceError
-from recurrence.processor.gcpolicy import FullCollections, defer_full_collections
+from recurrence.processor.gcpolicy import FullCollections, freeze_startup_objects
 from recurrence.processor.stream.cluster import Cluster
 from recurrence.processor.stream.faustcompat import crashed
 from recurrence.processor.stream.fetches import FetchChannel, Fetched
@@ -358,9 +358,7 @@ class RecurrenceService:
         scanned again (they are still freed by reference counting). Objects created later are
         collected young as before; full collections run between batches (``gcpolicy``).
         """
-        gc.collect()
-        gc.freeze()
-        self._collections = defer_full_collections()
+        self._collections = freeze_startup_objects()
         log.info("froze %d startup objects out of garbage collection", gc.get_freeze_count())
 
     async def _watch_loop(self) -> None:  # a method without arguments: Faust passes the app to one with any
