@@ -368,3 +368,42 @@ def test_a_group_changed_by_an_aborted_entry_leaves_the_cached_row_as_committed(
     assert committed is not None
     assert (committed.streak, committed.streak_sources) == (1, [["content", "O1"]])
     assert (committed.history, committed.crossings) == ([[5, "recurred"]], [[5, "proposed"]])
+
+
+def test_a_batch_after_one_not_yet_flushed_reads_its_rows_as_committed() -> None:
+    # The worker runs a batch's engine while the batch before is still being made durable.
+    store = MemoryStore()
+    store.apply({b"a": b"0", b"b": b"0", b"c": b"0"})
+    cache = RowCache()
+    first = Transaction(store, cache)
+    first.put(b"a", b"1")
+    first.delete(b"b")
+    first.put(b"d", b"1")
+    second = Transaction(store, cache, after=first)
+    assert [second.get(k) for k in (b"a", b"b", b"c", b"d")] == [b"1", None, b"0", b"1"]
+    assert second.committed(b"a") == b"1" and second.committed(b"b") is None
+    assert list(second.iterate_prefix(b"")) == [(b"a", b"1"), (b"c", b"0"), (b"d", b"1")]
+    first.put(b"c", b"1")  # the record index joins the first batch while the second runs
+    second.put(b"a", b"2")
+    assert second.get(b"c") == b"1" and second.get(b"a") == b"2" and second.committed(b"a") == b"1"
+    first.prepare()
+    first.flush()
+    assert store.get(b"a") == b"1"
+    assert second.get(b"a") == b"2" and second.committed(b"c") == b"1"
+    second.prepare()
+    second.flush()
+    assert second.earlier_rows() == (), "a flushed batch still holds the one before it"
+    assert Transaction(store, cache, after=second).earlier_rows() == (), "a flushed batch is read from the store"
+    assert [store.get(k) for k in (b"a", b"b", b"c", b"d")] == [b"2", None, b"1", b"1"]
+
+
+def test_a_chain_of_batches_reads_the_latest_staged_row_first() -> None:
+    store = MemoryStore()
+    first = Transaction(store)
+    first.put(b"k", b"1")
+    second = Transaction(store, after=first)
+    second.put(b"j", b"2")
+    third = Transaction(store, after=second)
+    assert third.get(b"k") == b"1" and third.get(b"j") == b"2"
+    second.put(b"k", b"2")
+    assert third.get(b"k") == b"2" and list(third.iterate_prefix(b"")) == [(b"j", b"2"), (b"k", b"2")]

@@ -14,6 +14,13 @@ runner makes durable first: a ledger file, a changelog topic) and records the
 tracking position, refusing to move it backwards; ``flush`` then writes the
 change set to the store in one atomic batch.
 
+A transaction may run *after* another whose change set is not yet in the
+store (``after``): the Kafka worker runs a batch's engine while the batch
+before it is still being made durable (``processing``). Its reads then see
+that batch's rows as if they were committed; staged rows are never changed
+once their entry ended (a row is copied before it is changed), so reading
+them in place is safe.
+
 Rows are staged as decoded objects (anything with ``encode() -> bytes``, or
 raw ``bytes``) and encoded once per batch, however often an entry touches
 them. A ``RowCache`` keeps decoded committed rows between batches, bounded, so
@@ -113,7 +120,12 @@ class Transaction:
     """One batch of staged changes over a store; see the module docstring for the protocol."""
 
     def __init__(
-        self, store: StateStore, cache: RowCache | None = None, *, position_key: bytes | None = None
+        self,
+        store: StateStore,
+        cache: RowCache | None = None,
+        *,
+        position_key: bytes | None = None,
+        after: "Transaction | None" = None,
     ) -> None:
         self.store = store
         self.cache = cache if cache is not None else RowCache(0)
@@ -122,6 +134,12 @@ class Transaction:
         self._changes: dict[bytes, Staged] = {}
         self._entry: dict[bytes, Staged] | None = None
         self._prepared: dict[bytes, bytes | None] | None = None
+        # The rows of earlier batches whose change sets are not yet in the store, latest first: what
+        # this batch reads as committed. Dropped at flush, so a chain of batches never holds more
+        # than the ones being made durable.
+        self._earlier: tuple[Mapping[bytes, Staged], ...] = (
+            () if after is None or after.status == "flushed" else (after.staged_rows(), *after.earlier_rows())
+        )
 
     # -- reads -------------------------------------------------------------------------
     def get(self, key: bytes, decode: Decoder = identity) -> Any:
@@ -132,6 +150,9 @@ class Transaction:
         changes = self._changes
         if key in changes:
             return changes[key]
+        for earlier in self._earlier:
+            if key in earlier:
+                return earlier[key]
         rows = self.cache.rows  # the hottest read: straight into the cache's dict
         cached = rows.pop(key, _MISSING)
         if cached is not _MISSING:
@@ -147,7 +168,11 @@ class Transaction:
 
         Only correct until ``flush``: a reader that needs a row's value before the batch (e.g. to
         undo its contribution to a running aggregate) asks between ``prepare`` and ``flush``.
+        An earlier batch not yet flushed (``after``) counts as committed.
         """
+        for earlier in self._earlier:
+            if key in earlier:
+                return earlier[key]
         rows = self.cache.rows
         cached = rows.get(key, _MISSING)
         if cached is not _MISSING:
@@ -159,7 +184,10 @@ class Transaction:
 
     def iterate_prefix(self, prefix: bytes, decode: Decoder = identity) -> Iterator[tuple[bytes, Any]]:
         """Committed rows merged with staged ones, in key order (a read path, not a hot one)."""
-        staged = {k: v for k, v in self._changes.items() if k.startswith(prefix)}
+        staged: dict[bytes, Staged] = {}
+        for earlier in reversed(self._earlier):  # oldest first: a later batch's row wins
+            staged.update((k, v) for k, v in earlier.items() if k.startswith(prefix))
+        staged.update((k, v) for k, v in self._changes.items() if k.startswith(prefix))
         if self._entry:
             staged.update((k, v) for k, v in self._entry.items() if k.startswith(prefix))
         if not staged:
@@ -213,6 +241,14 @@ class Transaction:
     def staged(self) -> int:
         return len(self._changes)
 
+    def staged_rows(self) -> Mapping[bytes, Staged]:
+        """The rows the batch has staged so far (a live view), decoded; ``None`` for a deletion."""
+        return self._changes
+
+    def earlier_rows(self) -> tuple[Mapping[bytes, Staged], ...]:
+        """The staged rows of the earlier batches this one reads as committed (``after``), latest first."""
+        return self._earlier
+
     def staged_keys(self) -> Collection[bytes]:
         """The keys the batch has changed so far (a live view: rows staged later join it)."""
         return self._changes.keys()
@@ -257,6 +293,7 @@ class Transaction:
                 raise
         self.cache.keep_all(self._changes)
         self.status = "flushed"
+        self._earlier = ()  # flushed after them (batches flush in order): the store holds their rows
 
     def commit(self, position: int | None = None) -> dict[bytes, bytes | None]:
         """``prepare`` then ``flush``, for runners with nothing to make durable in between."""

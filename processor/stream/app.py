@@ -229,34 +229,66 @@ class RecurrenceService:
         self.app.fetch_channels[topic] = channel
         exactly_once = self.settings.processing_guarantee == "exactly_once"
 
+        def durable(entries: list[Entry]) -> None:
+            """The batch is durable: what follows it (never for a batch that is not)."""
+            if not exactly_once:  # under exactly_once the offsets went into each partition's transaction
+                offsets = {e.partition: e.offset + 1 for e in entries}
+                channel.commit_soon(offsets, lambda o: self.app.commit_journal(topic, o))
+            if self._collections is not None:
+                self._collections.between_batches()
+
+        async def settle(tail: Awaitable[object], entries: list[Entry]) -> None:
+            """A pipelined batch, once its durability in the background has ended."""
+            try:
+                await tail
+                durable(entries)
+            except (asyncio.CancelledError, Exception) as error:  # every failure exits (``_failed``)
+                self._failed(error, entries)
+            finally:
+                channel.done()
+
+        settling_tasks: set[asyncio.Future[None]] = set()  # referenced until done (the loop holds tasks weakly)
+
         async def agent(stream: Any) -> None:
             while True:
                 fetched = await channel.get(self.settings.batch_max, within, min_records)
                 processor.metrics.stage["wait"].observe(channel.waited)
+                settling = False
                 try:
                     entries = self._entries(fetched, topic)
                     if not entries:
                         continue
                     try:
-                        await processor.process(entries)
-                    except asyncio.CancelledError:
-                        self._abort("cancelled while a batch was in flight", entries)
-                    except RecurrenceError as error:  # a refusal with an operator's message: one line, its exit code
-                        self._abort(str(error), entries, error.exit_code)
-                    except MessageSizeTooLargeError:  # the broker refused a record: the same on every restart
-                        self._abort(RECORD_TOO_LARGE, entries)
-                    except Exception as error:  # any failure: never commit a batch that is not durable
-                        log.critical("batch failed: %s", type(error).__name__, exc_info=error)
-                        self._abort(f"{type(error).__name__} while a batch was in flight", entries)
-                    if not exactly_once:  # under exactly_once the offsets went into each partition's transaction
-                        offsets = {e.partition: e.offset + 1 for e in entries}
-                        channel.commit_soon(offsets, lambda o: self.app.commit_journal(topic, o))
-                    if self._collections is not None:
-                        self._collections.between_batches()
+                        if exactly_once:
+                            await processor.process(entries)
+                        else:
+                            # Made durable in the background while the next batch's engine runs; the
+                            # channel stays busy until then, so a rebalance waits for it (``quiesce``).
+                            tail = await processor.process_pipelined(entries)
+                            settling_tasks.add(task := asyncio.ensure_future(settle(tail, entries)))
+                            task.add_done_callback(settling_tasks.discard)
+                            settling = True
+                            continue
+                    except (asyncio.CancelledError, Exception) as error:  # every failure exits (``_failed``)
+                        self._failed(error, entries)
+                    durable(entries)
                 finally:
-                    channel.done()
+                    if not settling:
+                        channel.done()
 
         return agent
+
+    def _failed(self, error: BaseException, entries: list[Entry]) -> None:
+        """A batch failed: exit without acknowledging it (never commit a batch that is not durable)."""
+        if isinstance(error, asyncio.CancelledError):
+            self._abort("cancelled while a batch was in flight", entries)
+        elif isinstance(error, RecurrenceError):  # a refusal with an operator's message: one line, its exit code
+            self._abort(str(error), entries, error.exit_code)
+        elif isinstance(error, MessageSizeTooLargeError):  # the broker refused a record: the same on every restart
+            self._abort(RECORD_TOO_LARGE, entries)
+        else:
+            log.critical("batch failed: %s", type(error).__name__, exc_info=error)
+            self._abort(f"{type(error).__name__} while a batch was in flight", entries)
 
     def _entries(self, fetched: Fetched, topic: str) -> list[Entry]:
         """A fetch's records as entries, only of partitions this worker still owns in this generation."""
@@ -338,6 +370,12 @@ class RecurrenceService:
             progress, stuck = stalled(progress_by_partition.get(tp.partition), position, highwater, now, STALL_SECONDS)
             progress_by_partition[tp.partition] = progress
             if not stuck or highwater is None:
+                continue
+            sink = processor.sink
+            if isinstance(sink, FaustSink) and not sink.can_send_for(tp.partition):
+                # An assignment is being taken over and the partition's transactional producer is not
+                # started yet (catching up then failed, and the worker exited 70): the next tick retries.
+                log.info("partition %d: catching up waits for its transactional producer", tp.partition)
                 continue
             try:
                 await processor.catch_up(tp.partition, highwater)

@@ -59,6 +59,9 @@ class FetchChannel:
         self._queue: asyncio.Queue[Fetched] = asyncio.Queue(maxsize)
         self._idle = asyncio.Event()
         self._idle.set()
+        # Batches taken and not yet ``done``: two while a batch's engine runs and the one before it is
+        # still being made durable (pipelined, at-least-once); the channel is idle at none.
+        self._busy = 0
         self._arrived = asyncio.Event()
         self._carry: Fetched | None = None  # taken from the queue but left for the next batch
         self._uncommitted: dict[int, int] = {}
@@ -85,6 +88,7 @@ class FetchChannel:
         """
         fetched = self._carry if self._carry is not None else await self._queue.get()
         self._carry = None
+        self._busy += 1
         self._idle.clear()  # no await between taking the item and this: quiesce cannot miss it
         loop = asyncio.get_running_loop()
         began = loop.time()
@@ -115,7 +119,10 @@ class FetchChannel:
         return fetched
 
     def done(self) -> None:
-        self._idle.set()
+        """A batch taken by ``get`` has ended (durable, or nothing to run)."""
+        self._busy = max(0, self._busy - 1)
+        if not self._busy:
+            self._idle.set()
 
     def commit_soon(self, offsets: Mapping[int, int], commit: OffsetCommit) -> None:
         """Commit the group offsets in the background, one commit at a time, the latest winning.
@@ -137,7 +144,7 @@ class FetchChannel:
                             self.topic, type(error).__name__)
 
     async def quiesce(self) -> int:
-        """Drop the fetches not yet taken, wait for the batch in flight and its commit; how many were dropped."""
+        """Drop the fetches not yet taken, wait for the batches in flight and their commit; how many were dropped."""
         dropped = 0 if self._carry is None else 1
         self._carry = None
         while not self._queue.empty():

@@ -48,7 +48,7 @@ from typing import Final
 import orjson
 
 from recurrence.processor.engine import EngineConfig
-from recurrence.processor.exceptions import ConfigMismatchError
+from recurrence.processor.exceptions import ConfigMismatchError, TransactionStateError
 from recurrence.processor.recordindex import index_record
 from recurrence.processor.records import Emitted
 from recurrence.processor.state import row_cache
@@ -135,6 +135,22 @@ class _PartitionBatch:
 
 
 @dataclass
+class _Flight:
+    """A batch whose engine has run: what making it durable needs (``BatchProcessor._durable``)."""
+
+    plan: list[Entry]
+    result: "BatchResult"
+    batches: dict[int, _PartitionBatch]
+    changed: dict[int, _PartitionBatch]
+    deliveries: list[Awaitable[Delivered]]
+    emitted: list[tuple[int, str, Emitted]]  # (source partition, primary topic, record)
+    copies: list[Awaitable[Delivered]]  # the same record on a further topic (the repartition)
+    tables: list[Awaitable[Delivered]]
+    ahead: dict[int, list[Awaitable[Delivered]]]  # exactly_once: change sets sent with the outputs
+    started: float
+
+
+@dataclass
 class BatchResult(Tally):
     """One batch's tally, plus what only a stream batch has."""
 
@@ -171,6 +187,10 @@ class BatchProcessor:
         self._lock = asyncio.Lock()
         self._caches: dict[int, RowCache] = {}
         self._generations: dict[int, int] = {}
+        # Pipelined batches (``process_pipelined``): the last batch's durability, while it runs, and its
+        # partition batches, whose staged rows the next batch reads as committed.
+        self._tail: asyncio.Future[BatchResult] | None = None
+        self._in_flight: dict[int, _PartitionBatch] = {}
 
     def position(self, partition: int) -> int | None:
         """The next journal offset this partition's state expects (None before the first entry)."""
@@ -218,9 +238,47 @@ class BatchProcessor:
         return repaired
 
     async def process(self, entries: Sequence[Entry]) -> BatchResult:
-        """Run a batch delivered by the stream (any partitions, offset order per partition)."""
+        """Run a batch delivered by the stream (any partitions, offset order per partition); durable on return."""
         async with self._lock:
+            await self._settled()
             return await self._process(entries)
+
+    async def process_pipelined(self, entries: Sequence[Entry]) -> "asyncio.Future[BatchResult]":
+        """Run a batch's engine now and make the batch durable in the background; the future says when.
+
+        The engine of this batch runs while the batch before it is still being made durable
+        (its outputs and change set acknowledged, its local state written): a batch's time
+        is mostly CPU in the engine and mostly waiting in the rest, and the worker's one
+        thread would otherwise idle through every round trip. The durability order of each
+        batch is unchanged (outputs, then change set, then local state), and batches become
+        durable one after another, in order. This batch reads the rows of the one before as
+        committed (``Transaction(after=...)``); should that one fail, the worker exits and
+        both run again on restart, re-emitting the same records (at-least-once). Not under
+        exactly_once, where a batch's records can only be sent once the transaction before
+        them has committed.
+        """
+        if self.sink.transactional:
+            raise TransactionStateError("pipelined batches are at-least-once only")
+        async with self._lock:
+            started = time.perf_counter()
+            batches: dict[int, _PartitionBatch] = {}
+            plan, result = await self._plan(entries, batches)
+            self.metrics.stage["begin"].observe(time.perf_counter() - started)
+            flight = await self._engine(plan, result, batches, started)
+            await self._settled()  # at most one batch is made durable at a time, in order
+            self._in_flight = flight.changed
+            tail = self._tail = asyncio.ensure_future(self._durable(flight))
+            return tail
+
+    async def _settled(self) -> None:
+        """Wait until the pipelined batch before is durable (its failure is raised here too)."""
+        tail = self._tail
+        if tail is not None:
+            try:
+                await asyncio.shield(tail)
+            finally:
+                if self._tail is tail and tail.done():
+                    self._tail = None
 
     # Journal offsets one catch-up call reads and runs at most (the worker's --batch-max default).
     catch_up_max: int = 1000
@@ -230,6 +288,7 @@ class BatchProcessor:
     async def catch_up(self, partition: int, stop: int) -> BatchResult:
         """Read and run the journal directly up to ``stop`` (the entries the stream has not delivered)."""
         async with self._lock:
+            await self._settled()
             await self.restore_tail(partition)
             start = read_position(self.state.partition_state(partition))
             if start is None:
@@ -253,15 +312,18 @@ class BatchProcessor:
             self.metrics.filled += len(records)
             return result
 
-    def _transaction(self, partition: int) -> Transaction:
-        """A new batch transaction over the partition, sharing the partition's row cache."""
+    def _transaction(self, partition: int, after: _PartitionBatch | None = None) -> Transaction:
+        """A new batch transaction over the partition, sharing the partition's row cache, reading the
+        rows of ``after`` (the partition's batch being made durable, if any) as committed."""
         cache = self._caches.get(partition)
         generation = self.state.generation(partition)
         if cache is None or self._generations.get(partition) != generation:
             # The partition was (re)assigned or restored: its store changed behind the cache.
             cache = self._caches[partition] = row_cache()
             self._generations[partition] = generation
-        return Transaction(self.state.partition_state(partition), cache, position_key=POSITION_KEY)
+            after = None  # (a rebalance waits for every batch in flight: never expected)
+        return Transaction(self.state.partition_state(partition), cache, position_key=POSITION_KEY,
+                           after=None if after is None else after.txn)
 
     def _pin_config(self, txn: Transaction, partition: int) -> None:
         """The settings derived state depends on are fixed per partition state, as per embedded state."""
@@ -294,9 +356,12 @@ class BatchProcessor:
         result = BatchResult()
         for partition, delivered in by_partition.items():
             await self.restore_tail(partition)
-            txn = self._transaction(partition)
+            earlier = self._in_flight.get(partition)
+            if earlier is not None and earlier.txn.status == "flushed":
+                earlier = None
+            txn = self._transaction(partition, earlier)
             self._pin_config(txn, partition)
-            recorded = txn.recorded_position()
+            recorded = txn.recorded_position() if earlier is None else earlier.next_offset
             expected = recorded if recorded is not None else await self.source.log_start(partition)
             for entry in sorted(delivered, key=lambda e: e.offset):
                 if entry.offset < expected:
@@ -327,13 +392,14 @@ class BatchProcessor:
         await self.sink.begin(sorted(batches), advancing)
         self.metrics.stage["begin"].observe(time.perf_counter() - started)
         try:
-            return await self._run(plan, result, batches, started)
+            return await self._durable(await self._engine(plan, result, batches, started))
         finally:
             self.sink.end()
 
-    async def _run(
+    async def _engine(
         self, plan: list[Entry], result: BatchResult, batches: dict[int, _PartitionBatch], started: float
-    ) -> BatchResult:
+    ) -> _Flight:
+        """Run the batch's entries and hand its outputs and statistics records to the sink."""
         clock = _Clock()
         result.entries = len(plan)
         deliveries: list[Awaitable[Delivered]] = []
@@ -379,17 +445,26 @@ class BatchProcessor:
                 tables.append(await self.sink.send(table.topic, table.key, table.value, None, [], partition))
                 result.table_records += 1
         stage["statistics"].observe(clock.lap())
-        next_offsets = {partition: batch.next_offset for partition, batch in changed.items()}
-        # One change set per partition per batch; the journal position travels inside it.
-        transactional = self.sink.transactional
         ahead: dict[int, list[Awaitable[Delivered]]] = {}
-        if transactional:
+        if self.sink.transactional:
             # Under exactly_once nothing the batch writes is visible before its commit, so its change
             # sets need not wait for the outputs: they leave in the same round trip (and the producer
             # adds every partition to the transaction with one request instead of two). Only the
             # record index needs the outputs' offsets; it follows as a change set of its own.
             for partition, batch in changed.items():
                 ahead[partition] = await self._send_change_set(partition, batch.txn.prepare(batch.next_offset), result)
+        return _Flight(plan, result, batches, changed, deliveries, emitted, copies, tables, ahead, started)
+
+    async def _durable(self, flight: _Flight) -> BatchResult:
+        """Make a batch durable in the only safe order: outputs, then change sets, then local state."""
+        plan, result, batches, changed = flight.plan, flight.result, flight.batches, flight.changed
+        deliveries, emitted, copies, tables, ahead = (
+            flight.deliveries, flight.emitted, flight.copies, flight.tables, flight.ahead)
+        clock = _Clock()
+        stage = self.metrics.stage
+        next_offsets = {partition: batch.next_offset for partition, batch in changed.items()}
+        # One change set per partition per batch; the journal position travels inside it.
+        transactional = self.sink.transactional
         # (2) every output record is durable before any state that records it.
         await self.sink.flush()
         acknowledged = await _all(deliveries)
@@ -431,10 +506,12 @@ class BatchProcessor:
             self.state.flush_local(partition, batch.txn, last[partition].offset)
         stage["local"].observe(clock.lap())
 
+        if self._in_flight is changed:
+            self._in_flight = {}  # durable: the next batch reads these rows from the store
         for _, _, record in emitted:
             result.record(record)
         result.change_sets = len(ahead) + len(change_sets)
-        self._count(plan, result, next_offsets, time.perf_counter() - started)
+        self._count(plan, result, next_offsets, time.perf_counter() - flight.started)
         return result
 
     async def _send_change_set(

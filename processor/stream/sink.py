@@ -213,6 +213,11 @@ class FaustSink:
         group = self._app.assignor.group_for_topic(self._journal)
         return f"{self._app.conf.id}-{group}-{partition}"
 
+    def can_send_for(self, partition: int) -> bool:
+        """Whether records of this journal partition can be sent now: under exactly_once its
+        transactional producer exists (Faust starts them while a new assignment is taken over)."""
+        return not self._exactly_once or transaction_producer(self._app, self._transactional_id(partition)) is not None
+
     def _producer(self, partition: int) -> Any:
         producer = transaction_producer(self._app, self._transactional_id(partition))
         if producer is None:

@@ -115,6 +115,31 @@ def test_quiesce_drops_queued_fetches_and_waits_for_the_batch_in_flight() -> Non
     assert events == ["batch done", "quiesced"]
 
 
+def test_quiesce_waits_for_every_batch_taken_until_each_is_done() -> None:
+    # Pipelined batches: the next batch is taken while the one before is still being made durable.
+    async def run() -> list[str]:
+        channel = FetchChannel("j", maxsize=8)
+        events: list[str] = []
+        await channel.put(_fetch(1, p0=range(0, 2)))
+        await channel.put(_fetch(1, p0=range(2, 4)))
+        await channel.get(2, within=0)
+        await channel.get(2, within=0)
+
+        async def finish(name: str, delay: float) -> None:
+            await asyncio.sleep(delay)
+            events.append(name)
+            channel.done()
+
+        finishing = [asyncio.ensure_future(finish("first done", 0.01)),
+                     asyncio.ensure_future(finish("second done", 0.03))]
+        await channel.quiesce()
+        events.append("quiesced")
+        await asyncio.gather(*finishing)
+        return events
+
+    assert asyncio.run(run()) == ["first done", "second done", "quiesced"]
+
+
 def test_offset_commits_run_one_at_a_time_and_the_latest_offsets_win() -> None:
     async def run() -> list[dict[int, int]]:
         channel = FetchChannel("j")

@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Awaitable, Mapping, Sequence
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import pytest
@@ -24,7 +24,7 @@ from recurrence.processor.store.base import Transaction
 from recurrence.processor.store.memory import MemoryStore
 from recurrence.processor.stream import changeset
 from recurrence.processor.stream.dump import record_id
-from recurrence.processor.stream.processing import BatchProcessor
+from recurrence.processor.stream.processing import POSITION_KEY, BatchProcessor
 from recurrence.processor.stream.publish import scope_key
 from recurrence.processor.stream.settings import StreamSettings
 from recurrence.processor.stream.sink import _Batches
@@ -150,16 +150,25 @@ def _processor(
     return processor, sink, state, journal
 
 
-def _run(lines: list[bytes], batch: int, transactional: bool = False) -> tuple[RecordingSink, Partitions]:
+def _run(
+    lines: list[bytes], batch: int, transactional: bool = False, pipelined: bool = False
+) -> tuple[RecordingSink, Partitions]:
     entries = _entries(lines)
     processor, sink, state, _ = _processor(entries, transactional)
-
-    async def main() -> None:
-        for start in range(0, len(entries), batch):
-            await processor.process(entries[start : start + batch])
-
-    asyncio.run(main())
+    asyncio.run(_drive(processor, entries, batch, pipelined))
     return sink, state
+
+
+async def _drive(processor: BatchProcessor, entries: list[Entry], batch: int, pipelined: bool) -> None:
+    """Batches one after another, as the worker's agent runs them (pipelined: at-least-once)."""
+    tails = []
+    for start in range(0, len(entries), batch):
+        if pipelined:
+            tails.append(await processor.process_pipelined(entries[start : start + batch]))
+        else:
+            await processor.process(entries[start : start + batch])
+    for tail in tails:
+        await tail
 
 
 def _outputs_in_source_order(sink: RecordingSink) -> list[bytes]:
@@ -192,6 +201,80 @@ def test_batch_processor_equals_the_embedded_runner(tmp_path: Path, batch: int, 
     oracle = Oracle.run(journal, tmp_path)
     sink, _ = _run(lines, batch, transactional)
     assert by_scope(_outputs_in_source_order(sink)) == oracle.grouped
+
+
+@pytest.mark.parametrize("batch", [1, 37, 500])
+def test_pipelined_batches_equal_the_embedded_runner_and_rebuild_the_same_state(tmp_path: Path, batch: int) -> None:
+    # Each batch's engine runs on the rows of the batch before it while that one is still being made
+    # durable: the outputs, the changelog and the local state must be exactly the sequential ones.
+    lines = _journal(600, seed=batch)
+    journal = tmp_path / "journal.jsonl"
+    write_journal(journal, lines)
+    oracle = Oracle.run(journal, tmp_path)
+    sink, state = _run(lines, batch, pipelined=True)
+    assert by_scope(_outputs_in_source_order(sink)) == oracle.grouped
+    sequential, sequential_state = _run(lines, batch)
+    assert sink.changelog == sequential.changelog
+    for partition, store in state.stores.items():
+        assert list(store.iterate_prefix(b"[")) == list(sequential_state.stores[partition].iterate_prefix(b"["))
+
+
+class _OrderCheckingSink(RecordingSink):
+    """Fails the durability order as it happens: a change set is sent only once every output of the
+    entries it records (its partition, below its journal position) is acknowledged."""
+
+    def __init__(self, log: list[tuple[str, Any]]) -> None:
+        super().__init__(log)
+        self.outputs: list[tuple[tuple[int, int], asyncio.Future[Any]]] = []  # (source entry, its delivery)
+        self.violations: list[str] = []
+
+    async def send(
+        self, topic: str, key: bytes | None, value: bytes, partition: int | None,
+        headers: list[tuple[str, bytes]], source_partition: int,
+    ) -> Awaitable[Any]:
+        source = dict(headers).get(SOURCE_HEADER)
+        if topic == TOPICS.changelog:
+            position = changeset.decode(value).get(POSITION_KEY)
+            if position is not None:
+                early = [where for where, delivery in self.outputs
+                         if not delivery.done() and where[0] == source_partition and where[1] < int(position)]
+                if early:
+                    self.violations.append(f"p{source_partition} change set before outputs of {sorted(early)[:3]}")
+        delivery = await super().send(topic, key, value, partition, headers, source_partition)
+        if source is not None:
+            where = (int(source.split(b":")[0]), int(source.split(b":")[1]))
+            self.outputs.append((where, cast(asyncio.Future[Any], delivery)))
+        return delivery
+
+
+def test_pipelined_batches_overlap_and_each_keeps_the_durability_order() -> None:
+    entries = _entries(_journal(300, seed=3))
+    state = Partitions()
+    sink = _OrderCheckingSink(state.log)
+    processor = BatchProcessor(topics=TOPICS, state=state, sink=sink, source=Journal(entries), config=EngineConfig())
+    overlapped = 0
+
+    async def main() -> None:
+        nonlocal overlapped
+        tails: list[asyncio.Future[Any]] = []
+        for start in range(0, len(entries), 50):
+            if tails and not tails[-1].done():
+                overlapped += 1  # this batch's engine runs while the one before is made durable
+            tails.append(await processor.process_pipelined(entries[start : start + 50]))
+        for tail in tails:
+            await tail
+
+    asyncio.run(main())
+    assert overlapped >= 4, "the batches ran one after another"
+    assert not sink.violations, sink.violations
+    # Local state only after every change set sent so far is acknowledged: batches become durable in order.
+    sent = acked = 0
+    for event in state.log:
+        sent += event == ("send", "changelog")
+        acked += event == ("ack", "changelog")
+        if event[0] == "local":
+            assert acked == sent, "local state written before a change set was durable"
+    assert state.log.count(("send", "changelog")) >= 6
 
 
 def test_outputs_are_acknowledged_before_change_sets_and_change_sets_before_local_state() -> None:
