@@ -41,9 +41,9 @@ above is then the step's source topic and the state the patterns table.
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 import orjson
 
@@ -134,38 +134,6 @@ class _PartitionBatch:
     next_offset: int  # the position once this batch is durable
 
 
-class _Deferred:
-    """A record of a pipelined exactly_once batch: handed to the sink only once the transaction of the
-    batch before it has committed (``BatchProcessor._durable``); awaiting it awaits that delivery."""
-
-    __slots__ = ("delivery", "record")
-
-    def __init__(self, record: tuple[str, bytes | None, bytes, int | None, list[tuple[str, bytes]], int]) -> None:
-        self.record = record
-        self.delivery: Awaitable[Delivered] | None = None
-
-    def __await__(self) -> Generator[Any, None, Delivered]:
-        if self.delivery is None:
-            raise TransactionStateError("a deferred record was awaited before it was sent")
-        return (yield from self.delivery.__await__())
-
-
-def _deferring(
-    deferred: list[_Deferred],
-) -> Callable[[str, bytes | None, bytes, int | None, list[tuple[str, bytes]], int], Awaitable[Awaitable[Delivered]]]:
-    """A ``Sink.send`` that keeps each record, in order, instead of sending it."""
-
-    async def send(
-        topic: str, key: bytes | None, value: bytes, partition: int | None, headers: list[tuple[str, bytes]],
-        source_partition: int,
-    ) -> Awaitable[Delivered]:
-        record = _Deferred((topic, key, value, partition, headers, source_partition))
-        deferred.append(record)
-        return record
-
-    return send
-
-
 @dataclass
 class _Flight:
     """A batch whose engine has run: what making it durable needs (``BatchProcessor._durable``)."""
@@ -180,8 +148,6 @@ class _Flight:
     tables: list[Awaitable[Delivered]]
     ahead: dict[int, list[Awaitable[Delivered]]]  # exactly_once: change sets sent with the outputs
     started: float
-    # Pipelined exactly_once: every record of the batch, in order, to send once the batch before commits.
-    deferred: list[_Deferred] | None = None
 
 
 @dataclass
@@ -287,17 +253,18 @@ class BatchProcessor:
         batch is unchanged (outputs, then change set, then local state), and batches become
         durable one after another, in order. This batch reads the rows of the one before as
         committed (``Transaction(after=...)``); should that one fail, the worker exits and
-        both run again on restart (at-least-once: re-emitting the same records). Under
-        exactly_once a record sent now would join the transaction still open for the batch
-        before, so the batch's records wait (``_Deferred``) and are sent in its own
-        transaction once that one has committed.
+        both run again on restart, re-emitting the same records (at-least-once). Not under
+        exactly_once, where a batch's records can only be sent once the transaction before
+        them has committed.
         """
+        if self.sink.transactional:
+            raise TransactionStateError("pipelined batches are at-least-once only")
         async with self._lock:
             started = time.perf_counter()
             batches: dict[int, _PartitionBatch] = {}
             plan, result = await self._plan(entries, batches)
             self.metrics.stage["begin"].observe(time.perf_counter() - started)
-            flight = await self._engine(plan, result, batches, started, defer=self.sink.transactional)
+            flight = await self._engine(plan, result, batches, started)
             await self._settled()  # at most one batch is made durable at a time, in order
             self._in_flight = flight.changed
             tail = self._tail = asyncio.ensure_future(self._durable(flight))
@@ -430,30 +397,24 @@ class BatchProcessor:
             self.sink.end()
 
     async def _engine(
-        self, plan: list[Entry], result: BatchResult, batches: dict[int, _PartitionBatch], started: float,
-        defer: bool = False,
+        self, plan: list[Entry], result: BatchResult, batches: dict[int, _PartitionBatch], started: float
     ) -> _Flight:
-        """Run the batch's entries and hand its outputs and statistics records to the sink (``defer``:
-        keep them, in order, for ``_durable`` to send)."""
+        """Run the batch's entries and hand its outputs and statistics records to the sink."""
         clock = _Clock()
         result.entries = len(plan)
         deliveries: list[Awaitable[Delivered]] = []
         emitted: list[tuple[int, str, Emitted]] = []  # (source partition, primary topic, record)
         copies: list[Awaitable[Delivered]] = []  # the same record on a further topic (the repartition)
         source = self.step.source
-        deferred: list[_Deferred] | None = [] if defer else None
-        routes = self.step.routes  # once per batch: the loop below runs per record
-        send = self.sink.send if deferred is None else _deferring(deferred)
+        routes, send = self.step.routes, self.sink.send  # once per batch: the loop below runs per record
         early_flush = time.perf_counter() + EARLY_FLUSH_SECONDS
 
         for entry in plan:
             if time.perf_counter() >= early_flush:
                 # Outputs leave while the rest of the batch runs (at-least-once, a reader sees them
                 # once acknowledged); the batch's durability order is unchanged: everything is still
-                # acknowledged before any change set. The yields let the producers write (EARLY_FLUSH_YIELDS),
-                # and the batch before this one, if it is still being made durable, go on.
-                if deferred is None:
-                    await self.sink.flush(early=True)
+                # acknowledged before any change set. The yields let the producers write (EARLY_FLUSH_YIELDS).
+                await self.sink.flush(early=True)
                 for _ in range(EARLY_FLUSH_YIELDS):
                     await asyncio.sleep(0)
                 early_flush = time.perf_counter() + EARLY_FLUSH_SECONDS
@@ -481,45 +442,21 @@ class BatchProcessor:
         tables: list[Awaitable[Delivered]] = []
         for partition, batch in changed.items():
             for table in batch.run.finish(batch.txn.staged_keys()):
-                tables.append(await send(table.topic, table.key, table.value, None, [], partition))
+                tables.append(await self.sink.send(table.topic, table.key, table.value, None, [], partition))
                 result.table_records += 1
         stage["statistics"].observe(clock.lap())
         ahead: dict[int, list[Awaitable[Delivered]]] = {}
-        if self.sink.transactional and deferred is None:
+        if self.sink.transactional:
             # Under exactly_once nothing the batch writes is visible before its commit, so its change
             # sets need not wait for the outputs: they leave in the same round trip (and the producer
             # adds every partition to the transaction with one request instead of two). Only the
             # record index needs the outputs' offsets; it follows as a change set of its own.
             for partition, batch in changed.items():
                 ahead[partition] = await self._send_change_set(partition, batch.txn.prepare(batch.next_offset), result)
-        return _Flight(plan, result, batches, changed, deliveries, emitted, copies, tables, ahead, started, deferred)
-
-    async def _send_deferred(self, flight: _Flight) -> None:
-        """A pipelined exactly_once batch, once the batch before has committed: open its transactions
-        and send its records, then its change sets, as ``_process`` would have while the engine ran."""
-        deferred = flight.deferred
-        assert deferred is not None
-        batches = flight.batches
-        advancing = {p: batch.next_offset for p, batch in batches.items() if batch.next_offset != batch.recorded}
-        await self.sink.begin(sorted(batches), advancing)
-        send = self.sink.send
-        for record in deferred:
-            record.delivery = await send(*record.record)
-        for partition, batch in flight.changed.items():
-            flight.ahead[partition] = await self._send_change_set(
-                partition, batch.txn.prepare(batch.next_offset), flight.result)
+        return _Flight(plan, result, batches, changed, deliveries, emitted, copies, tables, ahead, started)
 
     async def _durable(self, flight: _Flight) -> BatchResult:
         """Make a batch durable in the only safe order: outputs, then change sets, then local state."""
-        if flight.deferred is None:
-            return await self._make_durable(flight)
-        try:
-            await self._send_deferred(flight)
-            return await self._make_durable(flight)
-        finally:
-            self.sink.end()
-
-    async def _make_durable(self, flight: _Flight) -> BatchResult:
         plan, result, batches, changed = flight.plan, flight.result, flight.batches, flight.changed
         deliveries, emitted, copies, tables, ahead = (
             flight.deliveries, flight.emitted, flight.copies, flight.tables, flight.ahead)

@@ -203,20 +203,17 @@ def test_batch_processor_equals_the_embedded_runner(tmp_path: Path, batch: int, 
     assert by_scope(_outputs_in_source_order(sink)) == oracle.grouped
 
 
-@pytest.mark.parametrize("transactional", [False, True], ids=["at_least_once", "exactly_once"])
 @pytest.mark.parametrize("batch", [1, 37, 500])
-def test_pipelined_batches_equal_the_embedded_runner_and_rebuild_the_same_state(
-    tmp_path: Path, batch: int, transactional: bool
-) -> None:
+def test_pipelined_batches_equal_the_embedded_runner_and_rebuild_the_same_state(tmp_path: Path, batch: int) -> None:
     # Each batch's engine runs on the rows of the batch before it while that one is still being made
     # durable: the outputs, the changelog and the local state must be exactly the sequential ones.
     lines = _journal(600, seed=batch)
     journal = tmp_path / "journal.jsonl"
     write_journal(journal, lines)
     oracle = Oracle.run(journal, tmp_path)
-    sink, state = _run(lines, batch, transactional, pipelined=True)
+    sink, state = _run(lines, batch, pipelined=True)
     assert by_scope(_outputs_in_source_order(sink)) == oracle.grouped
-    sequential, sequential_state = _run(lines, batch, transactional)
+    sequential, sequential_state = _run(lines, batch)
     assert sink.changelog == sequential.changelog
     for partition, store in state.stores.items():
         assert list(store.iterate_prefix(b"[")) == list(sequential_state.stores[partition].iterate_prefix(b"["))
@@ -278,48 +275,6 @@ def test_pipelined_batches_overlap_and_each_keeps_the_durability_order() -> None
         if event[0] == "local":
             assert acked == sent, "local state written before a change set was durable"
     assert state.log.count(("send", "changelog")) >= 6
-
-
-def _transactions(log: list[tuple[str, Any]]) -> list[int]:
-    """Records sent in each begin..end window of the sink (a batch's transactions); fails a send outside one."""
-    windows: list[int] = []
-    inside = False
-    for event, _ in log:
-        if event == "begin":
-            assert not inside, "a transaction began before the one before it ended"
-            inside = True
-            windows.append(0)
-        elif event == "end":
-            inside = False
-        elif event == "send":
-            assert inside, "a record was sent outside any transaction"
-            windows[-1] += 1
-    return windows
-
-
-def test_pipelined_exactly_once_batches_send_nothing_into_the_transaction_before_theirs() -> None:
-    # The next batch's engine runs while the transaction before it is open: its records must wait and
-    # go into its own transaction, so each transaction holds exactly its batch's records.
-    lines = _journal(300, seed=3)
-    _, sequential = _run(lines, 50, transactional=True)
-    entries = _entries(lines)
-    processor, _sink, state, _ = _processor(entries, transactional=True)
-    overlapped = 0
-
-    async def main() -> None:
-        nonlocal overlapped
-        tails: list[asyncio.Future[Any]] = []
-        for start in range(0, len(entries), 50):
-            if tails and not tails[-1].done():
-                overlapped += 1
-            tails.append(await processor.process_pipelined(entries[start : start + 50]))
-        for tail in tails:
-            await tail
-
-    asyncio.run(main())
-    assert overlapped >= 4, "the batches ran one after another"
-    assert _transactions(state.log) == _transactions(sequential.log)
-    assert [e for e in state.log if e[0] == "commit"] == [e for e in sequential.log if e[0] == "commit"]
 
 
 def test_outputs_are_acknowledged_before_change_sets_and_change_sets_before_local_state() -> None:
