@@ -361,7 +361,8 @@ class BatchProcessor:
                 earlier = None
             txn = self._transaction(partition, earlier)
             self._pin_config(txn, partition)
-            recorded = txn.recorded_position() if earlier is None else earlier.next_offset
+            # Where the batch before leaves the partition, if this batch reads through it (not after a restore).
+            recorded = earlier.next_offset if earlier is not None and txn.earlier_rows() else txn.recorded_position()
             expected = recorded if recorded is not None else await self.source.log_start(partition)
             for entry in sorted(delivered, key=lambda e: e.offset):
                 if entry.offset < expected:
