@@ -164,8 +164,13 @@ def run(journal: Path, state: Path, partitions: int, batch: int) -> None:
     freeze_startup_objects()
 
     async def main() -> None:
+        # As the worker runs them at-least-once: each batch's engine, then its durability in the
+        # background while the next batch's engine runs (``process_pipelined``).
+        tail = None
         for start in range(0, len(entries), batch):
-            await processor.process(entries[start : start + batch])
+            tail = await processor.process_pipelined(entries[start : start + batch])
+        if tail is not None:
+            await tail
 
     asyncio.run(main())
 

@@ -134,12 +134,12 @@ class Transaction:
         self._changes: dict[bytes, Staged] = {}
         self._entry: dict[bytes, Staged] | None = None
         self._prepared: dict[bytes, bytes | None] | None = None
-        # The rows of earlier batches whose change sets are not yet in the store, latest first: what
-        # this batch reads as committed. Dropped at flush, so a chain of batches never holds more
-        # than the ones being made durable.
-        self._earlier: tuple[Mapping[bytes, Staged], ...] = (
-            () if after is None or after.status == "flushed" else (after.staged_rows(), *after.earlier_rows())
-        )
+        # The earlier batches whose change sets are not yet in the store, latest first, and their rows:
+        # what this batch reads as committed. Only those not flushed when this one begins (a flushed
+        # batch's rows are in the store), and none once this one is flushed: however long a run of
+        # pipelined batches, each holds at most the one being made durable.
+        self._after: tuple[Transaction, ...] = () if after is None else after.unflushed_chain()
+        self._earlier: tuple[Mapping[bytes, Staged], ...] = tuple(t.staged_rows() for t in self._after)
 
     # -- reads -------------------------------------------------------------------------
     def get(self, key: bytes, decode: Decoder = identity) -> Any:
@@ -249,6 +249,12 @@ class Transaction:
         """The staged rows of the earlier batches this one reads as committed (``after``), latest first."""
         return self._earlier
 
+    def unflushed_chain(self) -> tuple["Transaction", ...]:
+        """This transaction and the earlier ones it reads through, those not yet flushed, latest first."""
+        if self.status == "flushed":
+            return ()
+        return (self, *(earlier for earlier in self._after if earlier.status != "flushed"))
+
     def staged_keys(self) -> Collection[bytes]:
         """The keys the batch has changed so far (a live view: rows staged later join it)."""
         return self._changes.keys()
@@ -293,7 +299,7 @@ class Transaction:
                 raise
         self.cache.keep_all(self._changes)
         self.status = "flushed"
-        self._earlier = ()  # flushed after them (batches flush in order): the store holds their rows
+        self._after, self._earlier = (), ()  # flushed after them (batches flush in order): the store holds theirs
 
     def commit(self, position: int | None = None) -> dict[bytes, bytes | None]:
         """``prepare`` then ``flush``, for runners with nothing to make durable in between."""
