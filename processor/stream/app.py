@@ -241,9 +241,10 @@ class RecurrenceService:
             """A pipelined batch, once its durability in the background has ended."""
             try:
                 await tail
-                durable(entries)
             except (asyncio.CancelledError, Exception) as error:  # every failure exits (``_failed``)
                 self._failed(error, entries)
+            else:
+                durable(entries)
             finally:
                 channel.done()
 
