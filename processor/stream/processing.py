@@ -357,11 +357,10 @@ class BatchProcessor:
         for partition, delivered in by_partition.items():
             await self.restore_tail(partition)
             earlier = self._in_flight.get(partition)
-            if earlier is not None and earlier.txn.status == "flushed":
-                earlier = None
             txn = self._transaction(partition, earlier)
             self._pin_config(txn, partition)
-            # Where the batch before leaves the partition, if this batch reads through it (not after a restore).
+            # Where the batch before leaves the partition, if this batch reads through it (the transaction
+            # reads through none once that one is flushed, or after a restore): else the store's position.
             recorded = earlier.next_offset if earlier is not None and txn.earlier_rows() else txn.recorded_position()
             expected = recorded if recorded is not None else await self.source.log_start(partition)
             for entry in sorted(delivered, key=lambda e: e.offset):
