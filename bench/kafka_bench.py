@@ -306,6 +306,47 @@ def oracle(journal: Path, workdir: Path) -> tuple[list[bytes], float]:
 # -- worker vs embedded, one run -------------------------------------------------------------------
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of a process so far, all its threads (``/proc``); None once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def listener_pid(bootstrap: str) -> int | None:
+    """The process on this machine listening on the bootstrap server's port (the broker), if any."""
+    port = int(bootstrap.split(",", maxsplit=1)[0].rsplit(":", 1)[1])
+    sockets: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                    sockets.add(f"socket:[{fields[9]}]")
+    if not sockets:
+        return None
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            with contextlib.suppress(OSError):
+                if any(os.readlink(fd) in sockets for fd in (proc / "fd").iterdir()):
+                    return int(proc.name)
+    return None
+
+
+def cores(pids: Iterable[int | None], before: dict[int, float | None], seconds: float) -> float | None:
+    """CPU cores the processes used on average since ``before`` (None when one could not be read)."""
+    used = 0.0
+    for pid in pids:
+        start = before.get(pid) if pid is not None else None
+        end = cpu_seconds(pid) if pid is not None else None
+        if start is None or end is None:
+            return None
+        used += end - start
+    return round(used / seconds, 2)
+
+
 def group_rate(
     bootstrap: str, workdir: Path, journal: Path, want: list[bytes], partitions: int, guarantee: str, workers: int,
     timeout: float,
@@ -336,6 +377,9 @@ def group_rate(
         finally:
             for worker in group:
                 worker.signal(signal.SIGCONT)
+        workers_pids = [w.proc.pid for w in group if w.proc is not None]
+        broker_pid = listener_pid(bootstrap)
+        cpu_before = {pid: cpu_seconds(pid) for pid in [*workers_pids, *([broker_pid] if broker_pid else [])]}
         t0 = time.perf_counter()
         end = first.journal_end()
 
@@ -348,10 +392,15 @@ def group_rate(
 
         wait_for(applied, timeout, 0.05, what=f"{end} journal entries applied")
         seconds = time.perf_counter() - t0
+        # Where the machine's cores went while the entries were applied: the workers (every thread) and
+        # the broker, when it runs here (goal 5's CPU bound, ``comparison``).
+        worker_cores = cores(workers_pids, cpu_before, seconds)
+        broker_cores = cores([broker_pid], cpu_before, seconds) if broker_pid else None
         got, raw = first.outputs()
         result = compare(got, want)
         return {"entries": end, "seconds": round(seconds, 2), "entries_per_s": round(end / seconds),
-                "raw_records": raw, "equal": result["equal"]}
+                "raw_records": raw, "equal": result["equal"], "worker_cores": worker_cores,
+                "broker_cores": broker_cores}
     finally:
         for worker in group:
             worker.kill9()
@@ -401,7 +450,8 @@ def comparison(bootstrap: str, args: argparse.Namespace, workdir: Path) -> dict[
         for workers in (1, 2):
             runs[f"scale-{workers}"] = group_rate(bootstrap, workdir, journal, want, 2, "at_least_once", workers,
                                                   args.timeout)
-        emit("round", round=number + 1, **{name: run["entries_per_s"] for name, run in runs.items()})
+        emit("round", round=number + 1, **{name: run["entries_per_s"] for name, run in runs.items()},
+             cores={name: [run.get("worker_cores"), run.get("broker_cores")] for name, run in runs.items()})
         rounds.append(runs)
 
     def rates(name: str) -> list[int]:
@@ -426,6 +476,18 @@ def comparison(bootstrap: str, args: argparse.Namespace, workdir: Path) -> dict[
     scale = [r["scale-2"]["entries_per_s"] / r["scale-1"]["entries_per_s"] for r in rounds]
     rows["scale_ratio"] = round(statistics.median(scale), 2)
     rows["runs_scale_ratio"] = [round(x, 2) for x in scale]
+    # Two workers and the broker share this machine's cores: at one worker's CPU per entry (its own
+    # and the broker's), the cores cap the rate at cpus / (worker + broker cores) times one worker's.
+    used = [(r["scale-1"]["worker_cores"], r["scale-1"]["broker_cores"]) for r in rounds]
+    if all(worker is not None and broker is not None for worker, broker in used):
+        cpus = os.cpu_count() or 1
+        rows["scale_cpu"] = {
+            "cpus": cpus,
+            "worker_cores": statistics.median(worker for worker, _ in used),
+            "broker_cores": statistics.median(broker for _, broker in used),
+            "bound": round(statistics.median(cpus / (worker + broker) for worker, broker in used), 2),
+            "runs_bound": [round(cpus / (worker + broker), 2) for worker, broker in used],
+        }
     # The journal is keyed by scope: the busiest of the 2 partitions caps what 2 workers can reach.
     with journal.open("rb") as handle:
         rows["scale_bound"] = balance(scope_counts(line for line in handle if line.strip()), 2)["speedup_bound"]
@@ -678,6 +740,13 @@ def comparison_table(rows: dict[str, Any]) -> str:
     lines.append(
         f"| the same, bound by key skew (busiest partition) | | | {rows['scale_bound']:.2f}x | | | |"
     )
+    cpu = rows.get("scale_cpu")
+    if cpu is not None:
+        each = " / ".join(f"{x:.2f}x" for x in cpu["runs_bound"])
+        lines.append(
+            f"| the same, bound by CPU: one worker used {cpu['worker_cores']:.2f} cores and the broker "
+            f"{cpu['broker_cores']:.2f}, of the machine's {cpu['cpus']} | | | {cpu['bound']:.2f}x | {each} | | |"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -103,6 +103,15 @@ def reference(journal: Path, decode: bool) -> float:
     return float(json.loads(out)["entries_per_s"])
 
 
+def validation_share(journal: Path) -> dict[str, float]:
+    """µs per entry of a replay and of the validation limit's own work inside it (``validation_share.py``)."""
+    out = subprocess.run(
+        [PYTHON, str(ROOT / "bench" / "validation_share.py"), str(journal)], check=True, capture_output=True
+    ).stdout
+    share: dict[str, float] = json.loads(out)
+    return share
+
+
 def replay_once(journal: Path, workdir: Path, tag: str) -> tuple[float, float, Path, float]:
     """Whole-process seconds, peak RSS, the ledger, and the run's own seconds (its summary line:
     from opening the journal to the last commit, without the interpreter's start-up)."""
@@ -255,6 +264,23 @@ def table(rows: list[dict[str, Any]]) -> str:
     return head + body
 
 
+def budget_table(rows: list[dict[str, Any]]) -> str:
+    """Goal 1's budget per journal: at a quarter of the limit's rate, what is left beside the validation."""
+    head = ("| journal | validation limit, µs per entry | a replay at 25% of it, µs per entry | "
+            "of which the same validation inside a replay | left for everything else | "
+            "everything else today (after start-up) |\n"
+            "|---|---:|---:|---:|---:|---:|\n")
+    lines = []
+    for r in rows:
+        limit = 1e6 / r["validate_per_s"]
+        inside = r["validation_inside_us"]
+        lines.append(
+            f"| {r['journal']} | {limit:.1f} | {4 * limit:.1f} | {inside:.1f} | {4 * limit - inside:.1f} | "
+            f"{1e6 / r['steady_per_s'] - inside:.1f} |\n"
+        )
+    return head + "".join(lines)
+
+
 def curve_table(result: dict[str, Any]) -> str:
     first, first_cpu = result["points"][0]["us_per_entry"], result["points"][0]["cpu_us_per_entry"]
     head = ("| entries so far | wall µs per entry | vs first 10k | CPU µs per entry | vs first 10k |\n"
@@ -293,6 +319,7 @@ def main() -> int:
                 steady = statistics.median(r[3] for r in runs)
                 validate = statistics.median(reference(journal, False) for _ in range(args.repeat))
                 decode = statistics.median(reference(journal, True) for _ in range(args.repeat))
+                share = validation_share(journal)
                 same = "not checked"
                 if args.baseline:
                     same = "yes" if same_output(runs[0][2], baseline_ledger(args.baseline, journal, workdir)) else "NO"
@@ -302,6 +329,8 @@ def main() -> int:
                     "steady_per_s": entries / steady, "validate_per_s": validate, "decode_per_s": decode,
                     "ratio": entries / seconds / validate, "steady_ratio": entries / steady / validate,
                     "peak_rss_mib": max(r[1] for r in runs), "same_as_baseline": same,
+                    "validation_inside_us": share["validation_us_per_entry"],
+                    "share_replay_us": share["replay_us_per_entry"],
                 }
                 print(json.dumps(row), flush=True)
                 rows.append(row)
@@ -318,9 +347,11 @@ def main() -> int:
     (RESULTS / "replay.json").write_text(json.dumps(report, indent=2) + "\n")
     plot(flat, ROOT / "out" / "replay-curve.png")
     print(table(rows))
+    print(budget_table(rows))
     print(curve_table(flat))
     if not args.quick:
         update_doc("replay", table(rows))
+        update_doc("budget", budget_table(rows))
         update_doc("curve", curve_table(flat))
     return 0
 
