@@ -22,7 +22,14 @@ from recurrence.processor.stream.cliflags import load
 from recurrence.processor.stream.dump import topics_for_kinds
 from recurrence.processor.stream.metrics import LiveReadings, Metrics, RestoreProgress
 from recurrence.processor.stream.probes import ProbeInputs, liveness, readiness
-from recurrence.processor.stream.settings import KafkaConnection, StreamSettings, TopicLayout, WorkerOptions
+from recurrence.processor.stream.settings import (
+    BATCH_MAX_AT_LEAST_ONCE,
+    BATCH_MAX_EXACTLY_ONCE,
+    KafkaConnection,
+    StreamSettings,
+    TopicLayout,
+    WorkerOptions,
+)
 from recurrence.processor.stream.types import Entry
 
 KAFKA_COMMANDS = (["worker"], ["topics", "apply"], ["topics", "show"], ["publish", "j.jsonl"], ["ledger-dump"],
@@ -55,6 +62,24 @@ def test_every_field_has_a_flag_whose_help_names_its_environment_variable() -> N
             assert f"--{name.replace('_', '-')}" in flat, name
             assert model.env_name(name).replace("_", "") in flat.replace("_", "").replace("-", ""), name
     assert "RECURRENCE_REVIEW_STREAK_THRESHOLD" in flat
+
+
+def test_the_batch_cap_defaults_by_guarantee_and_a_given_one_holds_under_both(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # exactly_once amortizes a transaction cycle per batch over twice the entries.
+    assert load(parse("worker")).batch_max == BATCH_MAX_AT_LEAST_ONCE == 1000
+    assert load(parse("worker", "--processing-guarantee", "exactly_once")).batch_max == BATCH_MAX_EXACTLY_ONCE == 2000
+    for guarantee in ("at_least_once", "exactly_once"):
+        assert load(parse("worker", "--processing-guarantee", guarantee, "--batch-max", "300")).batch_max == 300
+    monkeypatch.setenv("RECURRENCE_PROCESSING_GUARANTEE", "exactly_once")
+    monkeypatch.setenv("RECURRENCE_BATCH_MAX", "50")
+    assert load(parse("worker")).batch_max == 50
+    monkeypatch.delenv("RECURRENCE_BATCH_MAX")
+    assert load(parse("worker")).batch_max == 2000
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    helptext = " ".join(commands.choices["worker"].format_help().split())
+    assert "(default 1000 at_least_once, 2000 exactly_once)" in helptext
 
 
 def test_flags_override_environment_which_overrides_the_config_file(

@@ -176,6 +176,7 @@ class RecurrenceService:
         )
         for processor in (self.processor, self.patterns_processor):
             processor.changelog_record_bytes = settings.worker.changelog_record_bytes
+            processor.catch_up_max = settings.batch_max  # a catch-up batch is capped like a fetched one
         self._wire_snapshots(settings)
         self.app.on_partitions_assigned.connect(self._assigned)
         worker = settings.worker
@@ -183,7 +184,7 @@ class RecurrenceService:
             self._agent(self.processor, names.journal, worker.batch_within, worker.batch_min)
         )
         self.app.agent(self.recurred, name=PATTERNS_AGENT_NAME)(
-            self._agent(self.patterns_processor, names.recurred, PATTERNS_BATCH_WITHIN, worker.batch_max)
+            self._agent(self.patterns_processor, names.recurred, PATTERNS_BATCH_WITHIN, settings.batch_max)
         )
         self.app.timer(REPORT_INTERVAL)(self._report)
         self.app.timer(CATCH_UP_INTERVAL)(self._catch_up)

@@ -280,7 +280,7 @@ class BatchProcessor:
                 if self._tail is tail and tail.done():
                     self._tail = None
 
-    # Journal offsets one catch-up call reads and runs at most (the worker's --batch-max default).
+    # Journal offsets one catch-up call reads and runs at most (the worker sets its --batch-max).
     catch_up_max: int = 1000
     # Largest changelog record value; a larger change set is split into parts (``changeset``).
     changelog_record_bytes: int = changeset.RECORD_BYTES
