@@ -91,6 +91,10 @@ class _Sink:
                    headers: list[tuple[str, bytes]], source_partition: int) -> Any:
         return await self._batches.send(self._producer, topic, key, value, partition, headers)
 
+    def append(self, topic: str, key: bytes | None, value: bytes, partition: int | None,
+               headers: list[tuple[str, bytes]], source_partition: int) -> Any:
+        return self._batches.append(self._producer, topic, key, value, partition, headers)
+
     async def flush(self, early: bool = False) -> None:
         await self._batches.flush(early)
 

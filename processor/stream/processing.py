@@ -406,7 +406,8 @@ class BatchProcessor:
         emitted: list[tuple[int, str, Emitted]] = []  # (source partition, primary topic, record)
         copies: list[Awaitable[Delivered]] = []  # the same record on a further topic (the repartition)
         source = self.step.source
-        routes, send = self.step.routes, self.sink.send  # once per batch: the loop below runs per record
+        # Once per batch: the loop below runs per record.
+        routes, append, send = self.step.routes, self.sink.append, self.sink.send
         early_flush = time.perf_counter() + EARLY_FLUSH_SECONDS
 
         for entry in plan:
@@ -426,7 +427,9 @@ class BatchProcessor:
                 for number, (topic, key) in enumerate(routes(record)):
                     # Unkeyed dead letters stay beside their source partition (same partition counts).
                     partition = None if key is not None else entry.partition
-                    delivery = await send(topic, key, record.line, partition, headers, entry.partition)
+                    delivery = append(topic, key, record.line, partition, headers, entry.partition)
+                    if delivery is None:
+                        delivery = await send(topic, key, record.line, partition, headers, entry.partition)
                     if number == 0:
                         deliveries.append(delivery)
                         emitted.append((entry.partition, topic, record))

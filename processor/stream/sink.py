@@ -84,22 +84,37 @@ class _Batches:
     ) -> Awaitable[Delivered]:
         """Append a record to the batch for its partition (a keyed record's, when ``partition`` is None).
 
-        Every output record comes through here: the common case -- a key whose partition is known,
-        a batch with room -- runs without a further coroutine (``partition_for`` and ``_append``
-        only when a key's partition must be computed or a batch is full).
+        The common case -- a key whose partition is known, a batch with room -- is ``append``, which
+        the worker's per-record loop calls without a coroutine; ``partition_for`` and ``_append`` run
+        only when a key's partition must be computed or a batch is full.
         """
+        found = self.append(producer, topic, key, value, partition, headers)
+        if found is not None:
+            return found
         if partition is None:
             if key is None:
                 raise ValueError(f"a record for {topic} needs a key or a partition")
-            partition = self._chosen.get((topic, key))
-            if partition is None:
-                partition = await self.partition_for(producer, topic, key)
-        slot = self._open.get((id(producer), topic, partition))
-        if slot is not None:
-            meta = slot.builder.append(timestamp=None, key=key, value=value, headers=headers)
-            if meta is not None:
-                return _Pending(slot, meta.offset)
+            partition = await self.partition_for(producer, topic, key)
+            found = self.append(producer, topic, key, value, partition, headers)
+            if found is not None:
+                return found
         return await self._append(producer, topic, partition, key, value, headers)
+
+    def append(
+        self, producer: Any, topic: str, key: bytes | None, value: bytes, partition: int | None,
+        headers: list[tuple[str, bytes]],
+    ) -> Awaitable[Delivered] | None:
+        """``send``'s common case without a coroutine: a batch with room, for a known partition (or a
+        key whose partition was computed before); None when only ``send`` can take the record."""
+        if partition is None:
+            partition = self._chosen.get((topic, key)) if key is not None else None
+            if partition is None:
+                return None
+        slot = self._open.get((id(producer), topic, partition))
+        if slot is None:
+            return None
+        meta = slot.builder.append(timestamp=None, key=key, value=value, headers=headers)
+        return None if meta is None else _Pending(slot, meta.offset)
 
     async def partition_for(self, producer: Any, topic: str, key: bytes) -> int:
         chosen = self._chosen.get((topic, key))
@@ -259,6 +274,18 @@ class FaustSink:
     ) -> Awaitable[Delivered]:
         producer = self._producer(source_partition) if self._exactly_once else plain_producer(self._app)
         return await self._batches.send(producer, topic, key, value, partition, headers)
+
+    def append(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes,
+        partition: int | None,
+        headers: list[tuple[str, bytes]],
+        source_partition: int,
+    ) -> Awaitable[Delivered] | None:
+        producer = self._producer(source_partition) if self._exactly_once else plain_producer(self._app)
+        return self._batches.append(producer, topic, key, value, partition, headers)
 
     async def flush(self, early: bool = False) -> None:
         await self._batches.flush(early)

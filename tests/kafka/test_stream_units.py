@@ -94,6 +94,12 @@ class RecordingSink:
 
         return asyncio.ensure_future(acknowledged())
 
+    def append(
+        self, topic: str, key: bytes | None, value: bytes, partition: int | None,
+        headers: list[tuple[str, bytes]], source_partition: int,
+    ) -> Awaitable[Any] | None:
+        return None  # every record through ``send``, which the subclasses below intercept
+
     async def flush(self, early: bool = False) -> None:
         """Nothing is buffered here: every record was handed over by ``send``."""
 
@@ -720,3 +726,54 @@ def test_a_keyed_records_partition_is_the_default_partitioners_and_its_memo_is_b
     want = [partitioner(key, list(range(6)), list(range(6))) for key in keys + keys]
     assert asyncio.run(run()) == want  # remembered, forgotten at the bound, computed again: always the same
     assert Producer.asked == 1  # the partition count is asked once per topic
+
+
+def test_append_takes_a_record_without_a_coroutine_only_where_send_would_append_it() -> None:
+    class Builder:
+        def __init__(self, room: int) -> None:
+            self.records, self.room = 0, room
+
+        def append(self, **_: Any) -> Any:
+            if self.records == self.room:
+                return None  # full, as aiokafka's BatchBuilder answers
+            self.records += 1
+            return SimpleNamespace(offset=self.records - 1)
+
+        def close(self) -> None:
+            pass
+
+    class Producer:
+        def __init__(self) -> None:
+            self.sent: list[tuple[int, int, asyncio.Future[Any]]] = []  # (partition, records, acknowledgement)
+
+        def create_batch(self) -> Builder:
+            return Builder(room=2)
+
+        async def partitions_for(self, topic: str) -> set[int]:
+            return {0, 1, 2, 3}
+
+        async def send_batch(self, builder: Builder, topic: str, partition: int) -> asyncio.Future[Any]:
+            self.sent.append((partition, builder.records, asyncio.get_running_loop().create_future()))
+            return self.sent[-1][2]
+
+    async def run() -> None:
+        producer, batches = Producer(), _Batches()
+        assert batches.append(producer, "t", None, b"v", 0, []) is None  # no batch open for partition 0
+        first = await batches.send(producer, "t", None, b"v", 0, [])  # opens it
+        second = batches.append(producer, "t", None, b"v", 0, [])
+        assert second is not None  # room in the open batch: taken at once
+        assert batches.append(producer, "t", None, b"v", 0, []) is None  # full: only send sends it and opens one
+        third = await batches.send(producer, "t", None, b"v", 0, [])
+        assert [(p, n) for p, n, _ in producer.sent] == [(0, 2)]
+        assert batches.append(producer, "t", b"scope-1", b"v", None, []) is None  # the key's partition is unknown
+        keyed = await batches.send(producer, "t", b"scope-1", b"v", None, [])
+        again = batches.append(producer, "t", b"scope-1", b"v", None, [])
+        assert again is not None  # known now, and its batch has room
+        await batches.flush()
+        for n, (_, _, acknowledged) in enumerate(producer.sent):
+            acknowledged.set_result(SimpleNamespace(offset=100 * n))
+        partition = await batches.partition_for(producer, "t", b"scope-1")
+        assert [((await d).partition, (await d).offset) for d in (first, second, third, keyed, again)] == [
+            (0, 0), (0, 1), (0, 100), (partition, 200), (partition, 201)]
+
+    asyncio.run(run())
