@@ -24,7 +24,7 @@ from recurrence.processor.store.base import Transaction
 from recurrence.processor.store.memory import MemoryStore
 from recurrence.processor.stream import changeset
 from recurrence.processor.stream.dump import record_id
-from recurrence.processor.stream.processing import POSITION_KEY, BatchProcessor
+from recurrence.processor.stream.processing import PIPELINE_DEPTH, POSITION_KEY, BatchProcessor
 from recurrence.processor.stream.publish import scope_key
 from recurrence.processor.stream.settings import StreamSettings
 from recurrence.processor.stream.sink import _Batches
@@ -281,6 +281,62 @@ def test_pipelined_batches_overlap_and_each_keeps_the_durability_order() -> None
         if event[0] == "local":
             assert acked == sent, "local state written before a change set was durable"
     assert state.log.count(("send", "changelog")) >= 6
+
+
+class _GatedSink(RecordingSink):
+    """Output acknowledgements wait for ``gate``: the broker is slow until the test opens it."""
+
+    def __init__(self, log: list[tuple[str, Any]]) -> None:
+        super().__init__(log)
+        self.gate = asyncio.Event()
+
+    async def send(
+        self, topic: str, key: bytes | None, value: bytes, partition: int | None,
+        headers: list[tuple[str, bytes]], source_partition: int,
+    ) -> Awaitable[Any]:
+        delivery = await super().send(topic, key, value, partition, headers, source_partition)
+        if topic == TOPICS.changelog:
+            return delivery
+
+        async def acknowledged() -> Any:
+            await self.gate.wait()
+            return await delivery
+
+        return asyncio.ensure_future(acknowledged())
+
+
+def test_two_batches_are_made_durable_at_once_and_a_third_waits_for_the_first() -> None:
+    assert PIPELINE_DEPTH == 2
+    entries = _entries(_journal(150, seed=4))
+    state = Partitions()
+    sink = _GatedSink(state.log)
+    processor = BatchProcessor(topics=TOPICS, state=state, sink=sink, source=Journal(entries), config=EngineConfig())
+    positions: dict[int, list[int]] = {}
+
+    async def main() -> None:
+        first = await processor.process_pipelined(entries[:50])
+        # No wait: two may be in flight (a deeper wait would hang on the gate).
+        second = await asyncio.wait_for(processor.process_pipelined(entries[50:100]), 10)
+        third = asyncio.ensure_future(processor.process_pipelined(entries[100:]))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert not first.done() and not second.done()
+        assert not third.done(), "a third batch was made durable while two were"
+        assert ("send", "changelog") not in state.log, "a change set went out before its outputs were durable"
+        sink.gate.set()
+        await first
+        await second
+        await (await third)
+
+    asyncio.run(main())
+    for partition, values in sink.changelog.items():
+        for value in values:
+            position = changeset.decode(value).get(POSITION_KEY)
+            if position is not None:
+                positions.setdefault(partition, []).append(int(position))
+    # Each partition's change sets went out batch after batch, in order, and all three batches wrote one.
+    assert all(found == sorted(set(found)) for found in positions.values()), positions
+    assert max(len(found) for found in positions.values()) == 3
 
 
 def test_outputs_are_acknowledged_before_change_sets_and_change_sets_before_local_state() -> None:
