@@ -718,26 +718,31 @@ def test_a_transactional_batch_sends_its_change_sets_with_its_outputs_and_its_re
                 assert not any(key.startswith((b'["rid",', b'["dlc",')) for key in new[0])
 
 
+class _Builder:
+    """An aiokafka ``BatchBuilder`` as ``_Batches`` uses it: records counted, None once ``room`` is full."""
+
+    def __init__(self, room: int | None = None) -> None:
+        self.records, self.room = 0, room
+
+    def append(self, **_: Any) -> Any:
+        if self.records == self.room:
+            return None
+        self.records += 1
+        return SimpleNamespace(offset=self.records - 1)
+
+    def close(self) -> None:
+        pass
+
+
 def test_an_early_flush_waits_while_the_previous_send_is_unacknowledged() -> None:
-    class Builder:
-        def __init__(self) -> None:
-            self.records = 0
-
-        def append(self, **_: Any) -> Any:
-            self.records += 1
-            return SimpleNamespace(offset=self.records - 1)
-
-        def close(self) -> None:
-            pass
-
     class Producer:
         def __init__(self) -> None:
             self.sent: list[tuple[int, asyncio.Future[Any]]] = []
 
-        def create_batch(self) -> Builder:
-            return Builder()
+        def create_batch(self) -> _Builder:
+            return _Builder()
 
-        async def send_batch(self, builder: Builder, topic: str, partition: int) -> asyncio.Future[Any]:
+        async def send_batch(self, builder: _Builder, topic: str, partition: int) -> asyncio.Future[Any]:
             self.sent.append((builder.records, asyncio.get_running_loop().create_future()))
             return self.sent[-1][1]
 
@@ -785,30 +790,17 @@ def test_a_keyed_records_partition_is_the_default_partitioners_and_its_memo_is_b
 
 
 def test_append_takes_a_record_without_a_coroutine_only_where_send_would_append_it() -> None:
-    class Builder:
-        def __init__(self, room: int) -> None:
-            self.records, self.room = 0, room
-
-        def append(self, **_: Any) -> Any:
-            if self.records == self.room:
-                return None  # full, as aiokafka's BatchBuilder answers
-            self.records += 1
-            return SimpleNamespace(offset=self.records - 1)
-
-        def close(self) -> None:
-            pass
-
     class Producer:
         def __init__(self) -> None:
             self.sent: list[tuple[int, int, asyncio.Future[Any]]] = []  # (partition, records, acknowledgement)
 
-        def create_batch(self) -> Builder:
-            return Builder(room=2)
+        def create_batch(self) -> _Builder:
+            return _Builder(room=2)
 
         async def partitions_for(self, topic: str) -> set[int]:
             return {0, 1, 2, 3}
 
-        async def send_batch(self, builder: Builder, topic: str, partition: int) -> asyncio.Future[Any]:
+        async def send_batch(self, builder: _Builder, topic: str, partition: int) -> asyncio.Future[Any]:
             self.sent.append((partition, builder.records, asyncio.get_running_loop().create_future()))
             return self.sent[-1][2]
 
