@@ -380,7 +380,10 @@ class RecurrenceService:
                 log.info("partition %d: catching up waits for its transactional producer", tp.partition)
                 continue
             try:
-                await processor.catch_up(tp.partition, highwater)
+                # Counted as a batch in flight, from before its first await: a rebalance that begins
+                # meanwhile waits for it before Faust stops the transactional producers it sends through.
+                with self.app.fetch_channels[cluster.journal].running():
+                    await processor.catch_up(tp.partition, highwater)
             except asyncio.CancelledError:
                 self._abort("cancelled while catching up", [])
             except Exception as error:  # as for a batch: never go on after a half-done catch-up

@@ -21,7 +21,8 @@ and waits until the batch in flight and its offset commit have finished.
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -117,6 +118,18 @@ class FetchChannel:
             count = fetched.count
         self.waited = loop.time() - began
         return fetched
+
+    @contextmanager
+    def running(self) -> Iterator[None]:
+        """A batch that did not come from ``get`` (a catch-up read from the topic directly) runs inside:
+        a rebalance waits for it as for a fetched one (``quiesce``), before the partitions' transactional
+        producers are stopped under it."""
+        self._busy += 1
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self.done()
 
     def done(self) -> None:
         """A batch taken by ``get`` has ended (durable, or nothing to run)."""

@@ -115,6 +115,29 @@ def test_quiesce_drops_queued_fetches_and_waits_for_the_batch_in_flight() -> Non
     assert events == ["batch done", "quiesced"]
 
 
+def test_quiesce_waits_for_a_catch_up_running_beside_the_fetched_batches() -> None:
+    # A catch-up reads the topic directly; a rebalance must not stop the producers it sends through.
+    async def run() -> list[str]:
+        channel = FetchChannel("j", maxsize=8)
+        events: list[str] = []
+
+        async def catch_up() -> None:
+            with channel.running():
+                await asyncio.sleep(0.02)
+                events.append("catch-up done")
+
+        running = asyncio.ensure_future(catch_up())
+        await asyncio.sleep(0)  # the catch-up has begun
+        await channel.quiesce()
+        events.append("quiesced")
+        await running
+        await channel.quiesce()  # idle again once it ended
+        events.append("idle")
+        return events
+
+    assert asyncio.run(run()) == ["catch-up done", "quiesced", "idle"]
+
+
 def test_quiesce_waits_for_every_batch_taken_until_each_is_done() -> None:
     # Pipelined batches: the next batch is taken while the one before is still being made durable.
     async def run() -> list[str]:
