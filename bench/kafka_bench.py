@@ -47,6 +47,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from benchdoc import update_doc  # bench/ is the script's directory, so first on sys.path
 from partition_balance import balance, scope_counts
+from proccpu import cpu_seconds
 from prometheus_client.parser import text_string_to_metric_families
 
 from recurrence.processor.stream.dump import read_records, record_id
@@ -306,15 +307,6 @@ def oracle(journal: Path, workdir: Path) -> tuple[list[bytes], float]:
 # -- worker vs embedded, one run -------------------------------------------------------------------
 
 
-def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU seconds of a process so far, all its threads (``/proc``); None once it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def listener_pid(bootstrap: str) -> int | None:
     """The process on this machine listening on the bootstrap server's port (the broker), if any."""
     port = int(bootstrap.split(",", maxsplit=1)[0].rsplit(":", 1)[1])
@@ -335,15 +327,21 @@ def listener_pid(bootstrap: str) -> int | None:
     return None
 
 
-def cores(pids: Iterable[int | None], before: dict[int, float | None], seconds: float) -> float | None:
-    """CPU cores the processes used on average since ``before`` (None when one could not be read)."""
-    used = 0.0
+def cpu_by_pid(pids: Iterable[int]) -> dict[int, float]:
+    """``cpu_seconds`` now of each of the processes still running."""
+    found: dict[int, float] = {}
     for pid in pids:
-        start = before.get(pid) if pid is not None else None
-        end = cpu_seconds(pid) if pid is not None else None
-        if start is None or end is None:
-            return None
-        used += end - start
+        with contextlib.suppress(OSError):
+            found[pid] = cpu_seconds(pid)
+    return found
+
+
+def cores(pids: Iterable[int], before: dict[int, float], seconds: float) -> float | None:
+    """CPU cores the processes used on average since ``before`` (None when one could not be read)."""
+    try:
+        used = sum(cpu_seconds(pid) - before[pid] for pid in pids)
+    except (OSError, KeyError):
+        return None
     return round(used / seconds, 2)
 
 
@@ -379,7 +377,7 @@ def group_rate(
                 worker.signal(signal.SIGCONT)
         workers_pids = [w.proc.pid for w in group if w.proc is not None]
         broker_pid = listener_pid(bootstrap)
-        cpu_before = {pid: cpu_seconds(pid) for pid in [*workers_pids, *([broker_pid] if broker_pid else [])]}
+        cpu_before = cpu_by_pid([*workers_pids, broker_pid] if broker_pid else workers_pids)
         t0 = time.perf_counter()
         end = first.journal_end()
 

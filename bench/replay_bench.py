@@ -37,6 +37,7 @@ from typing import Any
 
 import orjson
 from benchdoc import update_doc  # bench/ is the script's directory, so first on sys.path
+from proccpu import cpu_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -173,12 +174,6 @@ def same_output(ours: Path, theirs: Path) -> bool:
 
 
 # -- flat cost --------------------------------------------------------------------------------
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU of a live child (all its threads: RocksDB's compactions count)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 SUB_WINDOW = 2_000
 
 
@@ -199,7 +194,7 @@ def curve(journal: Path, workdir: Path, checkpoints: list[int]) -> dict[str, Any
     steps = range(WINDOW // SUB_WINDOW + 1)
     wanted = {c - i * SUB_WINDOW for c in checkpoints for i in steps if c - i * SUB_WINDOW >= 0}
     started = time.perf_counter()
-    stamps[0] = (0.0, _cpu_seconds(proc.pid))
+    stamps[0] = (0.0, cpu_seconds(proc.pid))
     count = 0
     with journal.open("rb") as handle:
         for line in handle:
@@ -207,7 +202,7 @@ def curve(journal: Path, workdir: Path, checkpoints: list[int]) -> dict[str, Any
             count += 1
             if count in wanted:
                 proc.stdin.flush()
-                stamps[count] = (time.perf_counter() - started, _cpu_seconds(proc.pid))
+                stamps[count] = (time.perf_counter() - started, cpu_seconds(proc.pid))
     proc.stdin.close()
     assert proc.stderr is not None
     stderr = proc.stderr.read()
