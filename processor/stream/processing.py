@@ -56,7 +56,7 @@ from recurrence.processor.state import row_cache
 from recurrence.processor.store.base import RowCache, StateStore, Transaction
 from recurrence.processor.stream import changeset
 from recurrence.processor.stream.metrics import Metrics
-from recurrence.processor.stream.settings import TopicNames
+from recurrence.processor.stream.settings import BATCH_MAX_AT_LEAST_ONCE, TopicNames
 from recurrence.processor.stream.steps import EngineStep
 from recurrence.processor.stream.types import (
     ID_HEADER,
@@ -292,7 +292,7 @@ class BatchProcessor:
                     tails.popleft()
 
     # Journal offsets one catch-up call reads and runs at most (the worker sets its --batch-max).
-    catch_up_max: int = 1000
+    catch_up_max: int = BATCH_MAX_AT_LEAST_ONCE
     # Largest changelog record value; a larger change set is split into parts (``changeset``).
     changelog_record_bytes: int = changeset.RECORD_BYTES
 

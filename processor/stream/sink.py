@@ -85,19 +85,15 @@ class _Batches:
         """Append a record to the batch for its partition (a keyed record's, when ``partition`` is None).
 
         The common case -- a key whose partition is known, a batch with room -- is ``append``, which
-        the worker's per-record loop calls without a coroutine; ``partition_for`` and ``_append`` run
-        only when a key's partition must be computed or a batch is full.
+        the worker's per-record loop calls first, without a coroutine; this is the rest.
         """
-        found = self.append(producer, topic, key, value, partition, headers)
-        if found is not None:
-            return found
         if partition is None:
             if key is None:
                 raise ValueError(f"a record for {topic} needs a key or a partition")
             partition = await self.partition_for(producer, topic, key)
-            found = self.append(producer, topic, key, value, partition, headers)
-            if found is not None:
-                return found
+        found = self.append(producer, topic, key, value, partition, headers)
+        if found is not None:
+            return found
         return await self._append(producer, topic, partition, key, value, headers)
 
     def append(
@@ -239,6 +235,10 @@ class FaustSink:
             raise TransactionStateError(f"no transactional producer for journal partition {partition}")
         return producer
 
+    def _sender(self, source_partition: int) -> Any:
+        """The producer a record of this journal partition goes through (its transaction's, under exactly_once)."""
+        return self._producer(source_partition) if self._exactly_once else plain_producer(self._app)
+
     async def begin(self, partitions: Sequence[int], next_offsets: Mapping[int, int] | None = None) -> None:
         # Faust commits every transaction on its own timer too; holding its per-producer
         # locks for the whole batch keeps that commit from landing mid-batch (it would make
@@ -272,8 +272,7 @@ class FaustSink:
         headers: list[tuple[str, bytes]],
         source_partition: int,
     ) -> Awaitable[Delivered]:
-        producer = self._producer(source_partition) if self._exactly_once else plain_producer(self._app)
-        return await self._batches.send(producer, topic, key, value, partition, headers)
+        return await self._batches.send(self._sender(source_partition), topic, key, value, partition, headers)
 
     def append(
         self,
@@ -284,8 +283,7 @@ class FaustSink:
         headers: list[tuple[str, bytes]],
         source_partition: int,
     ) -> Awaitable[Delivered] | None:
-        producer = self._producer(source_partition) if self._exactly_once else plain_producer(self._app)
-        return self._batches.append(producer, topic, key, value, partition, headers)
+        return self._batches.append(self._sender(source_partition), topic, key, value, partition, headers)
 
     async def flush(self, early: bool = False) -> None:
         await self._batches.flush(early)
