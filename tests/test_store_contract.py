@@ -409,18 +409,23 @@ def test_a_chain_of_batches_reads_the_latest_staged_row_first() -> None:
     assert third.get(b"k") == b"2" and list(third.iterate_prefix(b"")) == [(b"j", b"2"), (b"k", b"2")]
 
 
-def test_a_long_run_of_pipelined_batches_holds_only_the_batch_being_made_durable() -> None:
-    # The worker's pattern: batch n begins while batch n-1 is being made durable, and n-1 is flushed
-    # before n+1 begins. Each batch must read through n-1 alone, not every batch since the first.
+@pytest.mark.parametrize("depth", [1, 2])
+def test_a_long_run_of_pipelined_batches_holds_only_the_batches_being_made_durable(depth: int) -> None:
+    # The worker's pattern (``processing.PIPELINE_DEPTH``): batch n begins while the ``depth`` batches
+    # before it are being made durable, and the oldest of them is flushed before n+1 begins. Each batch
+    # must read through those alone, not every batch since the first.
     store = MemoryStore()
     cache = RowCache()
-    previous = Transaction(store, cache)
-    previous.put(b"k0", b"0")
+    pending = [Transaction(store, cache)]
+    pending[0].put(b"k0", b"0")
     for n in range(1, 50):
-        current = Transaction(store, cache, after=previous)
-        assert len(current.earlier_rows()) == 1 and b"k%d" % (n - 1) in current.earlier_rows()[0]
+        current = Transaction(store, cache, after=pending[-1])
+        earlier = current.earlier_rows()
+        assert len(earlier) == min(n, depth) and b"k%d" % (n - 1) in earlier[0]
         current.put(b"k%d" % n, b"%d" % n)
-        previous.prepare()
-        previous.flush()
-        previous = current
-    assert previous.get(b"k0") == b"0" and previous.get(b"k48") == b"48"
+        pending.append(current)
+        if len(pending) > depth:
+            oldest = pending.pop(0)
+            oldest.prepare()
+            oldest.flush()
+    assert current.get(b"k0") == b"0" and current.get(b"k48") == b"48"
