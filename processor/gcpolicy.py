@@ -18,16 +18,6 @@ collect the cycles that die young. So a runner turns off the growth trigger
 and runs a full collection itself, between two batches, at most every
 ``FULL_COLLECTION_SECONDS``: cyclic garbage that reached the oldest
 generation waits at most that long, and no batch is paused by one.
-
-Young collections run less often too (``YOUNG_COLLECTION_THRESHOLD`` instead of
-CPython's 700). A young collection scans the tracked objects allocated since
-the last one that are still alive, and in a runner those are mostly the rows,
-records and deliveries of the batch in flight, which die when it ends: every
-700 allocations the same batch's objects were scanned again, and one
-collection in ten (the middle generation) scanned them once more. The worker's
-batch path over the 50k bounded journal spent 0.42 s in young and middle
-collections at 700 (763 and 69 of them) and 0.27 s at 20,000 (16 and 1), with
-pauses of about 13 ms each (``recurrence_gc_pause_seconds``).
 """
 
 import gc
@@ -38,8 +28,6 @@ from typing import Final
 
 #: Longest time between two full collections of a runner (seconds).
 FULL_COLLECTION_SECONDS: Final = 300.0
-#: Net allocations of tracked objects between two young collections of a runner (CPython: 700).
-YOUNG_COLLECTION_THRESHOLD: Final = 20_000
 
 # The oldest generation's threshold counts young collections since the last full one; CPython
 # stores it in a C int, and this many young collections never happen.
@@ -66,10 +54,9 @@ class FullCollections:
 
 
 def defer_full_collections(every: float = FULL_COLLECTION_SECONDS) -> FullCollections:
-    """For the rest of the process: young collections every ``YOUNG_COLLECTION_THRESHOLD`` allocations,
-    no full collection unless ``between_batches`` runs one."""
+    """For the rest of the process: no full collection unless ``between_batches`` runs one."""
     young, middle, _ = gc.get_threshold()
-    gc.set_threshold(max(YOUNG_COLLECTION_THRESHOLD, young), middle, _NEVER)
+    gc.set_threshold(young, middle, _NEVER)
     return FullCollections(every)
 
 
