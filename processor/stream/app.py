@@ -261,19 +261,16 @@ class RecurrenceService:
                     if not entries:
                         continue
                     try:
-                        if exactly_once:
-                            await processor.process(entries)
-                        else:
-                            # Made durable in the background while the next batch's engine runs; the
-                            # channel stays busy until then, so a rebalance waits for it (``quiesce``).
-                            tail = await processor.process_pipelined(entries)
-                            settling_tasks.add(task := asyncio.ensure_future(settle(tail, entries)))
-                            task.add_done_callback(settling_tasks.discard)
-                            settling = True
-                            continue
+                        # Made durable in the background while the next batch's engine runs (under
+                        # exactly_once: sent and committed once the batch before has committed); the
+                        # channel stays busy until then, so a rebalance waits for it (``quiesce``).
+                        tail = await processor.process_pipelined(entries)
                     except (asyncio.CancelledError, Exception) as error:  # every failure exits (``_failed``)
                         self._failed(error, entries)
-                    durable(entries)
+                        continue
+                    settling_tasks.add(task := asyncio.ensure_future(settle(tail, entries)))
+                    task.add_done_callback(settling_tasks.discard)
+                    settling = True
                 finally:
                     if not settling:
                         channel.done()
