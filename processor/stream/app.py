@@ -261,16 +261,19 @@ class RecurrenceService:
                     if not entries:
                         continue
                     try:
-                        # Made durable in the background while the next batch's engine runs (under
-                        # exactly_once: sent and committed once the batch before has committed); the
-                        # channel stays busy until then, so a rebalance waits for it (``quiesce``).
-                        tail = await processor.process_pipelined(entries)
+                        if exactly_once:
+                            await processor.process(entries)
+                        else:
+                            # Made durable in the background while the next batch's engine runs; the
+                            # channel stays busy until then, so a rebalance waits for it (``quiesce``).
+                            tail = await processor.process_pipelined(entries)
+                            settling_tasks.add(task := asyncio.ensure_future(settle(tail, entries)))
+                            task.add_done_callback(settling_tasks.discard)
+                            settling = True
+                            continue
                     except (asyncio.CancelledError, Exception) as error:  # every failure exits (``_failed``)
                         self._failed(error, entries)
-                        continue
-                    settling_tasks.add(task := asyncio.ensure_future(settle(tail, entries)))
-                    task.add_done_callback(settling_tasks.discard)
-                    settling = True
+                    durable(entries)
                 finally:
                     if not settling:
                         channel.done()

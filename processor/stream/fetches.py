@@ -61,7 +61,7 @@ class FetchChannel:
         self._idle = asyncio.Event()
         self._idle.set()
         # Batches taken and not yet ``done``: up to three while a batch's engine runs and the two before
-        # it are still being made durable (pipelined); the channel is idle at none.
+        # it are still being made durable (pipelined, at-least-once); the channel is idle at none.
         self._busy = 0
         self._arrived = asyncio.Event()
         self._carry: Fetched | None = None  # taken from the queue but left for the next batch

@@ -42,9 +42,9 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Generator, Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 import orjson
 
@@ -96,62 +96,6 @@ EARLY_FLUSH_YIELDS: Final = 4
 PIPELINE_DEPTH: Final = 2
 
 _UNSCOPED: Final = frozenset({"rid", "dlc", "stream"})
-
-
-class _Deferred:
-    """The delivery of a record a pipelined exactly_once batch recorded (``_Recorded``): awaiting it waits
-    for the delivery the sink gave once the record was really sent."""
-
-    __slots__ = ("sent",)
-
-    def __init__(self) -> None:
-        self.sent: Awaitable[Delivered] | None = None
-
-    def __await__(self) -> Generator[Any, None, Delivered]:
-        if self.sent is None:
-            raise TransactionStateError("a recorded record was awaited before it was sent")
-        return (yield from self.sent.__await__())
-
-
-_Send = tuple[str, bytes | None, bytes, int | None, list[tuple[str, bytes]], int]
-
-
-class _Recorded:
-    """The sink as the engine of a pipelined exactly_once batch sees it: every record kept, in order.
-
-    Its records cannot go to the producer while the engine runs: the transaction open then is the
-    batch before's, still being committed, and they would join it. So they are kept here and sent
-    (``replay``) once that transaction has committed and this batch's own has begun.
-    """
-
-    transactional = True
-
-    def __init__(self) -> None:
-        self.records: list[tuple[_Send, _Deferred]] = []
-
-    def append(
-        self, topic: str, key: bytes | None, value: bytes, partition: int | None,
-        headers: list[tuple[str, bytes]], source_partition: int,
-    ) -> Awaitable[Delivered]:
-        deferred = _Deferred()
-        self.records.append(((topic, key, value, partition, headers, source_partition), deferred))
-        return deferred
-
-    async def send(
-        self, topic: str, key: bytes | None, value: bytes, partition: int | None,
-        headers: list[tuple[str, bytes]], source_partition: int,
-    ) -> Awaitable[Delivered]:
-        return self.append(topic, key, value, partition, headers, source_partition)
-
-    async def flush(self, early: bool = False) -> None:
-        return None
-
-    async def replay(self, sink: Sink) -> None:
-        """Hand every recorded record to ``sink``, in the order the engine produced them."""
-        for record, deferred in self.records:
-            delivery = sink.append(*record)
-            deferred.sent = delivery if delivery is not None else await sink.send(*record)
-        self.records.clear()
 
 
 async def _all(deliveries: Sequence[Awaitable[Delivered]]) -> list[Delivered]:
@@ -317,43 +261,23 @@ class BatchProcessor:
         once the batch before it is durable. This batch reads the rows of those before it as
         committed (``Transaction(after=...)``); should one fail, the worker exits and they all
         run again on restart, re-emitting the same records (at-least-once). Not under
-        exactly_once: there a batch's records can only be sent once the transaction before them
-        has committed (they would join it), so the engine's records are kept in order
-        (``_Recorded``) and sent by ``_committed`` once it has; the engine still overlaps the
-        batch before's acknowledgements and commit.
+        exactly_once, where a batch's records can only be sent once the transaction before
+        them has committed.
         """
+        if self.sink.transactional:
+            raise TransactionStateError("pipelined batches are at-least-once only")
         async with self._lock:
             started = time.perf_counter()
             batches: dict[int, _PartitionBatch] = {}
             plan, result = await self._plan(entries, batches)
             self.metrics.stage["begin"].observe(time.perf_counter() - started)
-            recorded = _Recorded() if self.sink.transactional else None
-            flight = await self._engine(plan, result, batches, started, recorded or self.sink)
+            flight = await self._engine(plan, result, batches, started)
             await self._settled(keep=PIPELINE_DEPTH - 1)
             previous = self._tails[-1] if self._tails else None
             self._in_flight.update(flight.changed)
-            if recorded is None:
-                tail = asyncio.ensure_future(self._durable(flight, previous))
-            else:
-                tail = asyncio.ensure_future(self._committed(flight, recorded, previous))
+            tail = asyncio.ensure_future(self._durable(flight, previous))
             self._tails.append(tail)
             return tail
-
-    async def _committed(
-        self, flight: _Flight, recorded: _Recorded, previous: "asyncio.Future[BatchResult] | None"
-    ) -> BatchResult:
-        """A pipelined exactly_once batch whose engine has run: once the batch before has committed, begin
-        this batch's transactions, send what its engine recorded, and make it durable (``_durable``)."""
-        if previous is not None:
-            await asyncio.shield(previous)
-        batches = flight.batches
-        advancing = {p: batch.next_offset for p, batch in batches.items() if batch.next_offset != batch.recorded}
-        await self.sink.begin(sorted(batches), advancing)
-        try:
-            await recorded.replay(self.sink)
-            return await self._durable(flight)
-        finally:
-            self.sink.end()
 
     async def _settled(self, keep: int = 0) -> None:
         """Wait until at most ``keep`` pipelined batches are still being made durable (oldest first;
@@ -479,16 +403,14 @@ class BatchProcessor:
         await self.sink.begin(sorted(batches), advancing)
         self.metrics.stage["begin"].observe(time.perf_counter() - started)
         try:
-            return await self._durable(await self._engine(plan, result, batches, started, self.sink))
+            return await self._durable(await self._engine(plan, result, batches, started))
         finally:
             self.sink.end()
 
     async def _engine(
-        self, plan: list[Entry], result: BatchResult, batches: dict[int, _PartitionBatch], started: float,
-        sink: Sink | _Recorded,
+        self, plan: list[Entry], result: BatchResult, batches: dict[int, _PartitionBatch], started: float
     ) -> _Flight:
-        """Run the batch's entries and hand its outputs and statistics records to ``sink`` (the worker's, or
-        a ``_Recorded`` one that keeps them for later)."""
+        """Run the batch's entries and hand its outputs and statistics records to the sink."""
         clock = _Clock()
         result.entries = len(plan)
         deliveries: list[Awaitable[Delivered]] = []
@@ -496,7 +418,7 @@ class BatchProcessor:
         copies: list[Awaitable[Delivered]] = []  # the same record on a further topic (the repartition)
         source = self.step.source
         # Once per batch: the loop below runs per record.
-        routes, append, send = self.step.routes, sink.append, sink.send
+        routes, append, send = self.step.routes, self.sink.append, self.sink.send
         early_flush = time.perf_counter() + EARLY_FLUSH_SECONDS
 
         for entry in plan:
@@ -504,7 +426,7 @@ class BatchProcessor:
                 # Outputs leave while the rest of the batch runs (at-least-once, a reader sees them
                 # once acknowledged); the batch's durability order is unchanged: everything is still
                 # acknowledged before any change set. The yields let the producers write (EARLY_FLUSH_YIELDS).
-                await sink.flush(early=True)
+                await self.sink.flush(early=True)
                 for _ in range(EARLY_FLUSH_YIELDS):
                     await asyncio.sleep(0)
                 early_flush = time.perf_counter() + EARLY_FLUSH_SECONDS
@@ -534,18 +456,17 @@ class BatchProcessor:
         tables: list[Awaitable[Delivered]] = []
         for partition, batch in changed.items():
             for table in batch.run.finish(batch.txn.staged_keys()):
-                tables.append(await sink.send(table.topic, table.key, table.value, None, [], partition))
+                tables.append(await self.sink.send(table.topic, table.key, table.value, None, [], partition))
                 result.table_records += 1
         stage["statistics"].observe(clock.lap())
         ahead: dict[int, list[Awaitable[Delivered]]] = {}
-        if sink.transactional:
+        if self.sink.transactional:
             # Under exactly_once nothing the batch writes is visible before its commit, so its change
             # sets need not wait for the outputs: they leave in the same round trip (and the producer
             # adds every partition to the transaction with one request instead of two). Only the
             # record index needs the outputs' offsets; it follows as a change set of its own.
             for partition, batch in changed.items():
-                ahead[partition] = await self._send_change_set(partition, batch.txn.prepare(batch.next_offset), result,
-                                                               sink)
+                ahead[partition] = await self._send_change_set(partition, batch.txn.prepare(batch.next_offset), result)
         return _Flight(plan, result, batches, changed, deliveries, emitted, copies, tables, ahead, started)
 
     async def _durable(self, flight: _Flight, previous: "asyncio.Future[BatchResult] | None" = None) -> BatchResult:
@@ -615,16 +536,14 @@ class BatchProcessor:
         return result
 
     async def _send_change_set(
-        self, partition: int, changes: Mapping[bytes, bytes | None], result: BatchResult,
-        sink: Sink | _Recorded | None = None,
+        self, partition: int, changes: Mapping[bytes, bytes | None], result: BatchResult
     ) -> list[Awaitable[Delivered]]:
         values = changeset.encode_records(changes, self.changelog_record_bytes)
         if len(values) > 1:
             result.change_set_parts += len(values)
         result.state_changes += len(changes)
         key = _scope_of(changes)
-        send = (sink or self.sink).send
-        return [await send(self.step.changelog, key, value, partition, [], partition) for value in values]
+        return [await self.sink.send(self.step.changelog, key, value, partition, [], partition) for value in values]
 
     def _index_transaction(self, partition: int) -> Transaction:
         """The record index of a transactional batch, staged apart from the change set already sent."""

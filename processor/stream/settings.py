@@ -45,9 +45,10 @@ TABLE_NAME: Final = "state"
 PATTERNS_TABLE_NAME: Final = "patterns"
 CONFIG_ENV: Final = "RECURRENCE_CONFIG"
 # Entries per durable batch when --batch-max is not given. Under exactly_once every batch pays a
-# transaction cycle (AddOffsetsToTxn, TxnOffsetCommit, EndTxn and the markers), so a saturated worker
-# gained from larger batches (+3 to +15% in four interleaved pairs, docs/performance.md); under
-# at-least-once larger ones gained nothing measurable, and a crash re-emits every batch in flight.
+# transaction cycle (AddOffsetsToTxn, TxnOffsetCommit, EndTxn and the markers) and its durability
+# cannot overlap the next batch's engine, so a saturated worker gains from larger batches (+3 to
+# +15% in four interleaved pairs, docs/performance.md); under at-least-once batches are pipelined,
+# larger ones gained nothing measurable, and a crash re-emits every batch in flight.
 BATCH_MAX_AT_LEAST_ONCE: Final = 1000
 BATCH_MAX_EXACTLY_ONCE: Final = 2000
 

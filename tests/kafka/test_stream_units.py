@@ -166,7 +166,7 @@ def _run(
 
 
 async def _drive(processor: BatchProcessor, entries: list[Entry], batch: int, pipelined: bool) -> None:
-    """Batches one after another, as the worker's agent runs them (pipelined) or as a catch-up does."""
+    """Batches one after another, as the worker's agent runs them (pipelined: at-least-once)."""
     tails = []
     for start in range(0, len(entries), batch):
         if pipelined:
@@ -209,20 +209,17 @@ def test_batch_processor_equals_the_embedded_runner(tmp_path: Path, batch: int, 
     assert by_scope(_outputs_in_source_order(sink)) == oracle.grouped
 
 
-@pytest.mark.parametrize("transactional", [False, True], ids=["at_least_once", "exactly_once"])
 @pytest.mark.parametrize("batch", [1, 37, 500])
-def test_pipelined_batches_equal_the_embedded_runner_and_rebuild_the_same_state(
-    tmp_path: Path, batch: int, transactional: bool
-) -> None:
+def test_pipelined_batches_equal_the_embedded_runner_and_rebuild_the_same_state(tmp_path: Path, batch: int) -> None:
     # Each batch's engine runs on the rows of the batch before it while that one is still being made
     # durable: the outputs, the changelog and the local state must be exactly the sequential ones.
     lines = _journal(600, seed=batch)
     journal = tmp_path / "journal.jsonl"
     write_journal(journal, lines)
     oracle = Oracle.run(journal, tmp_path)
-    sink, state = _run(lines, batch, transactional, pipelined=True)
+    sink, state = _run(lines, batch, pipelined=True)
     assert by_scope(_outputs_in_source_order(sink)) == oracle.grouped
-    sequential, sequential_state = _run(lines, batch, transactional)
+    sequential, sequential_state = _run(lines, batch)
     assert sink.changelog == sequential.changelog
     for partition, store in state.stores.items():
         assert list(store.iterate_prefix(b"[")) == list(sequential_state.stores[partition].iterate_prefix(b"["))
@@ -284,41 +281,6 @@ def test_pipelined_batches_overlap_and_each_keeps_the_durability_order() -> None
         if event[0] == "local":
             assert acked == sent, "local state written before a change set was durable"
     assert state.log.count(("send", "changelog")) >= 6
-
-
-def test_pipelined_exactly_once_batches_send_only_inside_their_own_transaction() -> None:
-    # Under exactly_once a batch's engine runs while the batch before is still being committed, but
-    # its records reach the producer only once that commit is done and its own transaction has begun:
-    # sent earlier, they would join the transaction before and become visible with it.
-    entries = _entries(_journal(300, seed=5))
-    processor, _sink, state, _ = _processor(entries, transactional=True)
-    overlapped = 0
-
-    async def main() -> None:
-        nonlocal overlapped
-        tails: list[asyncio.Future[Any]] = []
-        for start in range(0, len(entries), 50):
-            if tails and not tails[-1].done():
-                overlapped += 1
-            tails.append(await processor.process_pipelined(entries[start : start + 50]))
-        for tail in tails:
-            await tail
-
-    asyncio.run(main())
-    assert overlapped >= 4, "the batches ran one after another"
-    inside, transactions, committed = False, 0, 0
-    for kind, what in state.log:
-        if kind == "begin":
-            assert not inside, "a transaction began before the one before it had ended"
-            inside, transactions = True, transactions + 1
-        elif kind == "send":
-            assert inside, f"a record ({what}) was sent outside its batch's transaction"
-        elif kind == "commit":
-            assert inside and committed == transactions - 1
-            committed += 1
-        elif kind == "end":
-            inside = False
-    assert transactions == committed == 6
 
 
 class _GatedSink(RecordingSink):
