@@ -89,8 +89,7 @@ class FetchChannel:
         """
         fetched = self._carry if self._carry is not None else await self._queue.get()
         self._carry = None
-        self._busy += 1
-        self._idle.clear()  # no await between taking the item and this: quiesce cannot miss it
+        self._began()  # no await between taking the item and this: quiesce cannot miss it
         loop = asyncio.get_running_loop()
         began = loop.time()
         deadline = began + within
@@ -124,12 +123,16 @@ class FetchChannel:
         """A batch that did not come from ``get`` (a catch-up read from the topic directly) runs inside:
         a rebalance waits for it as for a fetched one (``quiesce``), before the partitions' transactional
         producers are stopped under it."""
-        self._busy += 1
-        self._idle.clear()
+        self._began()
         try:
             yield
         finally:
             self.done()
+
+    def _began(self) -> None:
+        """A batch has begun (``get`` or ``running``): busy until its ``done``."""
+        self._busy += 1
+        self._idle.clear()
 
     def done(self) -> None:
         """A batch taken by ``get`` has ended (durable, or nothing to run)."""
