@@ -37,7 +37,7 @@ run: $(STAMP)
 	@echo "the same on a page: $(VENV)/bin/recurrence serve --state $(OUT)/state, then open http://127.0.0.1:6067/ui"
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check processor schemas topics tests bench recurrence
+	$(VENV)/bin/ruff check processor schemas topics tests bench src
 	$(VENV)/bin/mypy
 
 test: $(STAMP) lint tools

@@ -13,19 +13,19 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from recurrence.processor import records
-from recurrence.processor.records import Emitted
-from recurrence.processor.state import State, artifact_json
-from recurrence.schemas.base import ArtifactRef
-from recurrence.schemas.constants import (
+from ..schemas.base import ArtifactRef
+from ..schemas.constants import (
     EXPERIENCE_FAMILY,
     MAX_CANDIDATE_EVIDENCE,
     NEAR_DUPLICATE_BIGRAM_OVERLAP,
     TASK_OUTCOME_SOURCE_KIND,
 )
-from recurrence.schemas.journal import CandidateBody
-from recurrence.schemas.normalize import bigram_overlap, normalize
-from recurrence.schemas.powercontext import ExperienceContent
+from ..schemas.journal import CandidateBody
+from ..schemas.normalize import bigram_overlap, normalize
+from ..schemas.powercontext import ExperienceContent
+from . import records
+from .records import Emitted
+from .state import State, artifact_json
 
 Violation = dict[str, str]
 

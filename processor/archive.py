@@ -10,9 +10,9 @@ import os
 from pathlib import Path
 from typing import Any, Final
 
-from recurrence.processor.recordindex import record_key
-from recurrence.processor.state import key
-from recurrence.processor.store.base import StateStore
+from .recordindex import record_key
+from .state import key
+from .store.base import StateStore
 
 LEDGER_PATH_KEY: Final = key("ledger_path")
 JOURNAL_PATH_KEY: Final = key("journal_path")

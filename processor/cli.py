@@ -18,10 +18,14 @@ from typing import Any
 
 import orjson
 
-import recurrence
-from recurrence.processor.archive import FileArchive
-from recurrence.processor.cliargs import EXIT_OK, non_negative_int, port_number, positive_int, ratio
-from recurrence.processor.embedded import (
+from ..schemas.constants import (
+    DEFAULT_PATTERN_SCOPES,
+    DEFAULT_TOP_REVISIONS,
+    RECURRENCE_REVIEW_STREAK_THRESHOLD,
+)
+from .archive import FileArchive
+from .cliargs import EXIT_OK, non_negative_int, port_number, positive_int, ratio
+from .embedded import (
     DEFAULT_BATCH,
     ReplayInterrupted,
     RunSummary,
@@ -32,8 +36,8 @@ from recurrence.processor.embedded import (
     replay,
     statistics,
 )
-from recurrence.processor.engine import EngineConfig
-from recurrence.processor.exceptions import (
+from .engine import EngineConfig
+from .exceptions import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_UNUSABLE,
@@ -42,18 +46,13 @@ from recurrence.processor.exceptions import (
     StateDirError,
     UnusableError,
 )
-from recurrence.processor.explain import Explainer, NotFoundError, render
-from recurrence.processor.journalfile import shown
-from recurrence.processor.patterns import listing
-from recurrence.processor.state import State
-from recurrence.processor.store.base import Transaction
-from recurrence.processor.store.rocksdb import RocksStore
-from recurrence.processor.synthetic import JournalSpec, generate
-from recurrence.schemas.constants import (
-    DEFAULT_PATTERN_SCOPES,
-    DEFAULT_TOP_REVISIONS,
-    RECURRENCE_REVIEW_STREAK_THRESHOLD,
-)
+from .explain import Explainer, NotFoundError, render
+from .journalfile import shown
+from .patterns import listing
+from .state import State
+from .store.base import Transaction
+from .store.rocksdb import RocksStore
+from .synthetic import JournalSpec, generate
 
 log = logging.getLogger("recurrence.cli")
 
@@ -169,7 +168,7 @@ def _cmd_patterns(args: argparse.Namespace) -> int:
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     # aiohttp is loaded only by the command that serves.
-    from recurrence.processor.serve import EmbeddedReadSurface, serve  # noqa: PLC0415
+    from .serve import EmbeddedReadSurface, serve  # noqa: PLC0415
 
     with _state(Path(args.state), must_exist=True, read_only=True) as store:
         surface = EmbeddedReadSurface(
@@ -327,7 +326,9 @@ class _VersionAction(argparse.Action):
     """``--version``, with the installed version looked up only when asked for."""
 
     def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
-        print(f"recurrence {recurrence.__version__}")
+        from .. import __version__  # noqa: PLC0415 - importlib.metadata costs every command ~25 ms
+
+        print(f"recurrence {__version__}")
         parser.exit()
 
 
@@ -354,7 +355,7 @@ def build_parser(with_stream: bool = True) -> argparse.ArgumentParser:
         _verbose_everywhere(commands)
         return parser
     try:
-        from recurrence.processor.stream.cli import register  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415
+        from .stream.cli import register  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415
     except ImportError:  # pragma: no cover - the stream package ships with the product
         pass
     else:

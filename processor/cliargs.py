@@ -7,7 +7,7 @@ directly.
 
 import argparse
 
-from recurrence.processor.exceptions import EXIT_FAILED, EXIT_OK, EXIT_UNUSABLE
+from .exceptions import EXIT_FAILED, EXIT_OK, EXIT_UNUSABLE
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_UNUSABLE", "non_negative_int", "port_number", "positive_int", "ratio"]
 

@@ -15,8 +15,8 @@ from typing import Any, Final
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from recurrence.processor.records import Emitted, Origin, dead_letter
-from recurrence.schemas import base, journal, powercontext
+from ..schemas import base, journal, powercontext
+from .records import Emitted, Origin, dead_letter
 
 INVALID_ENCODING: Final = "invalid_encoding"
 INVALID_JSON: Final = "invalid_json"

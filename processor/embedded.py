@@ -38,9 +38,9 @@ from typing import IO, Any, Final, Self
 
 import orjson
 
-from recurrence.processor.archive import JOURNAL_PATH_KEY, LEDGER_PATH_KEY
-from recurrence.processor.engine import Engine, EngineConfig
-from recurrence.processor.exceptions import (
+from .archive import JOURNAL_PATH_KEY, LEDGER_PATH_KEY
+from .engine import Engine, EngineConfig
+from .exceptions import (
     ConfigMismatchError,
     Interrupted,
     LedgerMismatchError,
@@ -48,14 +48,14 @@ from recurrence.processor.exceptions import (
     StateDirError,
     UnusableError,
 )
-from recurrence.processor.gcpolicy import full_collections_between_batches
-from recurrence.processor.journalfile import Checkpoint, JournalReader, Progress, check_journal, shown
-from recurrence.processor.patterns import PatternTracker, is_recurred
-from recurrence.processor.recordindex import index_record
-from recurrence.processor.state import FORMAT_KEY, STATE_FORMAT, key, row_cache
-from recurrence.processor.store.base import RowCache, StateStore, Transaction
-from recurrence.processor.store.rocksdb import RocksStore
-from recurrence.processor.tally import Tally
+from .gcpolicy import full_collections_between_batches
+from .journalfile import Checkpoint, JournalReader, Progress, check_journal, shown
+from .patterns import PatternTracker, is_recurred
+from .recordindex import index_record
+from .state import FORMAT_KEY, STATE_FORMAT, key, row_cache
+from .store.base import RowCache, StateStore, Transaction
+from .store.rocksdb import RocksStore
+from .tally import Tally
 
 log = logging.getLogger("recurrence.embedded")
 

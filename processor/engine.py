@@ -26,21 +26,8 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from recurrence.processor import deadletters
-from recurrence.processor.admission import AdmissionGate
-from recurrence.processor.ledger import OutcomeLedger, handoff_cites
-from recurrence.processor.records import Emitted, Origin
-from recurrence.processor.state import (
-    FailureHead,
-    ScopeMeta,
-    State,
-    StoredArtifact,
-    StoredSource,
-)
-from recurrence.processor.statistics import scope_statistics
-from recurrence.processor.store.base import Transaction
-from recurrence.schemas.canonical import digest
-from recurrence.schemas.constants import (
+from ..schemas.canonical import digest
+from ..schemas.constants import (
     DEFAULT_PATTERN_SCOPES,
     DEFAULT_TOP_REVISIONS,
     EXPERIENCE_FAMILY,
@@ -49,7 +36,7 @@ from recurrence.schemas.constants import (
     RECURRENCE_REVIEW_STREAK_THRESHOLD,
     TASK_OUTCOME_SOURCE_KIND,
 )
-from recurrence.schemas.journal import (
+from ..schemas.journal import (
     JOURNAL_ENTRY,
     ArtifactEntry,
     CandidateEntry,
@@ -58,9 +45,22 @@ from recurrence.schemas.journal import (
     OtherArtifact,
     SourceEntry,
 )
-from recurrence.schemas.normalize import normalize
-from recurrence.schemas.powercontext import HandoffReceipt, TaskOutcome
-from recurrence.schemas.statistics import ScopeStatistics
+from ..schemas.normalize import normalize
+from ..schemas.powercontext import HandoffReceipt, TaskOutcome
+from ..schemas.statistics import ScopeStatistics
+from . import deadletters
+from .admission import AdmissionGate
+from .ledger import OutcomeLedger, handoff_cites
+from .records import Emitted, Origin
+from .state import (
+    FailureHead,
+    ScopeMeta,
+    State,
+    StoredArtifact,
+    StoredSource,
+)
+from .statistics import scope_statistics
+from .store.base import Transaction
 
 log = logging.getLogger("recurrence.engine")
 

@@ -27,8 +27,17 @@ from typing import Any, Protocol
 import orjson
 from pydantic import ValidationError
 
-from recurrence.processor.ledger import candidate
-from recurrence.processor.matching import (
+from ..schemas.canonical import digest
+from ..schemas.journal import JOURNAL_ENTRY, ArtifactEntry, HandoffArtifact, SourceEntry
+from ..schemas.powercontext import (
+    HandoffArtifactCitation,
+    HandoffCitation,
+    HandoffContent,
+    HandoffSourceCitation,
+    TaskOutcome,
+)
+from .ledger import candidate
+from .matching import (
     Candidate,
     Item,
     avoided_evidence,
@@ -36,16 +45,7 @@ from recurrence.processor.matching import (
     verified_checks,
     verified_observations,
 )
-from recurrence.processor.state import ArtifactKey, SourceKey, State
-from recurrence.schemas.canonical import digest
-from recurrence.schemas.journal import JOURNAL_ENTRY, ArtifactEntry, HandoffArtifact, SourceEntry
-from recurrence.schemas.powercontext import (
-    HandoffArtifactCitation,
-    HandoffCitation,
-    HandoffContent,
-    HandoffSourceCitation,
-    TaskOutcome,
-)
+from .state import ArtifactKey, SourceKey, State
 
 TEXT_PREVIEW = 240
 

@@ -14,8 +14,8 @@ from typing import Any, Final, Literal
 
 import orjson
 
-from recurrence.processor.explain import NotFoundError, render
-from recurrence.schemas.constants import DEFAULT_TOP_REVISIONS
+from ..schemas.constants import DEFAULT_TOP_REVISIONS
+from .explain import NotFoundError, render
 
 MAX_TOP: Final = 1000
 JSON: Final = "application/json"

@@ -27,7 +27,7 @@ from typing import IO, Final, Self
 
 import orjson
 
-from recurrence.processor.exceptions import JournalError
+from .exceptions import JournalError
 
 _CHUNK: Final = 1 << 20
 # A pipe's prefix is kept while it is being checked, in case it is not the one

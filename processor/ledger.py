@@ -8,8 +8,10 @@ proposal. A match therefore always precedes the observation citing it.
 
 from typing import Any, NamedTuple
 
-from recurrence.processor import records
-from recurrence.processor.matching import (
+from ..schemas.constants import FAILURE_CHECK_STATUSES, FAILURE_OUTCOME_STATUSES, MAX_CANDIDATE_EVIDENCE
+from ..schemas.powercontext import HandoffArtifactCitation, HandoffCitation, HandoffSourceCitation, TaskOutcome
+from . import records
+from .matching import (
     Candidate,
     CandidateSet,
     CitationResolver,
@@ -22,8 +24,8 @@ from recurrence.processor.matching import (
     verified_checks,
     verified_observations,
 )
-from recurrence.processor.records import Emitted
-from recurrence.processor.state import (
+from .records import Emitted
+from .state import (
     ArtifactKey,
     Group,
     ScopeMeta,
@@ -33,8 +35,6 @@ from recurrence.processor.state import (
     artifact_json,
     source_json,
 )
-from recurrence.schemas.constants import FAILURE_CHECK_STATUSES, FAILURE_OUTCOME_STATUSES, MAX_CANDIDATE_EVIDENCE
-from recurrence.schemas.powercontext import HandoffArtifactCitation, HandoffCitation, HandoffSourceCitation, TaskOutcome
 
 
 class Link(NamedTuple):

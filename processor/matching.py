@@ -13,11 +13,10 @@ from typing import Any
 
 import orjson
 
-from recurrence.processor.state import ArtifactKey, FailureHeads, artifact_json, compact
-from recurrence.schemas.canonical import digest, digest_bytes
-from recurrence.schemas.constants import EXPERIENCE_FAMILY, FAILURE_CHECK_STATUSES, FAILURE_OUTCOME_STATUSES
-from recurrence.schemas.normalize import normalize
-from recurrence.schemas.powercontext import (
+from ..schemas.canonical import digest, digest_bytes
+from ..schemas.constants import EXPERIENCE_FAMILY, FAILURE_CHECK_STATUSES, FAILURE_OUTCOME_STATUSES
+from ..schemas.normalize import normalize
+from ..schemas.powercontext import (
     HandoffArtifactCitation,
     HandoffCitation,
     HandoffSourceCitation,
@@ -25,6 +24,7 @@ from recurrence.schemas.powercontext import (
     TaskOutcome,
     WorkClaim,
 )
+from .state import ArtifactKey, FailureHeads, artifact_json, compact
 
 # Resolves a citation to "accepted in this scope at an earlier position".
 CitationResolver = Callable[[HandoffCitation], bool]

@@ -12,17 +12,17 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from recurrence import __version__
-from recurrence.processor.httpapi import MAX_TOP
-from recurrence.schemas.constants import DEFAULT_TOP_REVISIONS, MAX_SCOPE_ID_LENGTH
-from recurrence.schemas.readsurface import (
+from .. import __version__
+from ..schemas.constants import DEFAULT_TOP_REVISIONS, MAX_SCOPE_ID_LENGTH
+from ..schemas.readsurface import (
     DeadLetterCounts,
     ErrorBody,
     Explanation,
     PatternSuggestions,
     ProbeBody,
 )
-from recurrence.schemas.statistics import ScopeStatistics
+from ..schemas.statistics import ScopeStatistics
+from .httpapi import MAX_TOP
 
 Server = Literal["worker", "embedded"]
 MODELS: Final[tuple[type[BaseModel], ...]] = (

@@ -24,10 +24,10 @@ from typing import Any, Final
 
 import orjson
 
-from recurrence.processor.records import Emitted
-from recurrence.processor.state import compact
-from recurrence.processor.store.base import Transaction
-from recurrence.schemas.canonical import digest, dumps
+from ..schemas.canonical import digest, dumps
+from .records import Emitted
+from .state import compact
+from .store.base import Transaction
 
 # How many scopes and revisions a pattern row lists (counts keep going past them).
 MAX_LISTED: Final = 64

@@ -17,8 +17,8 @@ from typing import Any, Final, NamedTuple
 import orjson
 from pydantic import TypeAdapter
 
-from recurrence.schemas.canonical import canonical_json, digest, digest_bytes, dumps
-from recurrence.schemas.records import OutputRecord
+from ..schemas.canonical import canonical_json, digest, digest_bytes, dumps
+from ..schemas.records import OutputRecord
 
 Origin = Mapping[str, str | int]
 

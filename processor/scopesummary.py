@@ -35,8 +35,9 @@ from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from recurrence.processor.state import ArtifactKey, Group, ScopeMeta, State
-from recurrence.processor.statistics import (
+from ..schemas.constants import EXPERIENCE_FAMILY, HANDOFF_FAMILY
+from .state import ArtifactKey, Group, ScopeMeta, State
+from .statistics import (
     RankKey,
     citation_gap,
     handoff_citations,
@@ -47,7 +48,6 @@ from recurrence.processor.statistics import (
     statistics_document,
     top_revisions,
 )
-from recurrence.schemas.constants import EXPERIENCE_FAMILY, HANDOFF_FAMILY
 
 #: Entries (tracked groups, cited revisions, gaps) all cached summaries hold together, at most.
 DEFAULT_CAPACITY: Final = 100_000

@@ -16,10 +16,10 @@ from typing import Any, Final
 import orjson
 from aiohttp import web
 
-from recurrence.processor.archive import FileArchive
-from recurrence.processor.embedded import bind_config, statistics
-from recurrence.processor.explain import Explainer, NotFoundError
-from recurrence.processor.httpapi import (
+from .archive import FileArchive
+from .embedded import bind_config, statistics
+from .explain import Explainer, NotFoundError
+from .httpapi import (
     JSON,
     dead_letters_body,
     error_body,
@@ -30,11 +30,11 @@ from recurrence.processor.httpapi import (
     patterns_body,
     ui_file,
 )
-from recurrence.processor.openapi import document
-from recurrence.processor.patterns import listing
-from recurrence.processor.recordindex import dead_letter_counts
-from recurrence.processor.state import State
-from recurrence.processor.store.base import StateStore, Transaction
+from .openapi import document
+from .patterns import listing
+from .recordindex import dead_letter_counts
+from .state import State
+from .store.base import StateStore, Transaction
 
 log = logging.getLogger("recurrence.serve")
 

@@ -20,7 +20,7 @@ from typing import Any, Final, NamedTuple
 
 import orjson
 
-from recurrence.processor.store.base import RowCache, Transaction
+from .store.base import RowCache, Transaction
 
 # Layout version of the rows below; a store written by another layout is refused.
 STATE_FORMAT: Final = b"2"

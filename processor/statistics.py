@@ -16,9 +16,9 @@ from typing import Any, Final
 
 import orjson
 
-from recurrence.processor.state import ArtifactKey, Group, ScopeMeta, State, StoredArtifact
-from recurrence.schemas.constants import EXPERIENCE_FAMILY, HANDOFF_FAMILY
-from recurrence.schemas.statistics import ScopeStatistics
+from ..schemas.constants import EXPERIENCE_FAMILY, HANDOFF_FAMILY
+from ..schemas.statistics import ScopeStatistics
+from .state import ArtifactKey, Group, ScopeMeta, State, StoredArtifact
 
 #: Where a recurring group sorts in ``top_revisions``: the longest terminal streak first, then by key.
 RankKey = tuple[int, str, str, int, str]

@@ -9,7 +9,7 @@ in its own subclass.
 from collections import Counter
 from dataclasses import dataclass, field
 
-from recurrence.processor.records import Emitted
+from .records import Emitted
 
 
 @dataclass

@@ -4,7 +4,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from recurrence.schemas.constants import (
+from .constants import (
     MAX_ARTIFACT_FIELD_LENGTH,
     MAX_EXPERIENCE_FIELD_LENGTH,
     MAX_FAILURE_CUE_LENGTH,
@@ -15,7 +15,7 @@ from recurrence.schemas.constants import (
     MAX_SOURCE_TYPE_LENGTH,
     MAX_WORK_TEXT_LENGTH,
 )
-from recurrence.schemas.normalize import is_blank
+from .normalize import is_blank
 
 
 class Value(BaseModel):

@@ -11,16 +11,16 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from recurrence.schemas.journal import JournalEntry
-from recurrence.schemas.powercontext import ExperienceContent, HandoffContent, HandoffReceipt, TaskOutcome
-from recurrence.schemas.records import (
+from .journal import JournalEntry
+from .powercontext import ExperienceContent, HandoffContent, HandoffReceipt, TaskOutcome
+from .records import (
     AdmissionRecord,
     DeadLetterRecord,
     MatchRecord,
     ObservationRecord,
     ReviewProposalRecord,
 )
-from recurrence.schemas.statistics import ScopeStatistics
+from .statistics import ScopeStatistics
 
 OUT_DIR = Path(__file__).parent / "json"
 

@@ -4,8 +4,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, Tag, TypeAdapter
 
-from recurrence.schemas.base import ArtifactRef, Position, ScopeId, SourceRef, Value
-from recurrence.schemas.powercontext import ExperienceContent, HandoffContent
+from .base import ArtifactRef, Position, ScopeId, SourceRef, Value
+from .powercontext import ExperienceContent, HandoffContent
 
 
 class SourceBody(Value):

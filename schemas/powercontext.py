@@ -8,7 +8,7 @@ from typing import Annotated, Literal, Self
 
 from pydantic import Field, model_validator
 
-from recurrence.schemas.base import (
+from .base import (
     ArtifactRef,
     ConditionText,
     ExperienceText,
@@ -18,7 +18,7 @@ from recurrence.schemas.base import (
     Value,
     WorkText,
 )
-from recurrence.schemas.constants import (
+from .constants import (
     MAX_HANDOFF_CITATIONS,
     MAX_HANDOFF_OMISSIONS,
     MAX_HANDOFF_RECEIPT_EVIDENCE,

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from recurrence.schemas.base import ArtifactRef, Value
+from .base import ArtifactRef, Value
 
 NonNegative = Annotated[int, Field(ge=0)]
 

@@ -11,11 +11,11 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import Field, model_validator
 
-from recurrence.schemas.base import ArtifactRef, Position, ScopeId, SourceRef, Value
-from recurrence.schemas.canonical import digest
-from recurrence.schemas.constants import MAX_CANDIDATE_EVIDENCE, MAX_POSITION
-from recurrence.schemas.normalize import normalize
-from recurrence.schemas.powercontext import ExperienceContent
+from .base import ArtifactRef, Position, ScopeId, SourceRef, Value
+from .canonical import digest
+from .constants import MAX_CANDIDATE_EVIDENCE, MAX_POSITION
+from .normalize import normalize
+from .powercontext import ExperienceContent
 
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}\Z")
 Digest = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")]

@@ -4,7 +4,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from recurrence.schemas.base import ArtifactRef, ScopeId, Value
+from .base import ArtifactRef, ScopeId, Value
 
 NonNegative = Annotated[int, Field(ge=0)]
 

@@ -21,9 +21,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from recurrence.processor.engine import EngineConfig
-from recurrence.processor.stream import changeset
-from recurrence.processor.stream.processing import BatchProcessor
-from recurrence.processor.stream.types import SOURCE_HEADER, ChangelogRecord
+from recurrence.processor.stream.batch import changeset
+from recurrence.processor.stream.batch.processing import BatchProcessor
+from recurrence.processor.stream.batch.types import SOURCE_HEADER, ChangelogRecord
 
 from .faust_tables import BACKENDS, state_table_data, table_rows
 from .kafka.harness import Oracle, by_scope, write_journal

@@ -69,5 +69,5 @@ def test_dockerfile_exposes_the_port_checks_readiness_and_sets_the_data_director
     text = DOCKERFILE.read_text()
     assert "EXPOSE 6066" in text and "/readyz" in text and "HEALTHCHECK" in text
     assert "RECURRENCE_DATADIR=/var/lib/recurrence/data" in text
-    for path in ("recurrence/__init__.py", "LICENSE", "processor", "schemas", "topics"):
+    for path in ("COPY src ./src", "LICENSE", "processor", "schemas", "topics"):
         assert path in text

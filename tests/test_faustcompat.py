@@ -12,8 +12,9 @@ import faust
 import pytest
 from aiokafka import AIOKafkaConsumer
 
-from recurrence.processor.stream import faustcompat, workerapp
-from recurrence.processor.stream.app import stalled
+from recurrence.processor.stream.clients import faustcompat
+from recurrence.processor.stream.worker import workerapp
+from recurrence.processor.stream.worker.app import stalled
 
 
 @pytest.fixture

@@ -101,8 +101,56 @@ def test_the_stream_path_does_not_borrow_from_the_embedded_runner(name: str) -> 
     assert _reaches(name, ("recurrence.processor.embedded",)) == []
 
 
+STREAM = "recurrence.processor.stream"
+# The stream folder's rooms, lowest first: each imports only from the rooms before it (and the
+# settings and flags at the folder's root, below them all); the command line sits on top.
+ROOMS = ("batch", "clients", "worker")
+
+
+def _in(room: str) -> list[str]:
+    return sorted(n for n in MODULES if n.startswith(f"{STREAM}.{room}."))
+
+
+@pytest.mark.parametrize("room", ROOMS)
+def test_the_stream_rooms_import_only_downwards(room: str) -> None:
+    above = [f"{STREAM}.{r}" for r in ROOMS[ROOMS.index(room) + 1:]] + [f"{STREAM}.cli"]
+    assert _in(room)
+    for name in _in(room):
+        assert _reaches(name, tuple(above)) == [], name
+
+
+@pytest.mark.parametrize("name", _in("batch"))
+def test_the_batch_path_needs_no_kafka_client(name: str) -> None:
+    # The batch core runs against the interfaces in batch/types; tests drive it without a broker.
+    assert _reaches(name, ("faust", "mode", "aiokafka")) == []
+
+
+@pytest.mark.parametrize("name", _in("clients"))
+def test_the_short_lived_commands_need_no_faust(name: str) -> None:
+    assert _reaches(name, ("faust", "mode")) == []
+
+
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if n.startswith("recurrence.topics")))
+def test_the_topic_definitions_import_nothing_of_the_processor(name: str) -> None:
+    # The arrow points one way: the stream code reads the definitions, never the reverse.
+    assert _reaches(name, ("recurrence.processor",)) == []
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_imports_inside_the_package_are_relative(name: str) -> None:
+    # So a reader (or an import-graph tool) resolves each one from the tree alone, without
+    # src/recurrence's links.
+    tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
+    absolute = [
+        node.lineno for node in ast.walk(tree)
+        if (isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "recurrence")
+        or (isinstance(node, ast.Import) and any(a.name.split(".")[0] == "recurrence" for a in node.names))
+    ]
+    assert absolute == [], f"{MODULES[name]}: absolute imports of recurrence at lines {absolute}"
+
+
 def test_reading_outputs_back_needs_no_faust() -> None:
-    assert _reaches("recurrence.processor.stream.dump", ("faust", "mode")) == []
+    assert _reaches("recurrence.processor.stream.clients.dump", ("faust", "mode")) == []
 
 
 @pytest.mark.parametrize(

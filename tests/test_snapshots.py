@@ -16,8 +16,9 @@ import faust
 import pytest
 from faust.types import TP
 
-from recurrence.processor.stream import changeset
-from recurrence.processor.stream.snapshots import (
+from recurrence.processor.stream.batch import changeset
+from recurrence.processor.stream.batch.types import ChangelogRecord
+from recurrence.processor.stream.worker.snapshots import (
     CHUNK_BYTES,
     MAX_AGE,
     MAX_RECORD_BYTES,
@@ -27,8 +28,7 @@ from recurrence.processor.stream.snapshots import (
     latest_manifest,
     manifest_key,
 )
-from recurrence.processor.stream.tablestore import ChangeSetRocksStore, KeptRocksDBOptions, StateTable
-from recurrence.processor.stream.types import ChangelogRecord
+from recurrence.processor.stream.worker.tablestore import ChangeSetRocksStore, KeptRocksDBOptions, StateTable
 
 from .test_store_contract import _latest_table_options
 

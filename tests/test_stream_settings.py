@@ -17,11 +17,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from recurrence.processor.cli import build_parser, main
 from recurrence.processor.exceptions import SettingsError, UnusableError
+from recurrence.processor.stream.batch.metrics import LiveReadings, Metrics, RestoreProgress
+from recurrence.processor.stream.batch.probes import ProbeInputs, liveness, readiness
+from recurrence.processor.stream.batch.types import Entry
 from recurrence.processor.stream.cli import check_web_port
+from recurrence.processor.stream.clients.dump import topics_for_kinds
 from recurrence.processor.stream.cliflags import load
-from recurrence.processor.stream.dump import topics_for_kinds
-from recurrence.processor.stream.metrics import LiveReadings, Metrics, RestoreProgress
-from recurrence.processor.stream.probes import ProbeInputs, liveness, readiness
 from recurrence.processor.stream.settings import (
     BATCH_MAX_AT_LEAST_ONCE,
     BATCH_MAX_EXACTLY_ONCE,
@@ -30,7 +31,6 @@ from recurrence.processor.stream.settings import (
     TopicLayout,
     WorkerOptions,
 )
-from recurrence.processor.stream.types import Entry
 
 KAFKA_COMMANDS = (["worker"], ["topics", "apply"], ["topics", "show"], ["publish", "j.jsonl"], ["ledger-dump"],
                   ["status"])
@@ -186,7 +186,7 @@ def test_a_busy_web_port_is_refused_in_one_line() -> None:
 
 
 def test_no_faust_entry_point() -> None:
-    import recurrence.processor.stream.app as app_module
+    import recurrence.processor.stream.worker.app as app_module
 
     assert not hasattr(app_module, "app")
 

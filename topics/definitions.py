@@ -7,7 +7,7 @@ per-key value), so compaction would drop state. The exception is
 ``<prefix>.statistics``, a table topic (a KTable changelog in Kafka Streams
 terms): its value per key *is* the scope's current statistics, so compaction
 keeps exactly what a consumer needs. ``<app id>-snapshots`` holds partition
-snapshots (chunks, then a manifest; ``processor/stream/snapshots.py``):
+snapshots (chunks, then a manifest; ``processor/stream/worker/snapshots.py``):
 compacted so a superseded snapshot goes away once its chunks are tombstoned,
 with a retention so chunks of an upload that never finished go away too
 (live snapshots are re-shipped well within it), and small segments so
@@ -26,9 +26,9 @@ the journal accepted can be refused on the way out and stop the worker.
 """
 
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, Protocol
 
-from recurrence.processor.stream.settings import StreamSettings
+from .names import TopicNames
 
 #: Kafka's default ``max.message.bytes`` (1 MiB and a record batch's framing), held on the journal:
 #: the output limit below is sized from it.
@@ -67,7 +67,20 @@ class TopicSpec:
     at_least: frozenset[str] = frozenset()
 
 
-def topic_specs(settings: StreamSettings) -> list[TopicSpec]:
+class Layout(Protocol):
+    """What the definitions read of a deployment (``StreamSettings`` is one)."""
+
+    @property
+    def topics(self) -> TopicNames: ...
+    @property
+    def partitions(self) -> int: ...
+    @property
+    def replication(self) -> int: ...
+    @property
+    def min_insync(self) -> int: ...
+
+
+def topic_specs(settings: Layout) -> list[TopicSpec]:
     names = settings.topics
     insync = {"min.insync.replicas": str(settings.min_insync)}
 

@@ -31,7 +31,7 @@ read from the backend nor decoded again on every entry.
 from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any, Final, Literal, Protocol
 
-from recurrence.processor.exceptions import PositionRegressionError, TransactionStateError
+from ..exceptions import PositionRegressionError, TransactionStateError
 
 
 class StateStore(Protocol):

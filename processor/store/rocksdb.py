@@ -11,7 +11,7 @@ from typing import Any
 
 from rocksdict import AccessType, BlockBasedOptions, Cache, Options, Rdict, WriteBatch, WriteOptions
 
-from recurrence.processor.exceptions import StateDirError
+from ..exceptions import StateDirError
 
 # RocksDB's resident memory is memtables plus the block cache; both are capped
 # so a long replay's footprint stays flat. Index and filter blocks stay out of

@@ -21,10 +21,10 @@ from typing import IO, Any, Final
 
 import orjson
 
-from recurrence.processor.exceptions import EXIT_OK, BrokerError, TopicDriftError, UnusableError
-from recurrence.processor.stream.brokers import APPLY_HINT, quiet_client_logs
-from recurrence.processor.stream.cliflags import NAMING, add_config_argument, add_model_arguments, load
-from recurrence.processor.stream.settings import KafkaConnection, StreamSettings, TopicLayout, WorkerOptions
+from ..exceptions import EXIT_OK, BrokerError, TopicDriftError, UnusableError
+from .clients.brokers import APPLY_HINT, quiet_client_logs
+from .cliflags import NAMING, add_config_argument, add_model_arguments, load
+from .settings import KafkaConnection, StreamSettings, TopicLayout, WorkerOptions
 
 DEFAULT_MAX_WAIT: Final = 120.0
 
@@ -35,8 +35,8 @@ def _settings(args: argparse.Namespace) -> StreamSettings:
 
 
 def _apply(settings: StreamSettings, create: bool, report: IO[str] = sys.stderr) -> None:
-    from recurrence.topics.apply import apply_topics  # noqa: PLC0415
-    from recurrence.topics.definitions import topic_specs  # noqa: PLC0415
+    from ...topics.definitions import topic_specs  # noqa: PLC0415
+    from .clients.topicsapply import apply_topics  # noqa: PLC0415
 
     result = asyncio.run(apply_topics(settings.kafka, topic_specs(settings), create=create))
     for topic in result.reports:
@@ -58,7 +58,7 @@ def _cmd_topics_apply(args: argparse.Namespace) -> int:
 
 
 def _cmd_topics_show(args: argparse.Namespace) -> int:
-    from recurrence.topics.definitions import topic_specs  # noqa: PLC0415
+    from ...topics.definitions import topic_specs  # noqa: PLC0415
 
     for spec in topic_specs(_settings(args)):
         config = " ".join(f"{k}={v}" for k, v in sorted(spec.config.items()))
@@ -68,7 +68,7 @@ def _cmd_topics_show(args: argparse.Namespace) -> int:
 
 
 def _cmd_publish(args: argparse.Namespace) -> int:
-    from recurrence.processor.stream.publish import publish  # noqa: PLC0415
+    from .clients.publish import publish  # noqa: PLC0415
 
     if args.journal != "-" and not Path(args.journal).is_file():
         raise UnusableError(f"cannot read journal {args.journal}")
@@ -102,8 +102,8 @@ async def _follow(reader: Any, out: IO[bytes]) -> None:
 
 
 def _cmd_ledger_dump(args: argparse.Namespace) -> int:
-    from recurrence.processor.stream.dump import OutputReader, topics_for_kinds  # noqa: PLC0415
-    from recurrence.processor.stream.status import wait_caught_up  # noqa: PLC0415
+    from .clients.dump import OutputReader, topics_for_kinds  # noqa: PLC0415
+    from .clients.status import wait_caught_up  # noqa: PLC0415
 
     if args.follow and args.until_caught_up:
         raise UnusableError("--follow and --until-caught-up exclude each other (--follow already waits)")
@@ -128,7 +128,7 @@ def _cmd_ledger_dump(args: argparse.Namespace) -> int:
 
 
 def _cmd_statistics_dump(args: argparse.Namespace) -> int:
-    from recurrence.processor.stream.dump import read_statistics  # noqa: PLC0415
+    from .clients.dump import read_statistics  # noqa: PLC0415
 
     settings = _settings(args)
     statistics = asyncio.run(read_statistics(settings.kafka, settings.topics.statistics))
@@ -139,7 +139,7 @@ def _cmd_statistics_dump(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from recurrence.processor.stream.status import group_progress  # noqa: PLC0415
+    from .clients.status import group_progress  # noqa: PLC0415
 
     settings = _settings(args)
     progress = asyncio.run(group_progress(settings.kafka, settings.topics.journal, settings.group_id))
@@ -174,7 +174,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 
     import faust  # noqa: PLC0415
 
-    from recurrence.processor.stream.app import RecurrenceService  # noqa: PLC0415
+    from .worker.app import RecurrenceService  # noqa: PLC0415
 
     service = RecurrenceService(settings)
     worker = faust.Worker(service.app, loglevel=settings.worker.loglevel, quiet=True, redirect_stdouts=False)

@@ -17,8 +17,8 @@ from typing import Any, Final, TypeVar
 
 from pydantic import SecretStr, ValidationError
 
-from recurrence.processor.exceptions import SettingsError
-from recurrence.processor.stream.settings import (
+from ..exceptions import SettingsError
+from .settings import (
     CONFIG_ENV,
     KafkaConnection,
     SettingsModel,

@@ -31,18 +31,16 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from recurrence.processor.exceptions import SettingsError
-from recurrence.processor.patterns import MAX_LISTED
-from recurrence.processor.stream.changeset import RECORD_BYTES as CHANGELOG_RECORD_BYTES
-from recurrence.schemas.constants import DEFAULT_PATTERN_SCOPES, RECURRENCE_REVIEW_STREAK_THRESHOLD
+from ...schemas.constants import DEFAULT_PATTERN_SCOPES, RECURRENCE_REVIEW_STREAK_THRESHOLD
+from ...topics.names import TopicNames, topic_names
+from ..exceptions import SettingsError
+from ..patterns import MAX_LISTED
 
 DEFAULT_BOOTSTRAP: Final = "127.0.0.1:19092"
 DEFAULT_PREFIX: Final = "recurrence"
 DEFAULT_PARTITIONS: Final = 4
 DEFAULT_WEB_PORT: Final = 6066
 DEFAULT_DATADIR: Final = "recurrence-data"
-TABLE_NAME: Final = "state"
-PATTERNS_TABLE_NAME: Final = "patterns"
 CONFIG_ENV: Final = "RECURRENCE_CONFIG"
 # Entries per durable batch when --batch-max is not given. Under exactly_once every batch pays a
 # transaction cycle (AddOffsetsToTxn, TxnOffsetCommit, EndTxn and the markers) and its durability
@@ -51,6 +49,9 @@ CONFIG_ENV: Final = "RECURRENCE_CONFIG"
 # larger ones gained nothing measurable, and a crash re-emits every batch in flight.
 BATCH_MAX_AT_LEAST_ONCE: Final = 1000
 BATCH_MAX_EXACTLY_ONCE: Final = 2000
+#: Largest changelog record value the worker writes by default (``--changelog-record-bytes``): half
+#: the broker's default ``max.message.bytes`` (1 MiB), room left for the key and the batch framing.
+CHANGELOG_RECORD_BYTES: Final = 512 * 1024
 
 Guarantee = Literal["at_least_once", "exactly_once"]
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
@@ -316,26 +317,6 @@ class WorkerOptions(SettingsModel):
     )
 
 
-class TopicNames(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    journal: str
-    ledger: str
-    review: str
-    dead_letters: str
-    changelog: str
-    # Issue 11: the statistics table topic, the pattern suggestions, and the patterns agent's own topics.
-    statistics: str
-    patterns: str
-    recurred: str  # ``recurred`` observations re-keyed by signature key (engine agent -> patterns agent)
-    patterns_changelog: str
-    snapshots: str  # partition snapshots of both tables (issue 8)
-
-    def outputs(self) -> tuple[str, str, str]:
-        """The ledger topics: together they hold exactly the embedded runner's ledger."""
-        return (self.ledger, self.review, self.dead_letters)
-
-
 _SECTIONS: Final[dict[str, type[SettingsModel]]] = {
     "kafka": KafkaConnection,
     "layout": TopicLayout,
@@ -472,21 +453,7 @@ class StreamSettings(BaseModel):
 
     @property
     def topics(self) -> TopicNames:
-        p = self.layout.topic_prefix
-        return TopicNames(
-            journal=self.layout.journal_topic or f"{p}.journal",
-            ledger=f"{p}.ledger",
-            review=f"{p}.review",
-            dead_letters=f"{p}.dead-letters",
-            # Faust names a table's changelog "<app id>-<table>-changelog".
-            changelog=f"{self.group_id}-{TABLE_NAME}-changelog",
-            statistics=f"{p}.statistics",
-            patterns=f"{p}.patterns",
-            # Internal to one app id, like its changelogs (Kafka Streams: "<app id>-<name>-repartition").
-            recurred=f"{self.group_id}-recurred-repartition",
-            patterns_changelog=f"{self.group_id}-{PATTERNS_TABLE_NAME}-changelog",
-            snapshots=f"{self.group_id}-snapshots",
-        )
+        return topic_names(self.layout.topic_prefix, self.group_id, self.layout.journal_topic)
 
 
 def read_config_file(path: Path) -> dict[str, Any]:

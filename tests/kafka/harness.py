@@ -25,7 +25,7 @@ import orjson
 
 from recurrence.processor.embedded import replay, statistics
 from recurrence.processor.store.memory import MemoryStore
-from recurrence.processor.stream.dump import read_records, record_id
+from recurrence.processor.stream.clients.dump import read_records, record_id
 from recurrence.processor.stream.localrun import REPO, free_port, recurrence_command, wait_for
 from recurrence.processor.stream.settings import KafkaConnection
 

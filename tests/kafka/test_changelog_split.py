@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from recurrence.processor.stream.journal import PartitionReader
+from recurrence.processor.stream.worker.journal import PartitionReader
 from recurrence.processor.synthetic import JournalSpec, generate
 
 from .harness import Deployment, Oracle, Worker, dedupe, wait_for, write_journal

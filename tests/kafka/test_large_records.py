@@ -16,9 +16,9 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from recurrence.processor.stream.app import EXIT_BATCH_ABORTED
-from recurrence.processor.stream.journal import PartitionReader
 from recurrence.processor.stream.settings import StreamSettings
+from recurrence.processor.stream.worker.app import EXIT_BATCH_ABORTED
+from recurrence.processor.stream.worker.journal import PartitionReader
 from recurrence.processor.synthetic import JournalSpec, generate
 from recurrence.topics.definitions import (
     JOURNAL_MAX_RECORD_BYTES,

@@ -137,7 +137,7 @@ def test_review_consumer_dedupes_and_commits(deployment: Deployment, tmp_path: P
     deployment.run("ledger-dump", "--until-caught-up", "--max-wait", "120", "--kinds", "review")
     expected = deployment.run("ledger-dump", "--kinds", "reviews").stdout.splitlines()
     assert expected, "the journal should produce admissions"
-    command = [sys.executable, "-m", "recurrence.processor.stream.review_consumer", "--group",
+    command = [sys.executable, "-m", "recurrence.processor.stream.clients.review_consumer", "--group",
                f"{deployment.prefix}-review", "--idle-exit", "3"]
     first = subprocess.run(command, env=deployment.env(), capture_output=True, text=True, timeout=120, check=False)
     assert first.returncode == 0, first.stderr

@@ -21,11 +21,11 @@ from recurrence.processor.engine import EngineConfig
 from recurrence.processor.patterns import listing, suggestion
 from recurrence.processor.store.base import Transaction
 from recurrence.processor.store.memory import MemoryStore
-from recurrence.processor.stream.metrics import Metrics
-from recurrence.processor.stream.processing import BatchProcessor
-from recurrence.processor.stream.steps import PatternStep
-from recurrence.processor.stream.types import ID_HEADER, Entry
-from recurrence.processor.stream.views import NotReadyError, PatternTable, ReadSurface, partition_for
+from recurrence.processor.stream.batch.metrics import Metrics
+from recurrence.processor.stream.batch.processing import BatchProcessor
+from recurrence.processor.stream.batch.steps import PatternStep
+from recurrence.processor.stream.batch.types import ID_HEADER, Entry
+from recurrence.processor.stream.worker.views import NotReadyError, PatternTable, ReadSurface, partition_for
 from recurrence.processor.synthetic import JournalSpec, generate
 from recurrence.schemas.constants import DEFAULT_PATTERN_SCOPES
 

@@ -22,17 +22,17 @@ from recurrence.processor.engine import EngineConfig
 from recurrence.processor.recordindex import dead_letter_counts, record_key
 from recurrence.processor.store.base import Transaction
 from recurrence.processor.store.memory import MemoryStore
-from recurrence.processor.stream import changeset
-from recurrence.processor.stream.dump import record_id
-from recurrence.processor.stream.processing import PIPELINE_DEPTH, POSITION_KEY, BatchProcessor
-from recurrence.processor.stream.publish import scope_key
+from recurrence.processor.stream.batch import changeset
+from recurrence.processor.stream.batch.processing import PIPELINE_DEPTH, POSITION_KEY, BatchProcessor
+from recurrence.processor.stream.batch.types import ID_HEADER, SOURCE_HEADER, ChangelogRecord, Entry
+from recurrence.processor.stream.clients.dump import record_id
+from recurrence.processor.stream.clients.publish import scope_key
+from recurrence.processor.stream.clients.topicsapply import _describe_drift
 from recurrence.processor.stream.settings import StreamSettings
-from recurrence.processor.stream.sink import _Batches
-from recurrence.processor.stream.snapshots import MAX_AGE
-from recurrence.processor.stream.types import ID_HEADER, SOURCE_HEADER, ChangelogRecord, Entry
-from recurrence.processor.stream.views import partition_for
+from recurrence.processor.stream.worker.sink import _Batches
+from recurrence.processor.stream.worker.snapshots import MAX_AGE
+from recurrence.processor.stream.worker.views import partition_for
 from recurrence.processor.synthetic import JournalSpec, generate
-from recurrence.topics.apply import _describe_drift
 from recurrence.topics.definitions import JOURNAL_MAX_RECORD_BYTES, OUTPUT_MAX_RECORD_BYTES, topic_specs
 
 from .harness import Oracle, by_scope, write_journal
@@ -605,7 +605,7 @@ def _positions(log: list[tuple[str, Any]], event: tuple[str, Any]) -> list[int]:
 def test_outputs_leave_during_a_batch_and_are_durable_before_its_change_sets(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from recurrence.processor.stream import processing
+    from recurrence.processor.stream.batch import processing
 
     monkeypatch.setattr(processing, "EARLY_FLUSH_SECONDS", 0.0)  # an early flush before every entry
     lines = _journal(300, seed=17)
@@ -658,7 +658,7 @@ class _ChainSink(RecordingSink):
 def test_each_early_flush_point_gives_the_producers_several_loop_turns(monkeypatch: pytest.MonkeyPatch) -> None:
     # The engine holds the event loop between flush points; a chain of coordinator requests begun
     # with the batch must not need one flush point per step (it was still running at the batch's end).
-    from recurrence.processor.stream import processing
+    from recurrence.processor.stream.batch import processing
 
     monkeypatch.setattr(processing, "EARLY_FLUSH_SECONDS", 0.0)  # a flush point before every entry
     entries = _entries(_journal(40, seed=29))

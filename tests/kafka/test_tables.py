@@ -24,7 +24,7 @@ import orjson
 import pytest
 
 from recurrence.processor.patterns import suggestion
-from recurrence.processor.stream.dump import read_records, read_statistics
+from recurrence.processor.stream.clients.dump import read_records, read_statistics
 from recurrence.processor.synthetic import JournalSpec, generate
 
 from .harness import Deployment, Oracle, wait_for, write_journal

@@ -21,14 +21,14 @@ import faust
 from faust.transport import consumer as faust_consumer
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
-from recurrence.processor.stream.faustcompat import (
+from ..clients.faustcompat import (
     set_fetch_max_wait,
     shorten_recovery_wait,
     thread_consumer,
     transaction_locks,
     transaction_producers,
 )
-from recurrence.processor.stream.fetches import FetchChannel, Fetched
+from .fetches import FetchChannel, Fetched
 
 #: How long a fetch may wait at the broker for data (Faust fixes 1500 ms; see ``_ConsumerThread``).
 FETCH_MAX_WAIT_MS: Final = 100

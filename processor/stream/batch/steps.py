@@ -32,14 +32,14 @@ from typing import Any, Final
 
 import orjson
 
-from recurrence.processor.engine import Engine, EngineConfig
-from recurrence.processor.patterns import PatternTracker, is_recurred
-from recurrence.processor.records import Emitted, Origin
-from recurrence.processor.scopesummary import StatisticsCache, changed_rows
-from recurrence.processor.state import key
-from recurrence.processor.store.base import Transaction
-from recurrence.processor.stream.settings import TopicNames
-from recurrence.processor.stream.types import StepRun, TableRecord
+from ....topics.names import TopicNames
+from ...engine import Engine, EngineConfig
+from ...patterns import PatternTracker, is_recurred
+from ...records import Emitted, Origin
+from ...scopesummary import StatisticsCache, changed_rows
+from ...state import key
+from ...store.base import Transaction
+from .types import StepRun, TableRecord
 
 log = logging.getLogger("recurrence.stream")
 

@@ -36,11 +36,11 @@ from faust.stores import rocksdb as faust_rocksdb
 from rocksdict import AccessType, Rdict, ReadOptions, WriteBatch, WriteOptions
 from yarl import URL
 
-from recurrence.processor.store.base import StateStore, Transaction
-from recurrence.processor.store.memory import MemoryStore
-from recurrence.processor.store.rocksdb import RocksStore
-from recurrence.processor.stream import changeset
-from recurrence.processor.stream.types import ChangelogRecord
+from ...store.base import StateStore, Transaction
+from ...store.memory import MemoryStore
+from ...store.rocksdb import RocksStore
+from ..batch import changeset
+from ..batch.types import ChangelogRecord
 
 OFFSET_KEY = faust_rocksdb.Store.offset_key
 log = logging.getLogger("recurrence.stream")

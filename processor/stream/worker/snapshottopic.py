@@ -12,10 +12,10 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
-from recurrence.processor.stream.journal import PartitionReader
-from recurrence.processor.stream.settings import KafkaConnection
-from recurrence.processor.stream.snapshots import MAX_RECORD_BYTES
-from recurrence.processor.stream.types import ChangelogRecord
+from ..batch.types import ChangelogRecord
+from ..settings import KafkaConnection
+from .journal import PartitionReader
+from .snapshots import MAX_RECORD_BYTES
 
 
 class KafkaSnapshotLog:

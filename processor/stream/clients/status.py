@@ -17,10 +17,10 @@ from typing import Any, Final
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from recurrence.processor.exceptions import BrokerError
-from recurrence.processor.stream.brokers import bounded, require_topics, retrying, started
-from recurrence.processor.stream.faustcompat import kafka_client
-from recurrence.processor.stream.settings import KafkaConnection
+from ...exceptions import BrokerError
+from ..settings import KafkaConnection
+from .brokers import bounded, require_topics, retrying, started
+from .faustcompat import kafka_client
 
 POLL_SECONDS: Final = 0.5
 

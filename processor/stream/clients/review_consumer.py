@@ -1,6 +1,6 @@
 """An example downstream consumer for a Review service: ``<prefix>.review``, deduplicated, offsets committed.
 
-    python -m recurrence.processor.stream.review_consumer --group review-service [--idle-exit 10]
+    python -m recurrence.processor.stream.clients.review_consumer --group review-service [--idle-exit 10]
 
 It reads ``review_proposal`` and ``admission`` records in its own consumer
 group (``read_committed``, from the earliest offset the first time), skips a
@@ -22,12 +22,12 @@ from typing import Any, Final
 
 from aiokafka import AIOKafkaConsumer
 
-from recurrence.processor.exceptions import RecurrenceError
-from recurrence.processor.stream.brokers import bounded, quiet_client_logs, require_topics, started
-from recurrence.processor.stream.cliflags import NAMING, add_config_argument, add_model_arguments, load
-from recurrence.processor.stream.dump import record_id
-from recurrence.processor.stream.faustcompat import kafka_client
-from recurrence.processor.stream.settings import KafkaConnection, TopicLayout
+from ...exceptions import RecurrenceError
+from ..cliflags import NAMING, add_config_argument, add_model_arguments, load
+from ..settings import KafkaConnection, TopicLayout
+from .brokers import bounded, quiet_client_logs, require_topics, started
+from .dump import record_id
+from .faustcompat import kafka_client
 
 POLL_MS: Final = 500
 
@@ -99,7 +99,7 @@ async def _run(connection: KafkaConnection, topic: str, group: str, idle_exit: f
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m recurrence.processor.stream.review_consumer",
+        prog="python -m recurrence.processor.stream.clients.review_consumer",
         description="Example Review consumer: <prefix>.review as deduplicated JSON lines, offsets committed.",
     )
     parser.add_argument("--group", default="recurrence-review", help="its own consumer group (default %(default)s)")

@@ -13,9 +13,9 @@ from typing import Any
 from aiokafka import TopicPartition
 from aiokafka.partitioner import DefaultPartitioner
 
-from recurrence.processor.exceptions import TransactionStateError
-from recurrence.processor.stream.faustcompat import plain_producer, transaction_lock, transaction_producer
-from recurrence.processor.stream.types import Delivered
+from ...exceptions import TransactionStateError
+from ..batch.types import Delivered
+from ..clients.faustcompat import plain_producer, transaction_lock, transaction_producer
 
 
 @dataclass(frozen=True)

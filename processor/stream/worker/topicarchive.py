@@ -25,11 +25,11 @@ from typing import Any, Final, TypeVar
 import orjson
 from aiokafka import TopicPartition
 
-from recurrence.processor.explain import NotFoundError
-from recurrence.processor.recordindex import record_key
-from recurrence.processor.store.base import StateStore
-from recurrence.processor.stream.brokers import committed_reader
-from recurrence.processor.stream.settings import KafkaConnection
+from ...explain import NotFoundError
+from ...recordindex import record_key
+from ...store.base import StateStore
+from ..clients.brokers import committed_reader
+from ..settings import KafkaConnection
 
 log = logging.getLogger("recurrence.stream.explain")
 

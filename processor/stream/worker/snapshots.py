@@ -62,9 +62,9 @@ from typing import Any, Final, Protocol
 
 import orjson
 
-from recurrence.processor.stream.metrics import SnapshotCounts
-from recurrence.processor.stream.tablestore import OFFSET_KEY, ChangeSetRocksStore
-from recurrence.processor.stream.types import ChangelogRecord
+from ..batch.metrics import SnapshotCounts
+from ..batch.types import ChangelogRecord
+from .tablestore import OFFSET_KEY, ChangeSetRocksStore
 
 log = logging.getLogger("recurrence.stream")
 

@@ -31,25 +31,26 @@ from typing import Any, Final, cast
 import faust
 from aiokafka.errors import MessageSizeTooLargeError
 
-from recurrence.processor.engine import EngineConfig
-from recurrence.processor.exceptions import RecurrenceError
-from recurrence.processor.gcpolicy import FullCollections, freeze_startup_objects
-from recurrence.processor.stream.cluster import Cluster
-from recurrence.processor.stream.faustcompat import crashed
-from recurrence.processor.stream.fetches import FetchChannel, Fetched
-from recurrence.processor.stream.journal import PartitionReader
-from recurrence.processor.stream.metrics import LiveReadings, Metrics
-from recurrence.processor.stream.probes import ProbeInputs, readiness, rebalances, restore_progress
-from recurrence.processor.stream.processing import BatchProcessor
-from recurrence.processor.stream.settings import PATTERNS_TABLE_NAME, TABLE_NAME, KafkaConnection, StreamSettings
-from recurrence.processor.stream.sink import FaustSink
-from recurrence.processor.stream.snapshots import Snapshots, SnapshotTarget
-from recurrence.processor.stream.snapshottopic import KafkaSnapshotLog
-from recurrence.processor.stream.steps import PatternStep
-from recurrence.processor.stream.tablestore import StateTable
-from recurrence.processor.stream.types import Entry, PartitionedState
-from recurrence.processor.stream.views import PatternTable, ReadSurface, register
-from recurrence.processor.stream.workerapp import WorkerApp
+from ....topics.names import PATTERNS_TABLE_NAME, TABLE_NAME
+from ...engine import EngineConfig
+from ...exceptions import RecurrenceError
+from ...gcpolicy import FullCollections, freeze_startup_objects
+from ..batch.metrics import LiveReadings, Metrics
+from ..batch.probes import ProbeInputs, readiness, rebalances, restore_progress
+from ..batch.processing import BatchProcessor
+from ..batch.steps import PatternStep
+from ..batch.types import Entry, PartitionedState
+from ..clients.faustcompat import crashed
+from ..settings import KafkaConnection, StreamSettings
+from .cluster import Cluster
+from .fetches import FetchChannel, Fetched
+from .journal import PartitionReader
+from .sink import FaustSink
+from .snapshots import Snapshots, SnapshotTarget
+from .snapshottopic import KafkaSnapshotLog
+from .tablestore import StateTable
+from .views import PatternTable, ReadSurface, register
+from .workerapp import WorkerApp
 
 log = logging.getLogger("recurrence.stream")
 

@@ -32,12 +32,13 @@ from typing import IO, Any, Final
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from recurrence.processor.exceptions import SettingsError
-from recurrence.processor.stream.brokers import bounded, committed_reader, require_topics, started
-from recurrence.processor.stream.faustcompat import kafka_client
-from recurrence.processor.stream.settings import KafkaConnection, TopicNames
-from recurrence.processor.stream.types import ID_HEADER, SOURCE_HEADER
-from recurrence.schemas.canonical import digest
+from ....schemas.canonical import digest
+from ....topics.names import TopicNames
+from ...exceptions import SettingsError
+from ..batch.types import ID_HEADER, SOURCE_HEADER
+from ..settings import KafkaConnection
+from .brokers import bounded, committed_reader, require_topics, started
+from .faustcompat import kafka_client
 
 _NO_SOURCE = (sys.maxsize, sys.maxsize, sys.maxsize)
 _POLL_MS: Final = 500

@@ -51,9 +51,9 @@ import aiohttp
 import orjson
 from aiokafka.partitioner import murmur2
 
-from recurrence.processor.engine import Engine, EngineConfig
-from recurrence.processor.explain import Explainer, NotFoundError, RevisionRef
-from recurrence.processor.httpapi import (
+from ...engine import Engine, EngineConfig
+from ...explain import Explainer, NotFoundError, RevisionRef
+from ...httpapi import (
     dead_letters_body,
     explain_body,
     explain_format,
@@ -63,16 +63,16 @@ from recurrence.processor.httpapi import (
     patterns_body,
     ui_file,
 )
-from recurrence.processor.openapi import document
-from recurrence.processor.patterns import listing, listing_order
-from recurrence.processor.recordindex import dead_letter_counts, record_key
-from recurrence.processor.state import State
-from recurrence.processor.store.base import StateStore, Transaction
-from recurrence.processor.stream.metrics import CONTENT_TYPE, Metrics
-from recurrence.processor.stream.probes import ProbeInputs, ProbeResult, liveness, readiness
-from recurrence.processor.stream.settings import KafkaConnection
-from recurrence.processor.stream.topicarchive import Location, PassArchive, TopicReader, in_passes
-from recurrence.processor.stream.types import PartitionedState
+from ...openapi import document
+from ...patterns import listing, listing_order
+from ...recordindex import dead_letter_counts, record_key
+from ...state import State
+from ...store.base import StateStore, Transaction
+from ..batch.metrics import CONTENT_TYPE, Metrics
+from ..batch.probes import ProbeInputs, ProbeResult, liveness, readiness
+from ..batch.types import PartitionedState
+from ..settings import KafkaConnection
+from .topicarchive import Location, PassArchive, TopicReader, in_passes
 
 log = logging.getLogger("recurrence.stream.web")
 

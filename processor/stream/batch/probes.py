@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from recurrence.processor.stream.metrics import RestoreProgress
+from .metrics import RestoreProgress
 
 
 @dataclass(frozen=True)

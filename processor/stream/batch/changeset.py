@@ -44,11 +44,12 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Final
 
+from ..settings import CHANGELOG_RECORD_BYTES
+
 MAGIC: Final = b"RCS1"
 PART_MAGIC: Final = b"RCP1"
-#: Largest changelog record value the worker writes by default (``--changelog-record-bytes``): half
-#: the broker's default ``max.message.bytes`` (1 MiB), room left for the key and the batch framing.
-RECORD_BYTES: Final = 512 * 1024
+#: Largest changelog record value by default: ``--changelog-record-bytes``, declared with the settings.
+RECORD_BYTES: Final = CHANGELOG_RECORD_BYTES
 _KEY_LEN = struct.Struct(">I")
 _VALUE_LEN = struct.Struct(">i")
 _PART = struct.Struct(">II")

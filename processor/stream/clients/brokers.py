@@ -17,8 +17,8 @@ from typing import Any, Final, TypeVar
 
 from aiokafka import AIOKafkaConsumer
 
-from recurrence.processor.exceptions import BrokerError
-from recurrence.processor.stream.settings import KafkaConnection
+from ...exceptions import BrokerError
+from ..settings import KafkaConnection
 
 T = TypeVar("T")
 C = TypeVar("C")

@@ -15,9 +15,9 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
-from recurrence.processor.stream.brokers import committed_reader
-from recurrence.processor.stream.settings import KafkaConnection
-from recurrence.processor.stream.types import ChangelogRecord
+from ..batch.types import ChangelogRecord
+from ..clients.brokers import committed_reader
+from ..settings import KafkaConnection
 
 FETCH_TIMEOUT = 60.0
 FETCH_POLL_MS = 50

@@ -48,17 +48,19 @@ from typing import Final
 
 import orjson
 
-from recurrence.processor.engine import EngineConfig
-from recurrence.processor.exceptions import ConfigMismatchError, TransactionStateError
-from recurrence.processor.recordindex import index_record
-from recurrence.processor.records import Emitted
-from recurrence.processor.state import row_cache
-from recurrence.processor.store.base import RowCache, StateStore, Transaction
-from recurrence.processor.stream import changeset
-from recurrence.processor.stream.metrics import Metrics
-from recurrence.processor.stream.settings import BATCH_MAX_AT_LEAST_ONCE, TopicNames
-from recurrence.processor.stream.steps import EngineStep
-from recurrence.processor.stream.types import (
+from ....topics.names import TopicNames
+from ...engine import EngineConfig
+from ...exceptions import ConfigMismatchError, TransactionStateError
+from ...recordindex import index_record
+from ...records import Emitted
+from ...state import row_cache
+from ...store.base import RowCache, StateStore, Transaction
+from ...tally import Tally
+from ..settings import BATCH_MAX_AT_LEAST_ONCE
+from . import changeset
+from .metrics import Metrics
+from .steps import EngineStep
+from .types import (
     ID_HEADER,
     SOURCE_HEADER,
     ChangelogSource,
@@ -70,7 +72,6 @@ from recurrence.processor.stream.types import (
     Step,
     StepRun,
 )
-from recurrence.processor.tally import Tally
 
 log = logging.getLogger("recurrence.stream")
 

@@ -19,11 +19,11 @@ from typing import IO, Any, Final
 import orjson
 from aiokafka import AIOKafkaProducer
 
-from recurrence.processor.exceptions import UnusableError
-from recurrence.processor.journalfile import JournalReader, Progress
-from recurrence.processor.stream.brokers import bounded, require_topics, started
-from recurrence.processor.stream.settings import KafkaConnection
-from recurrence.topics.definitions import JOURNAL_MAX_RECORD_BYTES
+from ....topics.definitions import JOURNAL_MAX_RECORD_BYTES
+from ...exceptions import UnusableError
+from ...journalfile import JournalReader, Progress
+from ..settings import KafkaConnection
+from .brokers import bounded, require_topics, started
 
 UNKEYED_PARTITION: Final = 0
 _WINDOW: Final = 2000  # records in flight before waiting for acknowledgements

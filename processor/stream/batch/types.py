@@ -8,8 +8,8 @@ in memory; ``dump`` reads the header without loading Faust.
 from collections.abc import Awaitable, Collection, Mapping, Sequence
 from typing import Final, NamedTuple, Protocol, TypeAlias
 
-from recurrence.processor.records import Emitted, Origin
-from recurrence.processor.store.base import StateStore, Transaction
+from ...records import Emitted, Origin
+from ...store.base import StateStore, Transaction
 
 #: Header on every output record: "<journal partition>:<journal offset>:<index in the entry's output>".
 SOURCE_HEADER: Final = "recurrence-source"

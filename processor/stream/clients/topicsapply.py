@@ -20,9 +20,9 @@ from typing import Any
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from recurrence.processor.stream.brokers import bounded, started
-from recurrence.processor.stream.settings import KafkaConnection
-from recurrence.topics.definitions import RECORD_LIMIT, TopicSpec
+from ....topics.definitions import RECORD_LIMIT, TopicSpec
+from ..settings import KafkaConnection
+from .brokers import bounded, started
 
 # Limits that move no record when changed: the drift line says how to change them in place.
 ALTERABLE_IN_PLACE = frozenset({RECORD_LIMIT})
