@@ -91,7 +91,12 @@ class PatternRevision(Value):
 class PatternRow(Value):
     signature_key: str
     scope_count: NonNegative
+    #: either list below has more than it shows (kept for the published shape; the next two say which)
     more_than_listed: bool
+    #: more than ``scope_count`` scopes: a scope beyond the listed ones was seen
+    scopes_more_than_listed: bool
+    #: a revision beyond the listed ones was seen
+    revisions_more_than_listed: bool
     scopes: list[str]
     revisions: list[PatternRevision]
     recurrences: NonNegative
