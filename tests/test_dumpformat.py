@@ -33,7 +33,7 @@ def test_every_token() -> None:
 
 @pytest.mark.parametrize("bad", ["%x", "%", "value %s and %Z"])
 def test_an_unknown_token_is_refused_with_the_valid_ones(bad: str) -> None:
-    with pytest.raises(SettingsError, match="unknown token .*%s, %S, %k"):
+    with pytest.raises(SettingsError, match=r"unknown token .*%s, %S, %k"):
         compile_format(bad)
 
 
