@@ -177,13 +177,21 @@ def _summarized(items: list[str], more: bool, shown: int) -> str:
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     # aiohttp is loaded only by the command that serves.
+    from .follow import follow_state  # noqa: PLC0415
     from .serve import EmbeddedReadSurface, serve  # noqa: PLC0415
 
-    with _state(Path(args.state), must_exist=True, read_only=True) as store:
+    follower = follow_state(Path(args.state))
+    try:
         surface = EmbeddedReadSurface(
-            store, Path(args.out) if args.out else None, Path(args.journal) if args.journal else None
+            follower.view,
+            Path(args.out) if args.out else None,
+            Path(args.journal) if args.journal else None,
+            mark=follower.mark,
+            following=True,
         )
-        serve(surface, args.host, args.port)
+        serve(surface, args.host, args.port, follower)
+    finally:
+        follower.close()
     return EXIT_OK
 
 

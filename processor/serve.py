@@ -4,12 +4,14 @@ The same paths and bodies as a worker (docs/web.md): ``/statistics``,
 ``/scopes/{scope_id}/statistics``, ``/explain/{id}`` (over the state and the
 ledger and journal files, as ``recurrence explain``), ``/dead-letters``,
 ``/patterns``, the probes, ``/openapi.json`` and the page at ``/ui``. The
-state is opened read-only, so it is the state as of the server's start: run
-``serve`` again after a replay to see what it added.
+state may be one a replay is writing: ``serve`` follows it (``follow``), each
+answer computed from one view of the state as of one committed batch, and
+answers computed for a view are kept until the next one replaces it.
 """
 
+import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, Final
 
@@ -19,6 +21,7 @@ from aiohttp import web
 from .archive import FileArchive
 from .embedded import bind_config, statistics
 from .explain import Explainer, NotFoundError
+from .follow import Follower, StateMark, follow, state_mark
 from .httpapi import (
     JSON,
     dead_letters_body,
@@ -51,26 +54,55 @@ def _error(status: int, message: str) -> web.Response:
 
 
 class EmbeddedReadSurface:
-    """The read surface over one embedded state directory, its ledger and its journal."""
+    """The read surface over one embedded state, its ledger and its journal; ``replace`` moves it to a
+    newer view of the same state (what ``follow`` does while a replay writes)."""
 
-    def __init__(self, store: StateStore, ledger: Path | None = None, journal: Path | None = None) -> None:
+    # Statistics bodies kept per view, for this many ``top`` values at most.
+    CACHED: Final = 8
+
+    def __init__(self, store: StateStore, ledger: Path | None = None, journal: Path | None = None,
+                 mark: StateMark | None = None, following: bool = False) -> None:
+        self._ledger, self._journal = ledger, journal
+        self.following = following
+        self.replace(store, state_mark(store) if mark is None else mark)
+
+    def replace(self, store: StateStore, mark: StateMark) -> None:
         self.store = store
-        self.archive = FileArchive(store, ledger, journal)
+        self.mark = mark
+        self.archive = FileArchive(store, self._ledger, self._journal)
         self.config = bind_config(store, None)
+        self._statistics: dict[int, list[dict[str, Any]]] = {}
+        self._dead_letters: dict[str, Any] | None = None
+        self._patterns: dict[str, Any] | None = None
 
     def statistics(self, scope_id: str | None, top: int) -> list[dict[str, Any]]:
-        return statistics(self.store, scope_id, top)
+        if scope_id is not None:
+            return statistics(self.store, scope_id, top)
+        found = self._statistics.get(top)
+        if found is None:
+            if len(self._statistics) >= self.CACHED:
+                self._statistics.clear()
+            found = self._statistics[top] = statistics(self.store, None, top)
+        return found
 
     def explain(self, identity: str, scope_id: str | None) -> dict[str, Any]:
         explainer = Explainer(State(Transaction(self.store)), self.archive)
         return narrow(explainer.explain(identity), scope_id)
 
     def dead_letters(self) -> dict[str, Any]:
-        return dead_letters_body(dead_letter_counts(Transaction(self.store)))
+        if self._dead_letters is None:
+            self._dead_letters = dead_letters_body(dead_letter_counts(Transaction(self.store)))
+        return self._dead_letters
 
     def patterns(self) -> dict[str, Any]:
-        rows = listing(Transaction(self.store), self.config.pattern_scopes, suggested_only=False)
-        return patterns_body(rows, self.config.pattern_scopes)
+        if self._patterns is None:
+            rows = listing(Transaction(self.store), self.config.pattern_scopes, suggested_only=False)
+            self._patterns = patterns_body(rows, self.config.pattern_scopes)
+        return self._patterns
+
+    def progress(self) -> dict[str, Any]:
+        """How far the served view is (``/state``): from the state, never the server's clock."""
+        return {"runner": "embedded", "following": self.following, **self.mark.body()}
 
 
 def application(surface: EmbeddedReadSurface) -> web.Application:
@@ -147,7 +179,16 @@ def application(surface: EmbeddedReadSurface) -> web.Application:
     return app
 
 
-def serve(surface: EmbeddedReadSurface, host: str, port: int) -> None:
-    """Serve until SIGINT or SIGTERM."""
+def serve(surface: EmbeddedReadSurface, host: str, port: int, follower: Follower | None = None) -> None:
+    """Serve until SIGINT or SIGTERM; with a ``follower``, each new view of the state as it comes."""
+    app = application(surface)
+    if follower is not None:
+
+        async def following(app: web.Application) -> AsyncIterator[None]:
+            task = asyncio.create_task(follow(follower, surface.replace))
+            yield
+            task.cancel()
+
+        app.cleanup_ctx.append(following)
     print(f"recurrence serve: http://{host}:{port}/ui (Ctrl-C to stop)", flush=True)
-    web.run_app(application(surface), host=host, port=port, print=None, access_log=None)
+    web.run_app(app, host=host, port=port, print=None, access_log=None)
