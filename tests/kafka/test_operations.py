@@ -166,7 +166,7 @@ def test_ledger_dump_reads_from_an_offset_one_partition_and_formats_like_kcat(
     assert sorted(record for *_, record in where) == sorted(deployment.run("ledger-dump", "--no-dedupe").stdout
                                                             .splitlines())
     ledger = f"{deployment.prefix}.ledger"
-    offsets = {(topic, int(part)): [] for topic, part, _, _ in where}
+    offsets: dict[tuple[str, int], list[int]] = {(topic, int(part)): [] for topic, part, _, _ in where}
     for topic, part, offset, _ in where:
         offsets[(topic, int(part))].append(int(offset))
     in_zero = sorted(offsets[(ledger, 0)])
