@@ -51,7 +51,8 @@ import aiohttp
 import orjson
 from aiokafka.partitioner import murmur2
 
-from ...engine import Engine, EngineConfig
+from ...engine import Engine
+from ...engineconfig import EngineConfig
 from ...explain import Explainer, NotFoundError, RevisionRef
 from ...httpapi import (
     dead_letters_body,
