@@ -66,13 +66,13 @@ def test_the_worker_takes_its_engine_settings_from_the_same_declaration() -> Non
         field = WorkerOptions.model_fields[name]
         assert field.default == EngineConfig.model_fields[name].default
         assert WorkerOptions.env_name(name) == EngineConfig.model_fields[name].json_schema_extra["env"]  # type: ignore[index]
-        WorkerOptions(**{name: low})
-        WorkerOptions(**{name: high})
+        WorkerOptions.model_validate({name: low})
+        WorkerOptions.model_validate({name: high})
         for bad in (low - 1, high + 1):
             with pytest.raises(ValueError):
-                WorkerOptions(**{name: bad})
+                WorkerOptions.model_validate({name: bad})
             with pytest.raises(ValueError):
-                EngineConfig(**{name: bad})
+                EngineConfig.model_validate({name: bad})
             with pytest.raises(SettingsError):
                 engineconfig.check(name, bad)
 
