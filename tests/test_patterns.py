@@ -6,7 +6,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from recurrence.processor.patterns import MAX_LISTED, Pattern, PatternTracker, listing
+from recurrence.processor.engineconfig import MAX_LISTED
+from recurrence.processor.patterns import Pattern, PatternTracker, listing
 from recurrence.processor.store.base import Transaction
 from recurrence.processor.store.memory import MemoryStore
 from recurrence.schemas.canonical import digest
