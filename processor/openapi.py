@@ -21,12 +21,13 @@ from ..schemas.readsurface import (
     Explanation,
     PatternSuggestions,
     ProbeBody,
+    Progress,
 )
 from ..schemas.statistics import ScopeStatistics
 from .httpapi import MAX_TOP, UI_FILES, Server
 
 MODELS: Final[tuple[type[BaseModel], ...]] = (
-    ScopeStatistics, Explanation, DeadLetterCounts, PatternSuggestions, ProbeBody, ErrorBody,
+    ScopeStatistics, Explanation, DeadLetterCounts, PatternSuggestions, ProbeBody, ErrorBody, Progress,
 )
 _REF: Final = "#/components/schemas/{model}"
 
@@ -123,6 +124,12 @@ def document(server: Server, routes: Sequence[tuple[str, bool]]) -> dict[str, An
             "cross-scope pattern rows (suggested and below the threshold), as `recurrence patterns --all --json`",
             {"200": _json(_ref(PatternSuggestions), "every pattern row, most scopes first"), **unavailable},
             local,
+        ),
+        "/progress": _get(
+            "how far the served state is (journal checkpoint and commit time; a worker's partitions, lag and "
+            "readiness), with an ETag: If-None-Match answers 304 while it has not moved",
+            {"200": _json(_ref(Progress), "how far"), "304": {"description": "not moved since the tag given"},
+             **unavailable},
         ),
         "/livez": _get("liveness probe", probe),
         "/readyz": _get("readiness probe", probe),

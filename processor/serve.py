@@ -24,7 +24,8 @@ from .follow import Follower, StateMark, follow, state_mark
 from .httpapi import Server, dead_letters_body, narrow, patterns_body
 from .patterns import listing
 from .recordindex import dead_letter_counts
-from .routes import Ask, Probe, install
+from .routes import Ask, Probe, add_not_found, install
+from .servemetrics import CONTENT_TYPE, StateReadings, registry, render
 from .state import State
 from .store.base import StateStore, Transaction
 
@@ -45,24 +46,36 @@ class EmbeddedReadSurface:
                  mark: StateMark | None = None, following: bool = False) -> None:
         self._ledger, self._journal = ledger, journal
         self.following = following
+        self.views = 0
         self.replace(store, state_mark(store) if mark is None else mark)
+        self._metrics = registry(StateReadings(
+            lambda: self.mark, self._dead_letter_counts, lambda: self._statistics_for(0), lambda: self.views))
 
     def replace(self, store: StateStore, mark: StateMark) -> None:
         self.store = store
         self.mark = mark
         self.archive = FileArchive(store, self._ledger, self._journal)
         self.config = bind_config(store, None)
+        self.views += 1
         self._statistics: dict[int, list[dict[str, Any]]] = {}
-        self._dead_letters: dict[str, Any] | None = None
+        self._dead_letters: dict[str, int] | None = None
         self._patterns: dict[str, Any] | None = None
 
-    async def statistics(self, top: int, ask: Ask) -> list[dict[str, Any]]:
+    def _statistics_for(self, top: int) -> list[dict[str, Any]]:
         found = self._statistics.get(top)
         if found is None:
             if len(self._statistics) >= self.CACHED:
                 self._statistics.clear()
             found = self._statistics[top] = statistics(self.store, None, top)
         return found
+
+    def _dead_letter_counts(self) -> dict[str, int]:
+        if self._dead_letters is None:
+            self._dead_letters = dead_letter_counts(Transaction(self.store))
+        return self._dead_letters
+
+    async def statistics(self, top: int, ask: Ask) -> list[dict[str, Any]]:
+        return self._statistics_for(top)
 
     async def scope_statistics(self, scope_id: str, top: int, ask: Ask) -> dict[str, Any]:
         found = statistics(self.store, scope_id, top)
@@ -75,9 +88,7 @@ class EmbeddedReadSurface:
         return narrow(explainer.explain(identity), scope_id)
 
     async def dead_letters(self, ask: Ask) -> dict[str, Any]:
-        if self._dead_letters is None:
-            self._dead_letters = dead_letters_body(dead_letter_counts(Transaction(self.store)))
-        return self._dead_letters
+        return dead_letters_body(self._dead_letter_counts())
 
     async def patterns(self, ask: Ask) -> dict[str, Any]:
         if self._patterns is None:
@@ -85,20 +96,24 @@ class EmbeddedReadSurface:
             self._patterns = patterns_body(rows, self.config.pattern_scopes)
         return self._patterns
 
-    def progress(self) -> dict[str, Any]:
-        """How far the served view is (``/state``): from the state, never the server's clock."""
+    async def progress(self, ask: Ask) -> dict[str, Any]:
+        """How far the served view is: from the state, never the server's clock."""
         return {"runner": "embedded", "following": self.following, **self.mark.body()}
+
+    def version(self) -> str:
+        return self.mark.etag
 
     def check(self, kind: Literal["live", "ready"]) -> Probe:
         return Probe(True, {"status": "ok", "reasons": []})
 
     def exposition(self) -> tuple[bytes, str]:
-        raise NotFoundError("serve has no metrics")  # not in its route table: never asked
+        return render(self._metrics), CONTENT_TYPE
 
 
 def application(surface: EmbeddedReadSurface) -> web.Application:
     app = web.Application()
     install(app.router, surface)
+    add_not_found(app, surface.server)
     return app
 
 
