@@ -201,10 +201,15 @@ def test_tune_prints_the_contract_json_and_writes_nothing(tmp_path: Path) -> Non
     work.mkdir()
     journal = write(work / "journal.jsonl",
                     list(generate(JournalSpec(entries=800, scopes=3, seed=11, experiences_per_scope=3))))
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
     before = sorted(os.listdir(work))
     result = subprocess.run([*recurrence_command(), "tune", str(journal), "--thresholds", "4,2,3", "--json"],
-                            capture_output=True, cwd=work, check=True, timeout=60)
+                            capture_output=True, cwd=work, check=True, timeout=60,
+                            env={**os.environ, "TMPDIR": str(scratch)})
+    # Nothing kept: not beside the journal, not in the scratch place (its state is removed at the end).
     assert sorted(os.listdir(work)) == before
+    assert os.listdir(scratch) == []
     body = orjson.loads(result.stdout)
     assert list(body) == ["thresholds"]
     assert [row["threshold"] for row in body["thresholds"]] == [4, 2, 3]
