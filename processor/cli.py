@@ -186,7 +186,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     try:
         thresholds = parse_thresholds(args.thresholds)
     except ValueError as bad:
-        raise SettingsError(str(bad)) from None
+        raise SettingsError(f"--thresholds: {bad}") from None
     body, summary = tune(args.journal, thresholds, batch_size=args.batch)
     print(summary.line(), file=sys.stderr)
     if args.json:
@@ -248,7 +248,7 @@ def _add_tune(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -
         "--thresholds",
         default="2,3,4,5",
         metavar="K,K,...",
-        help=f"review thresholds to compare, 1..{MAX_THRESHOLD}, one row each in this order (default %(default)s)",
+        help=f"review thresholds to compare, 1..{MAX_THRESHOLD}, one row each in the order given (default %(default)s)",
     )
     p.add_argument("--json", action="store_true", help="print the contract's JSON (section 5) instead of a table")
     p.add_argument(

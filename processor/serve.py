@@ -3,7 +3,7 @@
 The same paths and bodies as a worker (docs/web.md): ``/statistics``,
 ``/scopes/{scope_id}/statistics``, ``/explain/{id}`` (over the state and the
 ledger and journal files, as ``recurrence explain``), ``/dead-letters``,
-``/patterns``, the probes, ``/openapi.json`` and the page at ``/ui``. The
+``/patterns``, ``/tune``, the probes, ``/openapi.json`` and the page at ``/ui``. The
 state is opened read-only, so it is the state as of the server's start: run
 ``serve`` again after a replay to see what it added.
 """
@@ -23,6 +23,7 @@ from .recordindex import dead_letter_counts
 from .routes import Ask, Probe, install
 from .state import State
 from .store.base import StateStore, Transaction
+from .whatif import chart_thresholds, rows, scope_shadows, served
 
 log = logging.getLogger("recurrence.serve")
 
@@ -58,6 +59,11 @@ class EmbeddedReadSurface:
     async def patterns(self, ask: Ask) -> dict[str, Any]:
         rows = listing(Transaction(self.store), self.config.pattern_scopes, suggested_only=False)
         return patterns_body(rows, self.config.pattern_scopes)
+
+    async def tune(self, thresholds: list[int] | None, ask: Ask) -> dict[str, Any]:
+        scopes, incomplete = scope_shadows(State(Transaction(self.store)))
+        configured = self.config.review_threshold
+        return served(configured, incomplete, rows(scopes, thresholds or chart_thresholds(configured)))
 
     def check(self, kind: Literal["live", "ready"]) -> Probe:
         return Probe(True, {"status": "ok", "reasons": []})

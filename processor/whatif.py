@@ -41,25 +41,27 @@ COUNTS: Final = ("review_proposals", "needing_review", "flags", "flags_then_avoi
 
 
 def parse_thresholds(text: str) -> list[int]:
-    """``2,3,4,5``: distinct integers 1..MAX_THRESHOLD, in the order given; ValueError says what is wrong."""
+    """``2,3,4,5``: integers 1..MAX_THRESHOLD, at most MAX_THRESHOLDS of them, in the order given (a value
+    given twice is two rows); ValueError says what is wrong (each caller names the option or parameter)."""
     items = [item.strip() for item in text.split(",")]
     if not text.strip() or any(not item for item in items):
-        raise ValueError(f"--thresholds takes a comma-separated list of integers such as 2,3,4,5, not {text!r}")
+        raise ValueError(f"a comma-separated list of integers such as 2,3,4,5 is expected, not {text!r}")
     if len(items) > MAX_THRESHOLDS:
-        raise ValueError(f"--thresholds takes at most {MAX_THRESHOLDS} values, not {len(items)}")
+        raise ValueError(f"at most {MAX_THRESHOLDS} thresholds at once, not {len(items)}")
     thresholds: list[int] = []
     for item in items:
         if not item.isdecimal() or not item.isascii():
-            raise ValueError(f"--thresholds: {item!r} is not a whole number; give integers such as 2,3,4,5")
+            raise ValueError(f"{item!r} is not a whole number; give integers such as 2,3,4,5")
         value = int(item)
         if not 1 <= value <= MAX_THRESHOLD:
-            raise ValueError(
-                f"--thresholds: {value} is outside 1..{MAX_THRESHOLD} (the streaks the counters tell apart)"
-            )
-        if value in thresholds:
-            raise ValueError(f"--thresholds: {value} is given twice")
+            raise ValueError(f"{value} is outside 1..{MAX_THRESHOLD} (the streaks the counters tell apart)")
         thresholds.append(value)
     return thresholds
+
+
+def chart_thresholds(configured: int) -> list[int]:
+    """The thresholds the page draws unless asked for others: 1..10, and two past the configured one."""
+    return list(range(1, min(max(10, configured + 2), MAX_THRESHOLD) + 1))
 
 
 def _at_least(histogram: list[int], k: int) -> int:
@@ -124,3 +126,8 @@ def what_if(state: State, thresholds: Iterable[int]) -> dict[str, Any]:
     """The contract's section 5 body for the scopes of ``state``."""
     scopes, _ = scope_shadows(state)
     return {"thresholds": rows(scopes, thresholds)}
+
+
+def served(review_threshold: int, incomplete: list[str], thresholds: list[dict[str, Any]]) -> dict[str, Any]:
+    """``GET /tune``'s body (``schemas.readsurface.ThresholdWhatIf``): the what-if of a state being served."""
+    return {"review_threshold": review_threshold, "incomplete_scopes": incomplete, "thresholds": thresholds}
