@@ -14,6 +14,7 @@ footprint of ``replay``'s state.
 """
 
 import tempfile
+import textwrap
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -118,11 +119,10 @@ def table(body: dict[str, Any]) -> str:
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     text = ["  ".join(cell.rjust(width) for cell, width in zip(line, widths, strict=True)) for line in lines]
     scopes = len(body["thresholds"][0]["by_scope"]) if body["thresholds"] else 0
-    text.append("")
-    text.append(
-        f"{scopes} scopes. flags: times a group's streak reached the threshold (any repair surface, head or "
-        "not); premature: the share of them an avoided verdict later ended (the lesson began to work without "
-        "a review); review proposals: what replay --review-threshold K writes; needing review: what stats "
-        "then counts."
+    note = (
+        f"{scopes} scopes. review proposals: what replay --review-threshold K writes (experience_content "
+        "records on their head revision); needing review: what stats then counts; flags: times a group's "
+        "streak reached K (any repair surface, head or not); premature: the share of flags an avoided "
+        "verdict later ended (the lesson began to work without a review)."
     )
-    return "\n".join(text) + "\n"
+    return "\n".join([*text, "", textwrap.fill(note, 100)]) + "\n"
