@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from .embedded import DEFAULT_BATCH
-from .engine import Engine, EngineConfig
+from .engine import Engine
+from .engineconfig import EngineConfig
 from .exceptions import StateDirError
 from .gcpolicy import full_collections_between_batches
 from .journalfile import JournalReader, Progress, shown

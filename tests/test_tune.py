@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from recurrence.processor.embedded import replay, statistics
-from recurrence.processor.engine import EngineConfig
+from recurrence.processor.engineconfig import EngineConfig
 from recurrence.processor.state import SHADOW_STREAKS, State
 from recurrence.processor.store.base import Transaction
 from recurrence.processor.store.memory import MemoryStore
