@@ -33,6 +33,7 @@ from aiohttp import web
 from .explain import NotFoundError
 from .httpapi import JSON, Server, error_body, explain_body, explain_format, parse_top, ui_file
 from .openapi import document
+from .whatif import parse_thresholds
 
 BOTH: Final[frozenset[Server]] = frozenset({"worker", "embedded"})
 WORKER: Final[frozenset[Server]] = frozenset({"worker"})
@@ -90,6 +91,8 @@ class Surface(Protocol):
 
     def version(self) -> str | None:
         """An entity tag of the state as served (changes with every commit), or None when there is none."""
+    async def tune(self, thresholds: list[int] | None, ask: Ask) -> dict[str, Any]:
+        """The threshold what-if of the state served (None: the page's default thresholds)."""
 
     def check(self, kind: Literal["live", "ready"]) -> Probe:
         """A probe's answer."""
@@ -218,6 +221,15 @@ async def progress(request: web.Request, surface: Surface) -> web.StreamResponse
     return _tagged(web.Response(body=raw, content_type=JSON), tag)
 
 
+async def tune(request: web.Request, surface: Surface) -> web.StreamResponse:
+    raw = request.query.get("thresholds")
+    try:
+        thresholds = parse_thresholds(raw) if raw else None
+    except ValueError as bad:
+        return error_response(400, f"thresholds: {bad}")
+    return await _answer(surface.tune(thresholds, Ask.of(request.query)), json_response)
+
+
 def _probe(kind: Literal["live", "ready"]) -> Handler:
     async def probe(request: web.Request, surface: Surface) -> web.StreamResponse:
         result = surface.check(kind)
@@ -276,6 +288,7 @@ ROUTES: Final[tuple[Route, ...]] = (
     Route("/dead-letters", "/dead-letters", dead_letters),
     Route("/patterns", "/patterns", patterns),
     Route("/progress", "/progress", progress),
+    Route("/tune", "/tune", tune),
     Route("/livez", "/livez", _probe("live"), public=True),
     Route("/readyz", "/readyz", _probe("ready"), public=True),
     Route("/health", "/health", _probe("ready"), public=True),

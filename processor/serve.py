@@ -3,10 +3,11 @@
 The same paths and bodies as a worker (docs/web.md): ``/statistics``,
 ``/scopes/{scope_id}/statistics``, ``/explain/{id}`` (over the state and the
 ledger and journal files, as ``recurrence explain``), ``/dead-letters``,
-``/patterns``, the probes, ``/openapi.json`` and the page at ``/ui``. The
-state may be one a replay is writing: ``serve`` follows it (``follow``), each
-answer computed from one view of the state as of one committed batch, and
-answers computed for a view are kept until the next one replaces it.
+``/patterns``, ``/tune``, ``/progress``, ``/metrics``, the probes,
+``/openapi.json`` and the page at ``/ui``. The state may be one a replay is
+writing: ``serve`` follows it (``follow``), each answer computed from one view
+of the state as of one committed batch, and answers computed for a view are
+kept until the next one replaces it.
 """
 
 import asyncio
@@ -28,6 +29,7 @@ from .routes import Ask, Probe, add_not_found, install
 from .servemetrics import CONTENT_TYPE, StateReadings, registry, render
 from .state import State
 from .store.base import StateStore, Transaction
+from .whatif import chart_thresholds, rows, scope_shadows, served
 
 log = logging.getLogger("recurrence.serve")
 
@@ -102,6 +104,11 @@ class EmbeddedReadSurface:
 
     def version(self) -> str:
         return self.mark.etag
+
+    async def tune(self, thresholds: list[int] | None, ask: Ask) -> dict[str, Any]:
+        scopes, incomplete = scope_shadows(State(Transaction(self.store)))
+        configured = self.config.review_threshold
+        return served(configured, incomplete, rows(scopes, thresholds or chart_thresholds(configured)))
 
     def check(self, kind: Literal["live", "ready"]) -> Probe:
         return Probe(True, {"status": "ok", "reasons": []})

@@ -30,17 +30,30 @@ from recurrence.processor.serve import EmbeddedReadSurface, application
 from recurrence.processor.store.rocksdb import RocksStore
 from recurrence.processor.stream.localrun import free_port, recurrence_command, wait_for
 from recurrence.processor.synthetic import JournalSpec, generate
-from recurrence.schemas.readsurface import DeadLetterCounts, Explanation, PatternSuggestions, Progress
+from recurrence.schemas.readsurface import (
+    DeadLetterCounts,
+    Explanation,
+    PatternSuggestions,
+    Progress,
+    ThresholdWhatIf,
+)
 from tests.apicheck import failures
-from tests.browser import SCREENSHOTS, expected_pattern_rows, expected_readings, page_readings
+from tests.browser import (
+    SCREENSHOTS,
+    expected_pattern_rows,
+    expected_readings,
+    expected_tune,
+    page_readings,
+    tune_readings,
+)
 from tests.tools import REPO, find
 
 EXAMPLE = REPO / "examples" / "rfc-minimum.jsonl"
 
 
 class Served:
-    def __init__(self, url: str, state: Path, ledger: Path) -> None:
-        self.url, self.state, self.ledger = url, state, ledger
+    def __init__(self, url: str, state: Path, ledger: Path, journal: Path) -> None:
+        self.url, self.state, self.ledger, self.journal = url, state, ledger, journal
 
     def get(self, path: str, accept: str | None = None) -> tuple[int, str, bytes]:
         status, headers, body = self.fetch(path, {"Accept": accept} if accept else {})
@@ -66,7 +79,7 @@ class Served:
         return result.stdout
 
     def journal_lines(self) -> list[bytes]:
-        return (self.state.parent / "journal.jsonl").read_bytes().splitlines()
+        return self.journal.read_bytes().splitlines()
 
     def records(self) -> list[dict[str, Any]]:
         return [orjson.loads(line) for line in self.ledger.read_bytes().splitlines() if line.strip()]
@@ -86,7 +99,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         url = f"http://127.0.0.1:{port}"
-        running = Served(url, state, ledger)
+        running = Served(url, state, ledger, journal)
         wait_for(lambda: server.poll() is None and _answers(running), 30, 0.1, "recurrence serve")
         yield running
     finally:
@@ -244,6 +257,42 @@ def test_a_path_that_does_not_exist_is_a_404_listing_those_that_do(served: Serve
     assert answer["error"] == "no such path: /statistic"
     assert answer["paths"] == list(served.json("/openapi.json")["paths"])
     assert "/statistics" in answer["paths"] and "/progress" in answer["paths"]
+
+
+def _tune_cli(served: Served, thresholds: str) -> dict[str, Any]:
+    result = subprocess.run([*recurrence_command(), "tune", str(served.journal), "--thresholds", thresholds, "--json"],
+                            check=True, capture_output=True, timeout=120)
+    body: dict[str, Any] = orjson.loads(result.stdout)
+    return body
+
+
+def test_tune_answers_what_recurrence_tune_says_of_the_journal(served: Served) -> None:
+    # The served state's shadow counters, kept by the replay, against a dry run over the same journal.
+    body = served.json("/tune?thresholds=4,1,2,3")
+    ThresholdWhatIf.model_validate(body)
+    assert body["review_threshold"] == 3 and body["incomplete_scopes"] == []
+    assert body["thresholds"] == _tune_cli(served, "4,1,2,3")["thresholds"]
+    assert [s["scope_id"] for s in body["thresholds"][0]["by_scope"]] == [
+        s["scope_id"] for s in orjson.loads(served.cli("stats"))
+    ]
+    # By default the page's thresholds: 1..10 (two past the configured 3 is within them).
+    default = served.json("/tune")
+    assert [row["threshold"] for row in default["thresholds"]] == list(range(1, 11))
+    for bad in ("0", "101", "x", "2,,3", "1.5"):
+        status, _, answer = served.get(f"/tune?thresholds={bad}")
+        assert status == 400 and orjson.loads(answer)["error"].startswith("thresholds: "), (bad, answer)
+
+
+def test_the_page_draws_the_tune_chart(served: Served) -> None:
+    shown = tune_readings(served.url + "/ui", SCREENSHOTS / "tune-chart.png")
+    body = served.json("/tune")
+    assert any(row["review_proposals"] and row["flags_then_avoided"] for row in body["thresholds"])
+    want = expected_tune(body)
+    assert shown["bars"] == want["bars"]
+    assert shown["table"] == want["table"]
+    assert shown["marked"] == want["marked"] == [3]
+    assert shown["configured"] == "the state runs at 3"
+    assert "rebuild" not in shown["note"]
 
 
 def test_the_openapi_document_holds_against_the_server(served: Served) -> None:

@@ -37,6 +37,12 @@ the asked worker fans out like ``/statistics`` and merges in ``listing``'s
 order. A key lives in exactly one partition, so the merge is a concatenation;
 a partition without a ready owner is a 503, never a shorter list.
 
+``GET /tune`` is the review-threshold what-if of ``recurrence tune`` for the
+scopes served, read from the shadow counters the engine keeps in each scope's
+state (``whatif``): each worker answers for its partitions, the asked worker
+fans out like ``/statistics``, joins ``by_scope`` in scope order and adds the
+totals.
+
 ``/ui`` is the statistics page and ``/openapi.json`` the document (both shared
 with ``recurrence serve``, see ``routes``).
 
@@ -63,8 +69,9 @@ from ...httpapi import Server, dead_letters_body, merge_revisions, narrow, patte
 from ...patterns import listing, listing_order
 from ...recordindex import dead_letter_counts, record_key
 from ...routes import Ask, Probe, Relayed, Unavailable, add_not_found, install
-from ...state import State
+from ...state import Shadow, State
 from ...store.base import StateStore, Transaction
+from ...whatif import chart_thresholds, merge, rows, scope_shadows, served
 from ..batch.metrics import CONTENT_TYPE, Metrics
 from ..batch.probes import ProbeInputs, liveness, readiness
 from ..batch.types import PartitionedState
@@ -206,6 +213,17 @@ class ReadSurface:
                 raise NotReadyError(f"patterns partition {partition} is not ready on this worker")
             rows.extend(listing(Transaction(state), self.config.pattern_scopes, suggested_only=False))
         return sorted(rows, key=listing_order)
+
+    def local_tune(self, partitions: Iterable[int], thresholds: list[int]) -> tuple[list[dict[str, Any]], list[str]]:
+        """The what-if rows of these partitions' scopes (scope order), and the scopes whose counters are short."""
+        scopes: list[tuple[str, Shadow | None]] = []
+        incomplete: list[str] = []
+        for state in self._states(partitions):
+            found, short = scope_shadows(State(Transaction(state)))
+            scopes.extend(found)
+            incomplete.extend(short)
+        scopes.sort(key=lambda scope: scope[0])
+        return rows(scopes, thresholds), sorted(incomplete)
 
     # -- owners --------------------------------------------------------------------------
     def owner_of(self, partition: int) -> str | None:
@@ -360,6 +378,22 @@ class ReadSurface:
 
     def version(self) -> str | None:
         return None  # partitions move independently: /progress is tagged by its body
+    async def tune(self, thresholds: list[int] | None, ask: Ask) -> dict[str, Any]:
+        configured = self.config.review_threshold
+        wanted = thresholds or chart_thresholds(configured)
+        if ask.local:
+            local_rows, short = self.local_tune(self.owners().get(self.my_url, set()), wanted)
+            return served(configured, short, local_rows)
+        owners, mine = self.coverage()
+        mine_rows, incomplete = self.local_tune(mine, wanted)
+        parts = [mine_rows]
+        asked = {"thresholds": ",".join(str(k) for k in wanted)}
+        for body in await self.ask_others(owners, "/tune", asked):
+            if not isinstance(body, dict) or len(body.get("thresholds") or ()) != len(wanted):
+                raise Unavailable("a worker answered a what-if of other thresholds")
+            parts.append(body["thresholds"])
+            incomplete.extend(body["incomplete_scopes"])
+        return served(configured, sorted(incomplete), merge(parts))
 
     def check(self, kind: Literal["live", "ready"]) -> Probe:
         result = (liveness if kind == "live" else readiness)(self.probe())
