@@ -194,6 +194,16 @@ def test_the_worker_page_shows_what_statistics_say(cluster: Cluster) -> None:
     assert shown["dead_letters"] == dict(Counter(r["error"] for r in cluster.records if r["record"] == "dead_letter"))
     assert list(shown["pattern_rows"].items()) == list(expected_pattern_rows(patterns).items())
     assert shown["explanation"].startswith("revision ")
+    # Its own partitions, their positions and lag, and its readiness, as /progress says.
+    status, progress = worker.get_json("/progress")
+    assert status == 200 and progress["runner"] == "worker"
+    assert not shown["worker_hidden"] and progress["partitions"]
+    assert shown["partitions"] == {
+        p["partition"]: [str(p["partition"]), f"{p['position']:,}" if p["position"] is not None else "–",
+                         f"{p['lag']:,}" if p["lag"] is not None else "–", "ready" if p["ready"] else "restoring"]
+        for p in progress["partitions"]
+    }
+    assert shown["status"].startswith(f"worker {progress['url']}: journal partitions ")
 
 
 def test_tune_on_either_worker_is_recurrence_tune_of_the_journal(cluster: Cluster) -> None:
