@@ -12,7 +12,8 @@ kept until the next one replaces it.
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -21,7 +22,7 @@ from aiohttp import web
 from .archive import FileArchive
 from .embedded import bind_config, statistics
 from .explain import Explainer, NotFoundError
-from .follow import Follower, StateMark, follow, state_mark
+from .follow import MIN_PACE, Follower, StateMark, follow, state_mark
 from .httpapi import Server, dead_letters_body, narrow, patterns_body
 from .patterns import listing
 from .recordindex import dead_letter_counts
@@ -34,6 +35,9 @@ from .whatif import chart_thresholds, rows, scope_shadows, served
 log = logging.getLogger("recurrence.serve")
 
 DEFAULT_PORT: Final = 6067
+# While a replay writes, a new view of the state at most every PACE_FACTOR times what the answers for
+# the last one cost to compute: following takes at most about 1 / PACE_FACTOR of a core from the writer.
+PACE_FACTOR: Final = 4.0
 
 
 class EmbeddedReadSurface:
@@ -59,21 +63,33 @@ class EmbeddedReadSurface:
         self.archive = FileArchive(store, self._ledger, self._journal)
         self.config = bind_config(store, None)
         self.views += 1
+        self.cost = 0.0  # seconds spent computing answers for this view
         self._statistics: dict[int, list[dict[str, Any]]] = {}
         self._dead_letters: dict[str, int] | None = None
         self._patterns: dict[str, Any] | None = None
+
+    def _timed(self, compute: Callable[[], Any]) -> Any:
+        started = time.perf_counter()
+        try:
+            return compute()
+        finally:
+            self.cost += time.perf_counter() - started
+
+    def pace(self) -> float:
+        """Seconds before the next view while the state keeps changing (``follow``)."""
+        return max(MIN_PACE, PACE_FACTOR * self.cost)
 
     def _statistics_for(self, top: int) -> list[dict[str, Any]]:
         found = self._statistics.get(top)
         if found is None:
             if len(self._statistics) >= self.CACHED:
                 self._statistics.clear()
-            found = self._statistics[top] = statistics(self.store, None, top)
+            found = self._statistics[top] = self._timed(lambda: statistics(self.store, None, top))
         return found
 
     def _dead_letter_counts(self) -> dict[str, int]:
         if self._dead_letters is None:
-            self._dead_letters = dead_letter_counts(Transaction(self.store))
+            self._dead_letters = self._timed(lambda: dead_letter_counts(Transaction(self.store)))
         return self._dead_letters
 
     async def statistics(self, top: int, ask: Ask) -> list[dict[str, Any]]:
@@ -94,7 +110,8 @@ class EmbeddedReadSurface:
 
     async def patterns(self, ask: Ask) -> dict[str, Any]:
         if self._patterns is None:
-            rows = listing(Transaction(self.store), self.config.pattern_scopes, suggested_only=False)
+            rows = self._timed(lambda: listing(Transaction(self.store), self.config.pattern_scopes,
+                                               suggested_only=False))
             self._patterns = patterns_body(rows, self.config.pattern_scopes)
         return self._patterns
 
@@ -130,7 +147,7 @@ def serve(surface: EmbeddedReadSurface, host: str, port: int, follower: Follower
     if follower is not None:
 
         async def following(app: web.Application) -> AsyncIterator[None]:
-            task = asyncio.create_task(follow(follower, surface.replace))
+            task = asyncio.create_task(follow(follower, surface.replace, pace=surface.pace))
             yield
             task.cancel()
 

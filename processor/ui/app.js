@@ -25,7 +25,7 @@ const DEFINITIONS = {
 };
 const TOP = 50;          // top_revisions asked per scope (the needing-review list is their head)
 const CARDS = 20;        // revisions of the chosen scope whose verdict history is drawn
-const POLL_MS = 2000;    // how often /progress is asked whether the state moved
+const POLL_MS = 1000;    // how often /progress is asked whether the state moved (a 304 while it has not)
 const SEARCH_ROWS = 200; // signature matches listed at most
 
 const NUMBER = new Intl.NumberFormat();
@@ -772,6 +772,9 @@ async function cycle() {
       await refresh();
       page.loadedOnce = true;
       document.body.setAttribute("data-loaded", "true");
+      // The journal line of the state whose data is now drawn (or a newer one: the data is read after
+      // /progress, so a commit in between shows up in the numbers before the header catches up).
+      if (page.progress.journal) document.body.setAttribute("data-shown-line", page.progress.journal.line);
       document.body.setAttribute("data-refreshes", Number(document.body.getAttribute("data-refreshes") || 0) + 1);
     }
   } catch (error) {

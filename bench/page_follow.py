@@ -1,0 +1,278 @@
+"""How long the page takes to follow a replay (issue 28, section 2), measured in headless Chromium.
+
+A 50-scope journal (``recurrence generate --entries N --scopes 50 --seed 1``,
+N = 200,000 by default, or ``--journal``):
+
+1. the first ``--split`` of its lines are replayed into a fresh state;
+2. ``recurrence serve`` starts on that state and the page (/ui) opens in
+   headless Chromium (Debian's chromium and chromedriver, ``make tools``);
+3. the whole journal is replayed into the same state (it resumes after the
+   first part) while three observers record what they see and when:
+   ``/progress`` polled every 50 ms (what the server serves), the page's
+   ``data-line`` every 100 ms (what the reader sees), and the replay's own
+   commit times (``written_at``, the writer's clock, on the same host);
+4. after the replay ends: how long until ``/progress`` says its last line,
+   until ``/statistics`` equals what ``recurrence stats`` prints, and until
+   the page shows the last line with every number equal to ``stats``.
+
+The lag during the replay is, for each state the page showed, the time it
+showed it minus the time that batch was committed. ``--baseline`` also times
+the same resumed replay with nothing following it (serve and the page
+stopped), to see whether following slows the writer. ``--screenshots DIR``
+saves the 50-scope page after the replay (an explanation open beside its row)
+and a search. One JSON line per phase; the last is written to
+bench/results/page_follow.json.
+
+    python bench/page_follow.py [--entries 200000] [--split 0.5] [--baseline] [--screenshots docs/img]
+"""
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+
+from recurrence.processor.stream.localrun import free_port, recurrence_command, wait_for
+from recurrence.processor.synthetic import JournalSpec, write
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results" / "page_follow.json"
+
+
+def emit(phase: str, **values: Any) -> dict[str, Any]:
+    line = {"phase": phase, **values}
+    print(json.dumps(line), flush=True)
+    return line
+
+
+def get(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=60) as response:
+        body: bytes = response.read()
+        return body
+
+
+def stats_cli(state: Path) -> Any:
+    out = subprocess.run([*recurrence_command(), "stats", "--state", str(state), "--top", "50"],
+                         check=True, capture_output=True, timeout=600).stdout
+    return json.loads(out)
+
+
+def replay(journal: Path, state: Path, ledger: Path) -> float:
+    started = time.monotonic()
+    subprocess.run([*recurrence_command(), "replay", str(journal), "--state", str(state), "--out", str(ledger)],
+                   check=True, capture_output=True, timeout=7200)
+    return time.monotonic() - started
+
+
+def epoch(iso: str) -> float:
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
+class Watch(threading.Thread):
+    """Polls ``read`` every ``interval`` and keeps (wall time, value) whenever the value changes."""
+
+    def __init__(self, read: Any, interval: float) -> None:
+        super().__init__(daemon=True)
+        self.read, self.interval = read, interval
+        self.seen: list[tuple[float, Any]] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        last = object()
+        while not self.stop.is_set():
+            try:
+                value = self.read()
+            except Exception:  # a poll that fails is retried at the next tick
+                value = last
+            if value != last:
+                self.seen.append((time.time(), value))
+                last = value
+            time.sleep(self.interval)
+
+
+def page_numbers(driver: Any) -> dict[str, dict[str, int]]:
+    found: dict[str, dict[str, int]] = {}
+    for cell in driver.find_elements(By.CSS_SELECTOR, "#scopes td[data-field]"):
+        found.setdefault(str(cell.get_attribute("data-scope")), {})[str(cell.get_attribute("data-field"))] = int(
+            cell.get_attribute("data-value"))
+    return found
+
+
+def expected_numbers(stats: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    fields = ("selected", "recurred", "avoided", "unknown", "unlinked_handoff_citations", "needing_review")
+    return {s["scope_id"]: {f: s["recurrence"][f] for f in fields} for s in stats}
+
+
+def browser(width: int = 1400, height: int = 1300) -> Any:
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium") or "chromium"
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                     f"--window-size={width},{height}"):
+        options.add_argument(argument)
+    return webdriver.Chrome(service=Service(shutil.which("chromedriver") or "chromedriver"), options=options)
+
+
+def until(condition: Any, timeout: float, interval: float = 0.05) -> float:
+    """Seconds until ``condition()`` holds (polled), or raise after ``timeout``."""
+    started = time.monotonic()
+    while not condition():
+        if time.monotonic() - started > timeout:
+            raise TimeoutError("condition not met")
+        time.sleep(interval)
+    return time.monotonic() - started
+
+
+def screenshots(driver: Any, where: Path, journal: Path) -> list[str]:
+    where.mkdir(parents=True, exist_ok=True)
+    saved = []
+    # The review list of the chosen scope, its second revision's explanation open beside its row.
+    rows = driver.find_elements(By.CSS_SELECTOR, "#review tr[data-review] button.explain")
+    if len(rows) > 1:
+        rows[1].click()
+        time.sleep(1.5)
+    driver.execute_script("window.scrollTo(0, 0)")
+    height = int(driver.execute_script("return document.documentElement.scrollHeight"))
+    driver.set_window_size(1400, height + 120)
+    time.sleep(0.5)
+    driver.save_screenshot(str(where / "ui-50-scopes.png"))
+    saved.append(str(where / "ui-50-scopes.png"))
+    # A search by signature, and the top of the page it opens on.
+    driver.set_window_size(1400, 1000)
+    box = driver.find_element(By.ID, "search")
+    box.clear()
+    box.send_keys("port already bound")
+    driver.find_element(By.CSS_SELECTOR, "#search-form button[type=submit]").click()
+    time.sleep(1.5)
+    first = driver.find_elements(By.CSS_SELECTOR, "#search-table tr[data-found] button.explain")
+    if first:
+        first[0].click()
+        time.sleep(1.5)
+    driver.execute_script("window.scrollTo(0, 0)")
+    time.sleep(0.3)
+    driver.save_screenshot(str(where / "ui-search.png"))
+    saved.append(str(where / "ui-search.png"))
+    return saved
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--entries", type=int, default=200_000)
+    parser.add_argument("--journal", type=Path, help="a journal to use instead of generating one")
+    parser.add_argument("--split", type=float, default=0.5, help="share of the journal replayed before serve starts")
+    parser.add_argument("--baseline", action="store_true", help="also time the resumed replay with nothing following")
+    parser.add_argument("--screenshots", type=Path, help="save the page's screenshots into this directory")
+    parser.add_argument("--workdir", type=Path)
+    args = parser.parse_args()
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="page-follow-"))
+    work.mkdir(parents=True, exist_ok=True)
+    journal = args.journal or work / "journal.jsonl"
+    if args.journal is None:
+        write(JournalSpec(entries=args.entries, scopes=50, seed=1), str(journal))
+    lines = journal.read_bytes().splitlines(keepends=True)
+    first = work / "first.jsonl"
+    first.write_bytes(b"".join(lines[: int(len(lines) * args.split)]))
+    state, ledger = work / "state", work / "ledger.jsonl"
+    shutil.rmtree(state, ignore_errors=True)
+    ledger.unlink(missing_ok=True)
+    emit("setup", entries=len(lines), first=int(len(lines) * args.split), cores=os.cpu_count(),
+         load=os.getloadavg()[0], python=platform.python_version())
+    emit("first part", seconds=round(replay(first, state, ledger), 2))
+    baseline = None
+    if args.baseline:
+        # The same resumed replay with nothing following: a copy of the state and ledger after the first part.
+        copy_state, copy_ledger = work / "baseline-state", work / "baseline-ledger.jsonl"
+        shutil.copytree(state, copy_state)
+        shutil.copy(ledger, copy_ledger)
+        baseline = replay(journal, copy_state, copy_ledger)
+        emit("baseline", seconds=round(baseline, 2))
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen([*recurrence_command(), "serve", "--state", str(state), "--port", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    driver = None
+    try:
+        wait_for(lambda: server.poll() is None and _answers(url), 60, 0.1, "serve")
+        driver = browser()
+        driver.get(url + "/ui")
+        until(lambda: driver.find_element(By.TAG_NAME, "body").get_attribute("data-loaded") == "true", 120)
+        page = driver
+
+        def body() -> Any:
+            return page.find_element(By.TAG_NAME, "body")
+
+        served = Watch(lambda: json.loads(get(url + "/progress")), 0.05)
+        answered = Watch(lambda: get(url + "/statistics?top=50"), 0.1)
+        shown = Watch(lambda: (body().get_attribute("data-line"), body().get_attribute("data-shown-line")), 0.1)
+        for watch in (served, answered, shown):
+            watch.start()
+        seconds = replay(journal, state, ledger)
+        ended = time.time()
+        total = len(lines)
+        until(lambda: shown.seen and shown.seen[-1][1][1] == str(total), 120)
+        for watch in (served, answered, shown):
+            watch.stop.set()
+            watch.join()
+        want = stats_cli(state)
+        assert page_numbers(driver) == expected_numbers(want), "the page's numbers are not what stats prints"
+
+        def first(seen: list[tuple[float, Any]], test: Any) -> float:
+            return round(next(at for at, value in seen if test(value)) - ended, 2)
+
+        resumed = int(len(lines) * args.split)
+        # During the replay: for each state shown, how long after its batch was committed.
+        written = {v["journal"]["line"]: epoch(v["written_at"]) for _, v in served.seen if v["written_at"]}
+        page_lags = [at - written[int(v[1])] for at, v in shown.seen
+                     if v[1] is not None and int(v[1]) in written and int(v[1]) not in (resumed, total)]
+        server_lags = [at - written[v["journal"]["line"]] for at, v in served.seen
+                       if v["journal"]["line"] in written and v["journal"]["line"] not in (resumed, total)]
+
+        def spread(values: list[float]) -> dict[str, float] | None:
+            return {"median": round(statistics.median(values), 2), "max": round(max(values), 2)} if values else None
+
+        result = emit(
+            "follow",
+            entries=total, resumed_after=resumed, replay_seconds=round(seconds, 2),
+            baseline_seconds=None if baseline is None else round(baseline, 2),
+            states_served=len(served.seen), states_drawn=len({v[1] for _, v in shown.seen}),
+            progress_after_end_s=first(served.seen, lambda v: v["journal"]["line"] == total),
+            statistics_after_end_s=first(answered.seen, lambda v: json.loads(v) == want),
+            page_after_end_s=first(shown.seen, lambda v: v[1] == str(total)),
+            server_lag_during_s=spread(server_lags), page_lag_during_s=spread(page_lags),
+            load=os.getloadavg()[0],
+        )
+        if args.screenshots:
+            result["screenshots"] = screenshots(driver, args.screenshots, journal)
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    finally:
+        if driver is not None:
+            driver.quit()
+        server.terminate()
+        server.wait(timeout=30)
+    return 0
+
+
+def _answers(url: str) -> bool:
+    try:
+        return get(url + "/livez") is not None
+    except OSError:
+        return False
+
+
+if __name__ == "__main__":
+    sys.exit(main())
