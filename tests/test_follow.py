@@ -10,6 +10,7 @@ ends, the follower reaches the final state.
 import asyncio
 import subprocess
 import time
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -214,7 +215,7 @@ def test_while_the_files_keep_changing_views_open_at_the_pace_and_at_once_when_t
     while_moving = [at for at in opened if at < stopped]
     # ~100 looks saw new files; the views came at the pace: at most one per 0.3 s
     assert 2 <= len(while_moving) <= 4, while_moving
-    assert all(b - a >= 0.29 for a, b in zip(while_moving, while_moving[1:], strict=False))
+    assert all(b - a >= 0.29 for a, b in pairwise(while_moving))
     # once the files stopped changing, the next looks opened the last view at once (not 0.3 s later)
     after = [at for at in opened if at >= stopped]
     assert len(after) == 1 and after[0] - stopped < 0.1
