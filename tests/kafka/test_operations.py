@@ -68,7 +68,7 @@ def test_quick_start_waits_for_the_worker_and_tails_like_kcat(deployment: Deploy
     # Once ready, the worker says where its page is: one line, the URL and nothing else.
     announced = f"ready: the statistics page is at {worker.url}/ui"
     wait_for(lambda: announced in worker.log_path.read_text(), 30, 0.2, "the /ui line")
-    lines = [line for line in worker.log_path.read_text().splitlines() if "/ui" in line]
+    lines = [line.rstrip() for line in worker.log_path.read_text().splitlines() if "/ui" in line]
     assert len(lines) == 1 and lines[0].endswith(announced), lines
     assert _status(worker, "/ui") == 200
 
