@@ -7,7 +7,8 @@ ready owner). The schemas are the models' own JSON Schemas
 tests run schemathesis against live servers with it.
 """
 
-from typing import Any, Final, Literal
+from collections.abc import Sequence
+from typing import Any, Final
 
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
@@ -22,9 +23,8 @@ from ..schemas.readsurface import (
     ProbeBody,
 )
 from ..schemas.statistics import ScopeStatistics
-from .httpapi import MAX_TOP
+from .httpapi import MAX_TOP, UI_FILES, Server
 
-Server = Literal["worker", "embedded"]
 MODELS: Final[tuple[type[BaseModel], ...]] = (
     ScopeStatistics, Explanation, DeadLetterCounts, PatternSuggestions, ProbeBody, ErrorBody,
 )
@@ -61,7 +61,11 @@ def _get(summary: str, responses: dict[str, Any], parameters: list[dict[str, Any
     return {"get": operation}
 
 
-def document(server: Server) -> dict[str, Any]:
+def document(server: Server, routes: Sequence[tuple[str, bool]]) -> dict[str, Any]:
+    """The document of ``routes`` (each path as documented, and whether it is public), in their order.
+
+    The paths are the server's route table (``routes.routes_of``): a route without an operation here is a
+    KeyError, so the document cannot leave out a path the server answers."""
     worker = server == "worker"
     _, defs = models_json_schema([(m, "serialization") for m in MODELS], ref_template=_REF)
     unavailable = {"503": _error("a partition has no ready owner here (rebalancing, restoring); retry")} \
@@ -89,7 +93,8 @@ def document(server: Server) -> dict[str, Any]:
          "description": "json or text (default: text, or JSON when Accept asks for it)",
          "schema": {"type": "string", "enum": ["json", "text"]}},
     ]
-    paths: dict[str, Any] = {
+    operations: dict[str, Any] = {
+        "/": {"get": {"summary": "the page (a redirect to /ui)", "responses": {"302": {"description": "to /ui"}}}},
         "/statistics": _get(
             "RecurrenceStatistics of every scope, ordered by scope_id",
             {"200": _json({"type": "array", "items": _ref(ScopeStatistics)}, "every scope"),
@@ -124,9 +129,17 @@ def document(server: Server) -> dict[str, Any]:
         "/health": _get("readiness probe (alias of /readyz)", probe),
         "/openapi.json": _get("this document", {"200": _json({"type": "object"}, "OpenAPI 3.1")}),
         "/ui": _get("the statistics page", {"200": _text("HTML", "text/html")}),
+        "/ui/{name}": _get(
+            "the page's script and style sheet",
+            {"200": {"description": "the file", "content": {
+                "text/javascript": {"schema": {"type": "string"}}, "text/css": {"schema": {"type": "string"}}}},
+             "404": _error("no such file")},
+            [{"name": "name", "in": "path", "required": True,
+              "schema": {"type": "string", "enum": sorted(name for name in UI_FILES if name != "index.html")}}],
+        ),
+        "/metrics": _get("Prometheus metrics", {"200": _text("the text exposition format")}),
     }
-    if worker:
-        paths["/metrics"] = _get("Prometheus metrics", {"200": _text("the text exposition format")})
+    paths = {path: operations[path] for path, _ in routes}
     return {
         "openapi": "3.1.0",
         "info": {

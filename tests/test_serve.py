@@ -22,6 +22,7 @@ import orjson
 import pytest
 from aiohttp import web
 
+from recurrence.processor.routes import Ask
 from recurrence.processor.serve import EmbeddedReadSurface, application
 from recurrence.processor.store.rocksdb import RocksStore
 from recurrence.processor.stream.localrun import free_port, recurrence_command, wait_for
@@ -188,7 +189,7 @@ def test_the_openapi_document_holds_against_the_server(served: Served) -> None:
 
 def test_the_api_check_finds_an_answer_the_document_does_not_describe(served: Served) -> None:
     class Wrong(EmbeddedReadSurface):
-        def dead_letters(self) -> dict[str, Any]:
+        async def dead_letters(self, ask: Ask) -> dict[str, Any]:
             return {"total": "many", "by_code": {}}
 
     store = RocksStore.open(served.state, read_only=True)
