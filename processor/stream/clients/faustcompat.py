@@ -6,7 +6,7 @@ exactly-once sink sends through them and holds them for a whole batch), a
 service's crashed flag (the liveness probe), a consumer's client to read
 cluster metadata (the short-lived commands too), the open databases of a
 RocksDB table store, and, for the corrected Faust classes (``worker.workerapp``,
-``worker.tablestore``), a consumer's read offsets and buffered partitions, the
+``worker.tablestore``, ``worker.webserver``), a consumer's read offsets and buffered partitions, the
 consumer inside Faust's consumer thread, and the one changelog wait of Faust's
 table recovery, bounded (``shorten_recovery_wait``).
 
@@ -100,6 +100,10 @@ MEMBERS: Final = (
            f"{_WORKERAPP}:_ConsumerThread"),
     Member(f"{_FAUST_KAFKA}:AIOKafkaConsumerThread", "_ensure_consumer", THROUGH, "thread_consumer"),
     Member(f"{_FAUST_CONSUMER}:TransactionManager", "on_rebalance", OVERRIDES, f"{_WORKERAPP}:_TransactionManager"),
+    # webserver: Faust's aiohttp driver serving the read surface's routes and none of Faust's blueprints.
+    Member("faust:App", "web", OVERRIDES, f"{_WORKERAPP}:WorkerApp"),
+    *(Member("faust.web.drivers.aiohttp:Web", f"{kind}_blueprints", OVERRIDES, "worker.webserver:SurfaceWeb")
+      for kind in ("default", "production", "debug", "optional")),
     # tablestore: the engine state's table, its change-set stores and their RocksDB options.
     Member("faust:Table", "_new_store_by_url", OVERRIDES, f"{_TABLESTORE}:StateTable"),
     Member("faust.stores.rocksdb:Store", "_db_for_partition", OVERRIDES, f"{_TABLESTORE}:ChangeSetRocksStore"),
