@@ -39,6 +39,7 @@ from .exceptions import (
     EXIT_UNUSABLE,
     Interrupted,
     RecurrenceError,
+    SettingsError,
     StateDirError,
     UnusableError,
 )
@@ -49,6 +50,7 @@ from .state import State
 from .store.base import Transaction
 from .store.rocksdb import RocksStore
 from .synthetic import JournalSpec, generate
+from .whatif import MAX_THRESHOLD, parse_thresholds
 
 log = logging.getLogger("recurrence.cli")
 
@@ -153,28 +155,61 @@ def _cmd_patterns(args: argparse.Namespace) -> int:
     if not rows:
         print(f"no signature has recurred in {config.pattern_scopes} or more scopes yet")
     for row in rows:
-        more = "+" if row["more_than_listed"] else ""
+        more = "+" if row["scopes_more_than_listed"] else ""
         mark = "suggested" if row["suggested"] else "below the threshold"
-        print(f"{row['scope_count']}{more} scopes, {row['recurrences']} recurrences ({mark}): {row['signature_key']!r}")
-        print(f"    scopes: {', '.join(row['scopes'])}")
+        print(f"{row['scope_count']}{more} scopes, {row['recurrences']:,} recurrences ({mark}): "
+              f"{row['signature_key']!r}")
+        print(f"    scopes: {_summarized(row['scopes'], row['scopes_more_than_listed'], 8)}")
         revisions = [
             f"{r['scope_id']}:{r['artifact_ref']['family']}/{r['artifact_ref']['artifact_id']}"
             f"@{r['artifact_ref']['revision']}"
             for r in row["revisions"]
         ]
-        print(f"    revisions: {', '.join(revisions)}")
+        print(f"    revisions: {_summarized(revisions, row['revisions_more_than_listed'], 3)}")
     return EXIT_OK
+
+
+def _summarized(items: list[str], more: bool, shown: int) -> str:
+    """A pattern's list on one line: at most ``shown`` items, then how many more (``--json`` has them all)."""
+    if len(items) <= shown and not more:
+        return ", ".join(items)
+    summary = f"{', '.join(items[:shown])} … {len(items) - shown} more (--json lists them)"
+    return summary + (f"; beyond these {len(items)}, more were seen" if more else "")
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     # aiohttp is loaded only by the command that serves.
+    from .follow import follow_state  # noqa: PLC0415
     from .serve import EmbeddedReadSurface, serve  # noqa: PLC0415
 
-    with _state(Path(args.state), must_exist=True, read_only=True) as store:
+    follower = follow_state(Path(args.state))
+    try:
         surface = EmbeddedReadSurface(
-            store, Path(args.out) if args.out else None, Path(args.journal) if args.journal else None
+            follower.view,
+            Path(args.out) if args.out else None,
+            Path(args.journal) if args.journal else None,
+            mark=follower.mark,
+            following=True,
         )
-        serve(surface, args.host, args.port)
+        serve(surface, args.host, args.port, follower)
+    finally:
+        follower.close()
+    return EXIT_OK
+
+
+def _cmd_tune(args: argparse.Namespace) -> int:
+    from .tune import table, tune  # noqa: PLC0415 - only this command needs it
+
+    try:
+        thresholds = parse_thresholds(args.thresholds)
+    except ValueError as bad:
+        raise SettingsError(f"--thresholds: {bad}") from None
+    body, summary = tune(args.journal, thresholds, batch_size=args.batch)
+    print(summary.line(), file=sys.stderr)
+    if args.json:
+        sys.stdout.buffer.write(orjson.dumps(body) + b"\n")
+    else:
+        sys.stdout.write(table(body))
     return EXIT_OK
 
 
@@ -207,6 +242,24 @@ def _add_replay(commands: "argparse._SubParsersAction[argparse.ArgumentParser]")
         "--batch", type=positive_int, default=DEFAULT_BATCH, help="entries per durable commit (default %(default)s)"
     )
     p.set_defaults(func=_cmd_replay)
+
+
+def _add_tune(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    p = commands.add_parser(
+        "tune", help="what-if: the review load a replay at each threshold would produce (a dry run, writes nothing)"
+    )
+    p.add_argument("journal", help="journal .jsonl file, a pipe, or - for stdin")
+    p.add_argument(
+        "--thresholds",
+        default="2,3,4,5",
+        metavar="K,K,...",
+        help=f"review thresholds to compare, 1..{MAX_THRESHOLD}, one row each in the order given (default %(default)s)",
+    )
+    p.add_argument("--json", action="store_true", help="print the contract's JSON (section 5) instead of a table")
+    p.add_argument(
+        "--batch", type=positive_int, default=DEFAULT_BATCH, help="entries per in-memory commit (default %(default)s)"
+    )
+    p.set_defaults(func=_cmd_tune)
 
 
 def _add_stats(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -322,7 +375,7 @@ class _VersionAction(argparse.Action):
 
 # Commands that need nothing from the Kafka side: parsing their command line skips importing it
 # (pydantic-settings, asyncio, ...), a tenth of a second off every embedded run.
-EMBEDDED_COMMANDS = frozenset({"replay", "stats", "generate", "explain", "patterns", "serve"})
+EMBEDDED_COMMANDS = frozenset({"replay", "stats", "tune", "generate", "explain", "patterns", "serve"})
 
 
 def build_parser(with_stream: bool = True) -> argparse.ArgumentParser:
@@ -335,6 +388,7 @@ def build_parser(with_stream: bool = True) -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     _add_replay(commands)
     _add_stats(commands)
+    _add_tune(commands)
     _add_generate(commands)
     _add_explain(commands)
     _add_patterns(commands)

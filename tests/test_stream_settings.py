@@ -16,6 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from recurrence.processor.cli import build_parser, main
+from recurrence.processor.deadletters import CODES
 from recurrence.processor.exceptions import SettingsError, UnusableError
 from recurrence.processor.stream.batch.metrics import LiveReadings, Metrics, RestoreProgress
 from recurrence.processor.stream.batch.probes import ProbeInputs, liveness, readiness
@@ -243,11 +244,21 @@ def test_metrics_exposition_parses_and_names_follow_prometheus_conventions() -> 
     assert families["recurrence_batch_duration_seconds"].type == "histogram"
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in families.values() for s in f.samples}
     assert samples[("recurrence_dead_letters_total", (("code", "invalid_json"),))] == 2
+    assert samples[("recurrence_dead_letters_total", (("code", "position_conflict"),))] == 0
     assert samples[("recurrence_consumer_lag", (("partition", "0"),))] == 2
     assert samples[("recurrence_restore_remaining_records", (("role", "active"),))] == 4
     assert samples[("recurrence_rebalances_total", ())] == 2
     assert samples[("recurrence_entry_to_output_seconds_count", ())] == 1
     assert "process_cpu_seconds" in families
+
+
+def test_every_dead_letter_code_is_exported_from_the_start() -> None:
+    """A fresh worker exports ``recurrence_dead_letters_total`` for every code at 0, so a rate or an alert on
+    the series works before the first dead letter (issue 28)."""
+    families = {f.name: f for f in text_string_to_metric_families(Metrics().render().decode())}
+    samples = {s.labels["code"]: s.value for s in families["recurrence_dead_letters"].samples
+               if s.name == "recurrence_dead_letters_total"}
+    assert samples == dict.fromkeys(CODES, 0)
 
 
 def test_promtool_accepts_the_exposition(tmp_path: Path) -> None:
