@@ -186,10 +186,23 @@ def test_a_busy_web_port_is_refused_in_one_line() -> None:
             check_web_port(StreamSettings(web_port=port))
 
 
-def test_no_faust_entry_point() -> None:
-    import recurrence.processor.stream.worker.app as app_module
-
-    assert not hasattr(app_module, "app")
+@pytest.mark.parametrize(
+    "target",
+    ["recurrence.processor.stream.worker.app", "recurrence.processor.stream.worker.app:app",
+     "recurrence.processor.stream.app"],
+)
+def test_faust_own_command_line_says_in_one_line_which_command_starts_a_worker(target: str, tmp_path: Path) -> None:
+    # No Faust app to load (``recurrence worker`` checks the port and topics first): exit 2, one line, no traceback.
+    result = subprocess.run(
+        [sys.executable, "-m", "faust", "-A", target, "worker"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path, check=False,
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [
+        "recurrence: there is no Faust app to load with 'faust -A'; start a worker with 'recurrence worker' "
+        "(options: 'recurrence worker --help')"
+    ]
+    assert result.stdout == ""
 
 
 def _inputs(**overrides: object) -> ProbeInputs:

@@ -179,9 +179,9 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 
     import faust  # noqa: PLC0415
 
-    from .worker.app import RecurrenceService  # noqa: PLC0415
+    from .worker.app import build_worker  # noqa: PLC0415
 
-    service = RecurrenceService(settings)
+    service = build_worker(settings)
     worker = faust.Worker(service.app, loglevel=settings.worker.loglevel, quiet=True, redirect_stdouts=False)
     worker.execute_from_commandline()
     return EXIT_OK  # pragma: no cover - execute_from_commandline always raises SystemExit

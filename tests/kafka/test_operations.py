@@ -65,6 +65,12 @@ def test_quick_start_waits_for_the_worker_and_tails_like_kcat(deployment: Deploy
     assert report["status"] == "ok" and report["lag"] == {"0": 0, "1": 0, "2": 0, "3": 0}
     assert _status(worker, "/health") == 200  # the alias answers as /readyz
     _check_outputs_carry_ids(deployment)
+    # Once ready, the worker says where its page is: one line, the URL and nothing else.
+    announced = f"ready: the statistics page is at {worker.url}/ui"
+    wait_for(lambda: announced in worker.log_path.read_text(), 30, 0.2, "the /ui line")
+    lines = [line.rstrip() for line in worker.log_path.read_text().splitlines() if "/ui" in line]
+    assert len(lines) == 1 and lines[0].endswith(announced), lines
+    assert _status(worker, "/ui") == 200
 
 
 def _status(worker: object, path: str) -> int:
