@@ -17,13 +17,14 @@ N = 200,000 by default, or ``--journal``):
 
 The lag during the replay is, for each state the page showed, the time it
 showed it minus the time that batch was committed. ``--baseline`` also times
-the same resumed replay with nothing following it (serve and the page
-stopped), to see whether following slows the writer. ``--screenshots DIR``
-saves the 50-scope page after the replay (an explanation open beside its row)
-and a search. One JSON line per phase; the last is written to
+the same resumed replay with nothing following it, before each followed one
+(``--rounds`` pairs, interleaved, each from a copy of the same first part),
+to see what following costs the writer. ``--screenshots DIR`` saves the
+50-scope page after the last replay (an explanation open beside its row) and
+a search. One JSON line per phase; the last is written to
 bench/results/page_follow.json.
 
-    python bench/page_follow.py [--entries 200000] [--split 0.5] [--baseline] [--screenshots docs/img]
+    python bench/page_follow.py [--entries 200000] [--split 0.5] [--rounds 2 --baseline] [--screenshots docs/img]
 """
 
 import argparse
@@ -136,7 +137,7 @@ def until(condition: Any, timeout: float, interval: float = 0.05) -> float:
     return time.monotonic() - started
 
 
-def screenshots(driver: Any, where: Path, journal: Path) -> list[str]:
+def screenshots(driver: Any, where: Path) -> list[str]:
     where.mkdir(parents=True, exist_ok=True)
     saved = []
     # The review list of the chosen scope, its second revision's explanation open beside its row.
@@ -168,38 +169,18 @@ def screenshots(driver: Any, where: Path, journal: Path) -> list[str]:
     return saved
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--entries", type=int, default=200_000)
-    parser.add_argument("--journal", type=Path, help="a journal to use instead of generating one")
-    parser.add_argument("--split", type=float, default=0.5, help="share of the journal replayed before serve starts")
-    parser.add_argument("--baseline", action="store_true", help="also time the resumed replay with nothing following")
-    parser.add_argument("--screenshots", type=Path, help="save the page's screenshots into this directory")
-    parser.add_argument("--workdir", type=Path)
-    args = parser.parse_args()
-    work = args.workdir or Path(tempfile.mkdtemp(prefix="page-follow-"))
-    work.mkdir(parents=True, exist_ok=True)
-    journal = args.journal or work / "journal.jsonl"
-    if args.journal is None:
-        write(JournalSpec(entries=args.entries, scopes=50, seed=1), str(journal))
-    lines = journal.read_bytes().splitlines(keepends=True)
-    first = work / "first.jsonl"
-    first.write_bytes(b"".join(lines[: int(len(lines) * args.split)]))
-    state, ledger = work / "state", work / "ledger.jsonl"
+def copy_of(base: tuple[Path, Path], work: Path, name: str) -> tuple[Path, Path]:
+    """A fresh copy of the state and ledger after the first part, for one replay."""
+    state, ledger = work / f"{name}-state", work / f"{name}-ledger.jsonl"
     shutil.rmtree(state, ignore_errors=True)
-    ledger.unlink(missing_ok=True)
-    emit("setup", entries=len(lines), first=int(len(lines) * args.split), cores=os.cpu_count(),
-         load=os.getloadavg()[0], python=platform.python_version())
-    emit("first part", seconds=round(replay(first, state, ledger), 2))
-    baseline = None
-    if args.baseline:
-        # The same resumed replay with nothing following: a copy of the state and ledger after the first part.
-        copy_state, copy_ledger = work / "baseline-state", work / "baseline-ledger.jsonl"
-        shutil.copytree(state, copy_state)
-        shutil.copy(ledger, copy_ledger)
-        baseline = replay(journal, copy_state, copy_ledger)
-        emit("baseline", seconds=round(baseline, 2))
+    shutil.copytree(base[0], state)
+    shutil.copy(base[1], ledger)
+    return state, ledger
 
+
+def followed(journal: Path, state: Path, ledger: Path, total: int, resumed: int,
+             shots: Path | None) -> dict[str, Any]:
+    """The resumed replay with serve and the page following it; what each saw and when."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     server = subprocess.Popen([*recurrence_command(), "serve", "--state", str(state), "--port", str(port)],
@@ -208,13 +189,13 @@ def main() -> int:
     try:
         wait_for(lambda: server.poll() is None and _answers(url), 60, 0.1, "serve")
         driver = browser()
-        driver.get(url + "/ui")
-        until(lambda: driver.find_element(By.TAG_NAME, "body").get_attribute("data-loaded") == "true", 120)
         page = driver
 
         def body() -> Any:
             return page.find_element(By.TAG_NAME, "body")
 
+        driver.get(url + "/ui")
+        until(lambda: body().get_attribute("data-loaded") == "true", 120)
         served = Watch(lambda: json.loads(get(url + "/progress")), 0.05)
         answered = Watch(lambda: get(url + "/statistics?top=50"), 0.1)
         shown = Watch(lambda: (body().get_attribute("data-line"), body().get_attribute("data-shown-line")), 0.1)
@@ -222,7 +203,6 @@ def main() -> int:
             watch.start()
         seconds = replay(journal, state, ledger)
         ended = time.time()
-        total = len(lines)
         until(lambda: shown.seen and shown.seen[-1][1][1] == str(total), 120)
         for watch in (served, answered, shown):
             watch.stop.set()
@@ -233,37 +213,76 @@ def main() -> int:
         def first(seen: list[tuple[float, Any]], test: Any) -> float:
             return round(next(at for at, value in seen if test(value)) - ended, 2)
 
-        resumed = int(len(lines) * args.split)
         # During the replay: for each state shown, how long after its batch was committed.
         written = {v["journal"]["line"]: epoch(v["written_at"]) for _, v in served.seen if v["written_at"]}
         page_lags = [at - written[int(v[1])] for at, v in shown.seen
                      if v[1] is not None and int(v[1]) in written and int(v[1]) not in (resumed, total)]
         server_lags = [at - written[v["journal"]["line"]] for at, v in served.seen
                        if v["journal"]["line"] in written and v["journal"]["line"] not in (resumed, total)]
-
-        def spread(values: list[float]) -> dict[str, float] | None:
-            return {"median": round(statistics.median(values), 2), "max": round(max(values), 2)} if values else None
-
-        result = emit(
-            "follow",
-            entries=total, resumed_after=resumed, replay_seconds=round(seconds, 2),
-            baseline_seconds=None if baseline is None else round(baseline, 2),
-            states_served=len(served.seen), states_drawn=len({v[1] for _, v in shown.seen}),
-            progress_after_end_s=first(served.seen, lambda v: v["journal"]["line"] == total),
-            statistics_after_end_s=first(answered.seen, lambda v: json.loads(v) == want),
-            page_after_end_s=first(shown.seen, lambda v: v[1] == str(total)),
-            server_lag_during_s=spread(server_lags), page_lag_during_s=spread(page_lags),
-            load=os.getloadavg()[0],
-        )
-        if args.screenshots:
-            result["screenshots"] = screenshots(driver, args.screenshots, journal)
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+        found: dict[str, Any] = {
+            "replay_seconds": round(seconds, 2),
+            "views_served": len(served.seen), "states_drawn": len({v[1] for _, v in shown.seen}),
+            "progress_after_end_s": first(served.seen, lambda v: v["journal"]["line"] == total),
+            "statistics_after_end_s": first(answered.seen, lambda v: json.loads(v) == want),
+            "page_after_end_s": first(shown.seen, lambda v: v[1] == str(total)),
+            "server_lag_during_s": spread(server_lags), "page_lag_during_s": spread(page_lags),
+        }
+        if shots is not None:
+            found["screenshots"] = screenshots(driver, shots)
+        return found
     finally:
         if driver is not None:
             driver.quit()
         server.terminate()
         server.wait(timeout=30)
+
+
+def spread(values: list[float]) -> dict[str, float] | None:
+    return {"median": round(statistics.median(values), 2), "max": round(max(values), 2)} if values else None
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--entries", type=int, default=200_000)
+    parser.add_argument("--journal", type=Path, help="a journal to use instead of generating one")
+    parser.add_argument("--split", type=float, default=0.5, help="share of the journal replayed before serve starts")
+    parser.add_argument("--rounds", type=int, default=1, help="followed replays (each after a baseline run)")
+    parser.add_argument("--baseline", action="store_true", help="also time the resumed replay with nothing following")
+    parser.add_argument("--screenshots", type=Path, help="save the page's screenshots into this directory")
+    parser.add_argument("--workdir", type=Path)
+    args = parser.parse_args()
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="page-follow-"))
+    work.mkdir(parents=True, exist_ok=True)
+    journal = args.journal or work / "journal.jsonl"
+    if args.journal is None:
+        write(JournalSpec(entries=args.entries, scopes=50, seed=1), str(journal))
+    lines = journal.read_bytes().splitlines(keepends=True)
+    total, resumed = len(lines), int(len(lines) * args.split)
+    first = work / "first.jsonl"
+    first.write_bytes(b"".join(lines[:resumed]))
+    base = (work / "base-state", work / "base-ledger.jsonl")
+    shutil.rmtree(base[0], ignore_errors=True)
+    base[1].unlink(missing_ok=True)
+    emit("setup", entries=total, first=resumed, cores=os.cpu_count(), load=os.getloadavg()[0],
+         python=platform.python_version())
+    emit("first part", seconds=round(replay(first, *base), 2))
+    rounds = []
+    for number in range(args.rounds):
+        # Interleaved: the same resumed replay with nothing following, then followed, from the same copy.
+        baseline = replay(journal, *copy_of(base, work, "baseline")) if args.baseline else None
+        shots = args.screenshots if number == args.rounds - 1 else None
+        found = followed(journal, *copy_of(base, work, "followed"), total, resumed, shots)
+        rounds.append(emit("round", number=number, baseline_seconds=None if baseline is None else round(baseline, 2),
+                           **found, load=os.getloadavg()[0]))
+    result = emit(
+        "follow", entries=total, resumed_after=resumed, rounds=rounds,
+        page_after_end_s=statistics.median(r["page_after_end_s"] for r in rounds),
+        statistics_after_end_s=statistics.median(r["statistics_after_end_s"] for r in rounds),
+        replay_seconds=statistics.median(r["replay_seconds"] for r in rounds),
+        baseline_seconds=statistics.median(r["baseline_seconds"] for r in rounds) if args.baseline else None,
+    )
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
     return 0
 
 
