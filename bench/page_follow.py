@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -43,6 +44,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from proccpu import cpu_seconds  # bench/ is the script's directory, so first on sys.path
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -72,11 +74,42 @@ def stats_cli(state: Path) -> Any:
     return json.loads(out)
 
 
-def replay(journal: Path, state: Path, ledger: Path) -> float:
+def replay(journal: Path, state: Path, ledger: Path) -> tuple[float, float]:
+    """Wall and CPU seconds of one replay (the CPU of children reaped meanwhile: only the replay)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     subprocess.run([*recurrence_command(), "replay", str(journal), "--state", str(state), "--out", str(ledger)],
                    check=True, capture_output=True, timeout=7200)
-    return time.monotonic() - started
+    wall = time.monotonic() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def descendants(root: int) -> list[int]:
+    """``root`` and every process below it (the browser's processes under chromedriver)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+    found, frontier = [root], [root]
+    while frontier:
+        children = [pid for pid, parent in parents.items() if parent in frontier]
+        found.extend(children)
+        frontier = children
+    return found
+
+
+def cpu_of(pids: list[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        try:
+            total += cpu_seconds(pid)
+        except OSError:
+            continue
+    return total
 
 
 def epoch(iso: str) -> float:
@@ -197,12 +230,17 @@ def followed(journal: Path, state: Path, ledger: Path, total: int, resumed: int,
         driver.get(url + "/ui")
         until(lambda: body().get_attribute("data-loaded") == "true", 120)
         served = Watch(lambda: json.loads(get(url + "/progress")), 0.05)
-        answered = Watch(lambda: get(url + "/statistics?top=50"), 0.1)
-        shown = Watch(lambda: (body().get_attribute("data-line"), body().get_attribute("data-shown-line")), 0.1)
+        answered = Watch(lambda: get(url + "/statistics?top=50"), 0.25)
+        # One WebDriver command per look (each costs the browser some CPU too).
+        shown = Watch(lambda: tuple(page.execute_script(
+            "return [document.body.getAttribute('data-line'), document.body.getAttribute('data-shown-line')]")), 0.25)
         for watch in (served, answered, shown):
             watch.start()
-        seconds = replay(journal, state, ledger)
+        browser_pids = descendants(driver.service.process.pid)
+        serve_cpu, browser_cpu = cpu_seconds(server.pid), cpu_of(browser_pids)
+        seconds, replay_cpu = replay(journal, state, ledger)
         ended = time.time()
+        serve_cpu, browser_cpu = cpu_seconds(server.pid) - serve_cpu, cpu_of(browser_pids) - browser_cpu
         until(lambda: shown.seen and shown.seen[-1][1][1] == str(total), 120)
         for watch in (served, answered, shown):
             watch.stop.set()
@@ -220,7 +258,9 @@ def followed(journal: Path, state: Path, ledger: Path, total: int, resumed: int,
         server_lags = [at - written[v["journal"]["line"]] for at, v in served.seen
                        if v["journal"]["line"] in written and v["journal"]["line"] not in (resumed, total)]
         found: dict[str, Any] = {
-            "replay_seconds": round(seconds, 2),
+            "replay_seconds": round(seconds, 2), "replay_cpu_s": round(replay_cpu, 2),
+            # CPU the followers took while the replay ran (serve includes the watches' own requests)
+            "serve_cpu_s": round(serve_cpu, 2), "browser_cpu_s": round(browser_cpu, 2),
             "views_served": len(served.seen), "states_drawn": len({v[1] for _, v in shown.seen}),
             "progress_after_end_s": first(served.seen, lambda v: v["journal"]["line"] == total),
             "statistics_after_end_s": first(answered.seen, lambda v: json.loads(v) == want),
@@ -265,14 +305,16 @@ def main() -> int:
     base[1].unlink(missing_ok=True)
     emit("setup", entries=total, first=resumed, cores=os.cpu_count(), load=os.getloadavg()[0],
          python=platform.python_version())
-    emit("first part", seconds=round(replay(first, *base), 2))
+    emit("first part", seconds=round(replay(first, *base)[0], 2))
     rounds = []
     for number in range(args.rounds):
         # Interleaved: the same resumed replay with nothing following, then followed, from the same copy.
         baseline = replay(journal, *copy_of(base, work, "baseline")) if args.baseline else None
         shots = args.screenshots if number == args.rounds - 1 else None
         found = followed(journal, *copy_of(base, work, "followed"), total, resumed, shots)
-        rounds.append(emit("round", number=number, baseline_seconds=None if baseline is None else round(baseline, 2),
+        rounds.append(emit("round", number=number,
+                           baseline_seconds=None if baseline is None else round(baseline[0], 2),
+                           baseline_cpu_s=None if baseline is None else round(baseline[1], 2),
                            **found, load=os.getloadavg()[0]))
     result = emit(
         "follow", entries=total, resumed_after=resumed, rounds=rounds,
