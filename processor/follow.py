@@ -29,8 +29,9 @@ Pace: a new view costs its reader more than the open: every answer is
 computed again (``/statistics`` of 50 scopes on a 200k-entry state: ~1 s of
 CPU). While a replay writes without pause (the files differ at every look) a
 new view opens at most every ``pace()`` seconds; ``serve`` passes four times
-what the answers of the last view cost, so following takes at most about a
-fifth of a core from the writer, whatever the state's size. As soon as the
+the CPU it spent since the last view (every answer, whoever asked), so
+following takes at most about a fifth of a core from the writer, whatever
+the state's size and however many pages are open. As soon as the
 files stop changing (the replay ended or paused), the next look opens the
 view: the end of a replay shows at once.
 

@@ -13,7 +13,7 @@ kept until the next one replaces it.
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -35,8 +35,9 @@ from .whatif import chart_thresholds, rows, scope_shadows, served
 log = logging.getLogger("recurrence.serve")
 
 DEFAULT_PORT: Final = 6067
-# While a replay writes, a new view of the state at most every PACE_FACTOR times what the answers for
-# the last one cost to compute: following takes at most about 1 / PACE_FACTOR of a core from the writer.
+# While a replay writes, a new view of the state at most every PACE_FACTOR times the CPU the server spent
+# since the last one (every answer computed for it, the page's included): serving a page that follows a
+# replay takes at most about 1 / (1 + PACE_FACTOR) of a core from the writer.
 PACE_FACTOR: Final = 4.0
 
 
@@ -63,33 +64,27 @@ class EmbeddedReadSurface:
         self.archive = FileArchive(store, self._ledger, self._journal)
         self.config = bind_config(store, None)
         self.views += 1
-        self.cost = 0.0  # seconds spent computing answers for this view
+        self._cpu_at_view = time.process_time()
         self._statistics: dict[int, list[dict[str, Any]]] = {}
         self._dead_letters: dict[str, int] | None = None
         self._patterns: dict[str, Any] | None = None
 
-    def _timed(self, compute: Callable[[], Any]) -> Any:
-        started = time.perf_counter()
-        try:
-            return compute()
-        finally:
-            self.cost += time.perf_counter() - started
-
     def pace(self) -> float:
-        """Seconds before the next view while the state keeps changing (``follow``)."""
-        return max(MIN_PACE, PACE_FACTOR * self.cost)
+        """Seconds before the next view while the state keeps changing (``follow``): the CPU this process
+        spent since the view was installed (answers, the page's requests, everything), times PACE_FACTOR."""
+        return max(MIN_PACE, PACE_FACTOR * (time.process_time() - self._cpu_at_view))
 
     def _statistics_for(self, top: int) -> list[dict[str, Any]]:
         found = self._statistics.get(top)
         if found is None:
             if len(self._statistics) >= self.CACHED:
                 self._statistics.clear()
-            found = self._statistics[top] = self._timed(lambda: statistics(self.store, None, top))
+            found = self._statistics[top] = statistics(self.store, None, top)
         return found
 
     def _dead_letter_counts(self) -> dict[str, int]:
         if self._dead_letters is None:
-            self._dead_letters = self._timed(lambda: dead_letter_counts(Transaction(self.store)))
+            self._dead_letters = dead_letter_counts(Transaction(self.store))
         return self._dead_letters
 
     async def statistics(self, top: int, ask: Ask) -> list[dict[str, Any]]:
@@ -110,8 +105,7 @@ class EmbeddedReadSurface:
 
     async def patterns(self, ask: Ask) -> dict[str, Any]:
         if self._patterns is None:
-            rows = self._timed(lambda: listing(Transaction(self.store), self.config.pattern_scopes,
-                                               suggested_only=False))
+            rows = listing(Transaction(self.store), self.config.pattern_scopes, suggested_only=False)
             self._patterns = patterns_body(rows, self.config.pattern_scopes)
         return self._patterns
 

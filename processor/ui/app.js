@@ -360,7 +360,7 @@ const page = {
   shown: undefined,      // the scope whose row was last scrolled into view
   allReview: false,      // the needing-review list of every scope, not only the chosen one's
   sparks: new Map(),     // "scope revision" -> its verdict history, or "failed"
-  sparkBasis: new Map(), // scope -> its statistics when its histories were read (read again when they change)
+  sparkBasis: new Map(), // scope -> its verdict counts and top revisions when their histories were read
   progress: null,
   tag: null,             // /progress's ETag
   positions: null,       // a worker's positions when its data was last read
@@ -521,7 +521,8 @@ function renderReview() {
 
 async function loadSparks(scope) {
   if (!scope) return;
-  const basis = JSON.stringify(scope.recurrence);
+  // A revision's verdict history changes only with a terminal verdict of its scope (recurred or avoided).
+  const basis = `${scope.recurrence.recurred} ${scope.recurrence.avoided} ${topRows(scope).map((r) => r.id).join(" ")}`;
   const rows = topRows(scope);
   const stale = page.sparkBasis.get(scope.scope_id) !== basis;
   const wanted = rows.filter((r) => stale || !page.sparks.has(`${r.scope} ${r.id}`));
