@@ -22,9 +22,9 @@ import orjson
 import pytest
 from aiohttp import web
 
+from devkit.localrun import free_port, recurrence_command, wait_for
 from recurrence.processor.serve import EmbeddedReadSurface, application
 from recurrence.processor.store.rocksdb import RocksStore
-from recurrence.processor.stream.localrun import free_port, recurrence_command, wait_for
 from recurrence.processor.synthetic import JournalSpec, generate
 from recurrence.schemas.readsurface import DeadLetterCounts, Explanation, PatternSuggestions
 from tests.apicheck import failures

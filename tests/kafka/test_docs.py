@@ -35,11 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-import pytest
-
-from .harness import REPO, Oracle, free_port
-
-pytestmark = pytest.mark.kafka
+from devkit.localrun import REPO, free_port
+from devkit.oracle import Oracle
 
 DOCS: Final = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 FENCE: Final = re.compile(r"^```sh\n(.*?)^```", re.S | re.M)

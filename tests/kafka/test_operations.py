@@ -19,14 +19,13 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer
 
+from devkit.deployment import Deployment, write_journal
+from devkit.localrun import REPO, recurrence_command, wait_for
+from devkit.oracle import Oracle
 from recurrence.processor.stream.settings import StreamSettings
 from recurrence.processor.synthetic import JournalSpec, generate
 from recurrence.topics.definitions import topic_specs
 from tests.tools import find
-
-from .harness import REPO, Deployment, Oracle, recurrence_command, wait_for, write_journal
-
-pytestmark = pytest.mark.kafka
 
 RFC_EXAMPLE = REPO / "examples" / "rfc-minimum.jsonl"
 

@@ -23,13 +23,12 @@ from typing import Any
 import orjson
 import pytest
 
+from devkit.deployment import Deployment, write_journal
+from devkit.localrun import wait_for
+from devkit.oracle import Oracle
 from recurrence.processor.patterns import suggestion
 from recurrence.processor.stream.clients.dump import read_records, read_statistics
 from recurrence.processor.synthetic import JournalSpec, generate
-
-from .harness import Deployment, Oracle, wait_for, write_journal
-
-pytestmark = pytest.mark.kafka
 
 
 def _embedded_patterns(
