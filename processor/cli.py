@@ -79,7 +79,7 @@ def _state(path: Path, must_exist: bool = False, read_only: bool = False) -> Ite
         raise StateDirError(f"cannot close the state {shown(path)}: {error}") from error
 
 
-def _report(summary: RunSummary) -> None:
+def _report(summary: RunSummary, journal: str) -> None:
     if summary.truncated_bytes:
         print(
             f"recurrence replay: recovered the ledger ({summary.truncated_bytes} uncommitted bytes regenerated)",
@@ -98,6 +98,11 @@ def _report(summary: RunSummary) -> None:
             file=sys.stderr,
         )
     print(summary.line(), file=sys.stderr)
+    warning = summary.nothing_applied()
+    if warning is not None:
+        source = "the input" if journal == "-" else shown(journal)
+        print(f"recurrence replay: warning: {warning}: is {source} a journal (JSON entries, one per line)?",
+              file=sys.stderr)
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
@@ -113,9 +118,9 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     # Reported once the handlers are restored and the state is closed: a further signal is then an
     # ordinary interrupt, never a half-written report.
     if stopped is not None:
-        _report(stopped.summary)
+        _report(stopped.summary, args.journal)
         raise stopped
-    _report(summary)
+    _report(summary, args.journal)
     return EXIT_OK
 
 

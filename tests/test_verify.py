@@ -42,7 +42,7 @@ def _as_on_kafka(records: list[bytes], seed: int) -> list[bytes]:
     for offset, value in enumerate(records):
         record = orjson.loads(value)
         if record["record"] == "dead_letter":
-            origin = {"topic": "t.journal", "partition": 0, "offset": offset}
+            origin: dict[str, str | int] = {"topic": "t.journal", "partition": 0, "offset": offset}
             by_scope[record["scope_id"]].append(dead_letter(
                 origin, record["scope_id"], record["position"], record["error"], record["detail"], record["raw"]
             ).line)

@@ -54,6 +54,7 @@ def test_split_change_sets_stay_under_the_cap_and_restore_whole(
     first.wait_ready(partitions=deployment.partitions)
     publish("first", lines[:400], lines[:400])
     assert first.metrics().get("recurrence_changelog_split_records_total", 0) > 0
+    deployment.wait_drained()  # every input applied, the repartition topic too, before the disk is lost
     first.stop()
     shutil.rmtree(first.datadir)
 

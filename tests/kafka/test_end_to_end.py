@@ -40,6 +40,11 @@ def test_rfc_example_equals_the_embedded_runner(deployment: Deployment, tmp_path
     result = deployment.run("ledger-dump", "--out", str(dump))
     assert "distinct records" in result.stderr
     assert dump.read_bytes() == b"".join(record + b"\n" for record in oracle.records)
+    # ... and `recurrence verify` says so against a replay's ledger (stdin: a pipe from the dump works too).
+    ledger = tmp_path / "replay-ledger.jsonl"
+    deployment.run("replay", str(RFC_EXAMPLE), "--state", str(tmp_path / "replay-state"), "--out", str(ledger))
+    verified = deployment.run("verify", "--ledger", str(ledger), "--outputs", str(dump))
+    assert verified.stdout.startswith("equal: ledger 9 records"), verified.stdout
 
     check_statistics([worker], oracle, ["rfc-minimum"])
     metrics = worker.metrics()

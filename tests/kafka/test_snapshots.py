@@ -58,6 +58,7 @@ def test_a_lost_disk_is_restored_from_a_snapshot_and_the_changelog_tail(
     first = run("run1", "--snapshot-interval", "1")
     first.wait_ready(partitions=deployment.partitions)
     publish_through(0)
+    deployment.wait_drained()  # the patterns agent too: the state run 3 must reproduce is complete
     first.stop()  # a clean stop ships what changed since the last snapshot
     shipped = first.log_path.read_text(errors="replace").count("shipped snapshot")
     assert shipped >= deployment.partitions
@@ -66,6 +67,7 @@ def test_a_lost_disk_is_restored_from_a_snapshot_and_the_changelog_tail(
     second = run("run2", *SHIPPING_OFF)
     second.wait_ready(partitions=deployment.partitions, timeout=120)
     publish_through(1)  # the tail: change sets after the last snapshot
+    deployment.wait_drained()
     second.stop()
     history = _changelog_ends(deployment)
     shutil.rmtree(second.datadir)

@@ -81,6 +81,9 @@ def test_patterns_and_statistics_topics_equal_the_embedded_runner(
         worker.start().wait_ready(partitions=deployment.partitions)
     # (exactly_once: no restart here; a restart waits out the transaction timeout, see test_crash.py)
     deployment.publish(second)
+    # With --kinds patterns, --until-caught-up waits for the patterns agent too (behind the journal agent).
+    early = deployment.run("ledger-dump", "--until-caught-up", "--max-wait", "180", "--kinds", "patterns")
+    assert {line.encode() for line in early.stdout.splitlines()} == want, early.stderr
 
     def caught_up() -> bool:
         return set(_suggestions(deployment)[0]) == want and _statistics(deployment) == oracle.statistics()
