@@ -19,11 +19,7 @@ from typing import Any
 
 import orjson
 
-from ..schemas.constants import (
-    DEFAULT_PATTERN_SCOPES,
-    DEFAULT_TOP_REVISIONS,
-    RECURRENCE_REVIEW_STREAK_THRESHOLD,
-)
+from ..schemas.constants import DEFAULT_TOP_REVISIONS
 from .archive import FileArchive
 from .cliargs import EXIT_OK, non_negative_int, port_number, positive_int, ratio
 from .embedded import (
@@ -37,7 +33,7 @@ from .embedded import (
     replay,
     statistics,
 )
-from .engine import EngineConfig
+from .engineconfig import add_flags, from_flags
 from .exceptions import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -45,6 +41,7 @@ from .exceptions import (
     Interrupted,
     OutputsDifferError,
     RecurrenceError,
+    SettingsError,
     StateDirError,
     UnusableError,
 )
@@ -56,8 +53,12 @@ from .store.base import Transaction
 from .store.rocksdb import RocksStore
 from .synthetic import JournalSpec, generate
 from .verify import compare, read_records
+from .whatif import MAX_THRESHOLD, parse_thresholds
 
 log = logging.getLogger("recurrence.cli")
+
+#: The engine settings ``replay`` takes as flags (declared in ``engineconfig``).
+REPLAY_SETTINGS = ("review_threshold", "pattern_scopes")
 
 
 @contextmanager
@@ -106,9 +107,10 @@ def _report(summary: RunSummary, journal: str) -> None:
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
+    # Every setting is checked before anything is created or written (the state header pins them).
+    config = from_flags(args, REPLAY_SETTINGS)
     state, out = Path(args.state), Path(args.out)
     check_paths(args.journal, state, out)
-    config = EngineConfig(review_threshold=args.review_threshold, pattern_scopes=args.pattern_scopes)
     stopped: ReplayInterrupted | None = None
     with _state(state) as store, StopSignals() as stop:
         try:
@@ -186,6 +188,22 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_tune(args: argparse.Namespace) -> int:
+    from .tune import table, tune  # noqa: PLC0415 - only this command needs it
+
+    try:
+        thresholds = parse_thresholds(args.thresholds)
+    except ValueError as bad:
+        raise SettingsError(f"--thresholds: {bad}") from None
+    body, summary = tune(args.journal, thresholds, batch_size=args.batch)
+    print(summary.line(), file=sys.stderr)
+    if args.json:
+        sys.stdout.buffer.write(orjson.dumps(body) + b"\n")
+    else:
+        sys.stdout.write(table(body))
+    return EXIT_OK
+
+
 def _cmd_generate(args: argparse.Namespace) -> int:
     spec = JournalSpec(
         entries=args.entries,
@@ -226,23 +244,29 @@ def _add_replay(commands: "argparse._SubParsersAction[argparse.ArgumentParser]")
     p.add_argument(
         "--out", required=True, help="ledger .jsonl file; records are appended (bound to --state: see README)"
     )
-    p.add_argument(
-        "--review-threshold",
-        type=positive_int,
-        default=RECURRENCE_REVIEW_STREAK_THRESHOLD,
-        help="RECURRENCE_REVIEW_STREAK_THRESHOLD (fixed per state directory; default %(default)s)",
-    )
-    p.add_argument(
-        "--pattern-scopes",
-        type=positive_int,
-        default=DEFAULT_PATTERN_SCOPES,
-        metavar="K",
-        help="suggest a cross-scope pattern when a signature recurs in K scopes (fixed per state; default %(default)s)",
-    )
+    add_flags(p, REPLAY_SETTINGS, note="; fixed per state directory")
     p.add_argument(
         "--batch", type=positive_int, default=DEFAULT_BATCH, help="entries per durable commit (default %(default)s)"
     )
     p.set_defaults(func=_cmd_replay)
+
+
+def _add_tune(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    p = commands.add_parser(
+        "tune", help="what-if: the review load a replay at each threshold would produce (a dry run, writes nothing)"
+    )
+    p.add_argument("journal", help="journal .jsonl file, a pipe, or - for stdin")
+    p.add_argument(
+        "--thresholds",
+        default="2,3,4,5",
+        metavar="K,K,...",
+        help=f"review thresholds to compare, 1..{MAX_THRESHOLD}, one row each in the order given (default %(default)s)",
+    )
+    p.add_argument("--json", action="store_true", help="print the contract's JSON (section 5) instead of a table")
+    p.add_argument(
+        "--batch", type=positive_int, default=DEFAULT_BATCH, help="entries per in-memory commit (default %(default)s)"
+    )
+    p.set_defaults(func=_cmd_tune)
 
 
 def _add_stats(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -372,7 +396,7 @@ class _VersionAction(argparse.Action):
 
 # Commands that need nothing from the Kafka side: parsing their command line skips importing it
 # (pydantic-settings, asyncio, ...), a tenth of a second off every embedded run.
-EMBEDDED_COMMANDS = frozenset({"replay", "stats", "generate", "explain", "patterns", "serve", "verify"})
+EMBEDDED_COMMANDS = frozenset({"replay", "stats", "tune", "generate", "explain", "patterns", "serve", "verify"})
 
 
 def build_parser(with_stream: bool = True) -> argparse.ArgumentParser:
@@ -385,6 +409,7 @@ def build_parser(with_stream: bool = True) -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     _add_replay(commands)
     _add_stats(commands)
+    _add_tune(commands)
     _add_generate(commands)
     _add_explain(commands)
     _add_patterns(commands)

@@ -22,6 +22,8 @@ JSON: Final = "application/json"
 TEXT: Final = "text/plain; charset=utf-8"
 
 Format = Literal["json", "text"]
+#: The two servers of the read surface: a Kafka worker, and ``recurrence serve`` over an embedded state.
+Server = Literal["worker", "embedded"]
 
 #: The statistics page: one HTML file, one script, one style sheet; no build step, nothing fetched from elsewhere.
 UI_DIR: Final = Path(__file__).resolve().parent / "ui"

@@ -7,7 +7,8 @@ ready owner). The schemas are the models' own JSON Schemas
 tests run schemathesis against live servers with it.
 """
 
-from typing import Any, Final, Literal
+from collections.abc import Sequence
+from typing import Any, Final
 
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
@@ -20,13 +21,14 @@ from ..schemas.readsurface import (
     Explanation,
     PatternSuggestions,
     ProbeBody,
+    ThresholdWhatIf,
 )
 from ..schemas.statistics import ScopeStatistics
-from .httpapi import MAX_TOP
+from .httpapi import MAX_TOP, UI_FILES, Server
+from .whatif import MAX_THRESHOLD, MAX_THRESHOLDS
 
-Server = Literal["worker", "embedded"]
 MODELS: Final[tuple[type[BaseModel], ...]] = (
-    ScopeStatistics, Explanation, DeadLetterCounts, PatternSuggestions, ProbeBody, ErrorBody,
+    ScopeStatistics, Explanation, DeadLetterCounts, PatternSuggestions, ThresholdWhatIf, ProbeBody, ErrorBody,
 )
 _REF: Final = "#/components/schemas/{model}"
 
@@ -54,6 +56,16 @@ TOP: Final = {
 }
 
 
+_THRESHOLD: Final = f"({MAX_THRESHOLD}|[1-9][0-9]?)"
+assert MAX_THRESHOLD == 100 and MAX_THRESHOLDS == 100, "the pattern below spells both limits"
+THRESHOLDS: Final = {
+    "name": "thresholds", "in": "query", "required": False,
+    "description": f"review thresholds to compare, comma-separated, 1..{MAX_THRESHOLD}, at most {MAX_THRESHOLDS}, "
+                   "one row each in this order (default: 1..10 and two past the state's own threshold)",
+    "schema": {"type": "string", "pattern": f"^{_THRESHOLD}(,{_THRESHOLD}){{0,{MAX_THRESHOLDS - 1}}}$"},
+}
+
+
 def _get(summary: str, responses: dict[str, Any], parameters: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     operation: dict[str, Any] = {"summary": summary, "responses": responses}
     if parameters:
@@ -61,7 +73,11 @@ def _get(summary: str, responses: dict[str, Any], parameters: list[dict[str, Any
     return {"get": operation}
 
 
-def document(server: Server) -> dict[str, Any]:
+def document(server: Server, routes: Sequence[tuple[str, bool]]) -> dict[str, Any]:
+    """The document of ``routes`` (each path as documented, and whether it is public), in their order.
+
+    The paths are the server's route table (``routes.routes_of``): a route without an operation here is a
+    KeyError, so the document cannot leave out a path the server answers."""
     worker = server == "worker"
     _, defs = models_json_schema([(m, "serialization") for m in MODELS], ref_template=_REF)
     unavailable = {"503": _error("a partition has no ready owner here (rebalancing, restoring); retry")} \
@@ -89,7 +105,8 @@ def document(server: Server) -> dict[str, Any]:
          "description": "json or text (default: text, or JSON when Accept asks for it)",
          "schema": {"type": "string", "enum": ["json", "text"]}},
     ]
-    paths: dict[str, Any] = {
+    operations: dict[str, Any] = {
+        "/": {"get": {"summary": "the page (a redirect to /ui)", "responses": {"302": {"description": "to /ui"}}}},
         "/statistics": _get(
             "RecurrenceStatistics of every scope, ordered by scope_id",
             {"200": _json({"type": "array", "items": _ref(ScopeStatistics)}, "every scope"),
@@ -119,14 +136,29 @@ def document(server: Server) -> dict[str, Any]:
             {"200": _json(_ref(PatternSuggestions), "every pattern row, most scopes first"), **unavailable},
             local,
         ),
+        "/tune": _get(
+            "the review-threshold what-if of `recurrence tune --json` for the state served, from the shadow "
+            "counters its replay kept (contract section 5)",
+            {"200": _json(_ref(ThresholdWhatIf), "per threshold: the totals and every scope's counts"),
+             "400": _error("bad parameter"), **unavailable},
+            [THRESHOLDS, *local],
+        ),
         "/livez": _get("liveness probe", probe),
         "/readyz": _get("readiness probe", probe),
         "/health": _get("readiness probe (alias of /readyz)", probe),
         "/openapi.json": _get("this document", {"200": _json({"type": "object"}, "OpenAPI 3.1")}),
         "/ui": _get("the statistics page", {"200": _text("HTML", "text/html")}),
+        "/ui/{name}": _get(
+            "the page's script and style sheet",
+            {"200": {"description": "the file", "content": {
+                "text/javascript": {"schema": {"type": "string"}}, "text/css": {"schema": {"type": "string"}}}},
+             "404": _error("no such file")},
+            [{"name": "name", "in": "path", "required": True,
+              "schema": {"type": "string", "enum": sorted(name for name in UI_FILES if name != "index.html")}}],
+        ),
+        "/metrics": _get("Prometheus metrics", {"200": _text("the text exposition format")}),
     }
-    if worker:
-        paths["/metrics"] = _get("Prometheus metrics", {"200": _text("the text exposition format")})
+    paths = {path: operations[path] for path, _ in routes}
     return {
         "openapi": "3.1.0",
         "info": {

@@ -3,147 +3,78 @@
 The same paths and bodies as a worker (docs/web.md): ``/statistics``,
 ``/scopes/{scope_id}/statistics``, ``/explain/{id}`` (over the state and the
 ledger and journal files, as ``recurrence explain``), ``/dead-letters``,
-``/patterns``, the probes, ``/openapi.json`` and the page at ``/ui``. The
+``/patterns``, ``/tune``, the probes, ``/openapi.json`` and the page at ``/ui``. The
 state is opened read-only, so it is the state as of the server's start: run
 ``serve`` again after a replay to see what it added.
 """
 
 import logging
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Literal
 
-import orjson
 from aiohttp import web
 
 from .archive import FileArchive
 from .embedded import bind_config, statistics
 from .explain import Explainer, NotFoundError
-from .httpapi import (
-    JSON,
-    dead_letters_body,
-    error_body,
-    explain_body,
-    explain_format,
-    narrow,
-    parse_top,
-    patterns_body,
-    ui_file,
-)
-from .openapi import document
+from .httpapi import Server, dead_letters_body, narrow, patterns_body
 from .patterns import listing
 from .recordindex import dead_letter_counts
+from .routes import Ask, Probe, install
 from .state import State
 from .store.base import StateStore, Transaction
+from .whatif import chart_thresholds, rows, scope_shadows, served
 
 log = logging.getLogger("recurrence.serve")
 
 DEFAULT_PORT: Final = 6067
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def _json(value: Any, status: int = 200) -> web.Response:
-    return web.Response(body=orjson.dumps(value), status=status, content_type=JSON)
-
-
-def _error(status: int, message: str) -> web.Response:
-    return web.Response(body=error_body(message), status=status, content_type=JSON)
 
 
 class EmbeddedReadSurface:
     """The read surface over one embedded state directory, its ledger and its journal."""
+
+    server: Server = "embedded"
 
     def __init__(self, store: StateStore, ledger: Path | None = None, journal: Path | None = None) -> None:
         self.store = store
         self.archive = FileArchive(store, ledger, journal)
         self.config = bind_config(store, None)
 
-    def statistics(self, scope_id: str | None, top: int) -> list[dict[str, Any]]:
-        return statistics(self.store, scope_id, top)
+    async def statistics(self, top: int, ask: Ask) -> list[dict[str, Any]]:
+        return statistics(self.store, None, top)
 
-    def explain(self, identity: str, scope_id: str | None) -> dict[str, Any]:
+    async def scope_statistics(self, scope_id: str, top: int, ask: Ask) -> dict[str, Any]:
+        found = statistics(self.store, scope_id, top)
+        if not found:
+            raise NotFoundError("no accepted entry for this scope")
+        return found[0]
+
+    async def explain(self, identity: str, scope_id: str | None, ask: Ask) -> dict[str, Any]:
         explainer = Explainer(State(Transaction(self.store)), self.archive)
         return narrow(explainer.explain(identity), scope_id)
 
-    def dead_letters(self) -> dict[str, Any]:
+    async def dead_letters(self, ask: Ask) -> dict[str, Any]:
         return dead_letters_body(dead_letter_counts(Transaction(self.store)))
 
-    def patterns(self) -> dict[str, Any]:
+    async def patterns(self, ask: Ask) -> dict[str, Any]:
         rows = listing(Transaction(self.store), self.config.pattern_scopes, suggested_only=False)
         return patterns_body(rows, self.config.pattern_scopes)
 
+    async def tune(self, thresholds: list[int] | None, ask: Ask) -> dict[str, Any]:
+        scopes, incomplete = scope_shadows(State(Transaction(self.store)))
+        configured = self.config.review_threshold
+        return served(configured, incomplete, rows(scopes, thresholds or chart_thresholds(configured)))
+
+    def check(self, kind: Literal["live", "ready"]) -> Probe:
+        return Probe(True, {"status": "ok", "reasons": []})
+
+    def exposition(self) -> tuple[bytes, str]:
+        raise NotFoundError("serve has no metrics")  # not in its route table: never asked
+
 
 def application(surface: EmbeddedReadSurface) -> web.Application:
-    spec = document("embedded")
-
-    async def all_statistics(request: web.Request) -> web.Response:
-        try:
-            top = parse_top(request.query)
-        except ValueError as bad:
-            return _error(400, str(bad))
-        return _json(surface.statistics(None, top))
-
-    async def scope_statistics(request: web.Request) -> web.Response:
-        try:
-            top = parse_top(request.query)
-        except ValueError as bad:
-            return _error(400, str(bad))
-        found = surface.statistics(request.match_info["scope_id"], top)
-        if not found:
-            return _error(404, "no accepted entry for this scope")
-        return _json(found[0])
-
-    async def explain(request: web.Request) -> web.Response:
-        try:
-            fmt = explain_format(request.query, request.headers.get("Accept"))
-        except ValueError as bad:
-            return _error(400, str(bad))
-        try:
-            result = surface.explain(request.match_info["identity"], request.query.get("scope") or None)
-        except NotFoundError as missing:
-            return _error(404, str(missing))
-        body, content_type = explain_body(result, fmt)
-        return web.Response(body=body, headers={"Content-Type": content_type})
-
-    async def dead_letters(request: web.Request) -> web.Response:
-        return _json(surface.dead_letters())
-
-    async def patterns(request: web.Request) -> web.Response:
-        return _json(surface.patterns())
-
-    async def probe(request: web.Request) -> web.Response:
-        return _json({"status": "ok", "reasons": []})
-
-    async def openapi(request: web.Request) -> web.Response:
-        return _json(spec)
-
-    async def ui(request: web.Request) -> web.StreamResponse:
-        found = ui_file(request.match_info.get("name") or "index.html")
-        if found is None:
-            return _error(404, "no such file")
-        body, content_type = found
-        return web.Response(body=body, headers={"Content-Type": content_type})
-
-    async def root(request: web.Request) -> web.StreamResponse:
-        raise web.HTTPFound("/ui")
-
     app = web.Application()
-    routes: list[tuple[str, Handler]] = [
-        ("/", root),
-        ("/statistics", all_statistics),
-        ("/scopes/{scope_id}/statistics", scope_statistics),
-        ("/explain/{identity:[\\s\\S]+}", explain),
-        ("/dead-letters", dead_letters),
-        ("/patterns", patterns),
-        ("/livez", probe),
-        ("/readyz", probe),
-        ("/health", probe),
-        ("/openapi.json", openapi),
-        ("/ui", ui),
-        ("/ui/{name}", ui),
-    ]
-    for path, handler in routes:
-        app.router.add_get(path, handler)
+    install(app.router, surface)
     return app
 
 

@@ -110,3 +110,34 @@ class PatternSuggestions(Value):
     note: str | None = None
     min_scopes: NonNegative | None = None
     patterns: list[PatternRow]
+
+
+class ScopeThresholdCounts(Value):
+    """One scope's what-if at one threshold (contract section 5, ``by_scope``)."""
+
+    scope_id: str
+    review_proposals: NonNegative
+    needing_review: NonNegative
+    flags: NonNegative
+    flags_then_avoided: NonNegative
+
+
+class ThresholdCounts(Value):
+    """What a replay at ``threshold`` would have produced (contract section 5): the totals, then per scope."""
+
+    threshold: Annotated[int, Field(ge=1)]
+    review_proposals: NonNegative
+    needing_review: NonNegative
+    flags: NonNegative
+    flags_then_avoided: NonNegative
+    by_scope: list[ScopeThresholdCounts]
+
+
+class ThresholdWhatIf(Value):
+    """``GET /tune``: ``recurrence tune --json``'s body for the state served, from the shadow counters the
+    replay kept, with the threshold the state runs with and the scopes whose counters missed part of their
+    history (replayed by a version that kept none: their counts are short until the state is rebuilt)."""
+
+    review_threshold: Annotated[int, Field(ge=1)]
+    incomplete_scopes: list[str]
+    thresholds: list[ThresholdCounts]

@@ -32,6 +32,7 @@ CORE = [
     "recurrence.processor.exceptions",
     "recurrence.processor.store.base",
     "recurrence.processor.store.memory",
+    "recurrence.processor.whatif",
 ]
 BACKENDS = ("rocksdict", "faust", "aiokafka", "mode", "aiohttp", "yarl", "prometheus_client")
 RUNNERS = ("recurrence.processor.embedded", "recurrence.processor.stream", "recurrence.processor.cli")
@@ -193,6 +194,20 @@ def test_the_dev_kit_and_the_benchmarks_do_not_import_tests(path: Path) -> None:
 def test_the_product_never_imports_the_dev_kit(name: str) -> None:
     # devkit is not in the wheel: a product module that needed it would fail where it is installed.
     assert _reaches(name, ("devkit", "tests", "bench")) == []
+
+
+TESTS = sorted((ROOT / "tests").rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", TESTS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_test_module_imports_another(path: Path) -> None:
+    # What several test modules share lives in a helper module (batchfakes, builders, kafka/workerchecks,
+    # ...) or in dev/devkit, never in a test module that another one imports.
+    borrowed = [
+        node.module for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[-1].startswith("test_")
+    ]
+    assert borrowed == []
 
 
 def test_the_benchmarks_drive_deployments_through_the_dev_kit() -> None:

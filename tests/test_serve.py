@@ -23,20 +23,28 @@ import pytest
 from aiohttp import web
 
 from devkit.localrun import free_port, recurrence_command, wait_for
+from recurrence.processor.routes import Ask
 from recurrence.processor.serve import EmbeddedReadSurface, application
 from recurrence.processor.store.rocksdb import RocksStore
 from recurrence.processor.synthetic import JournalSpec, generate
-from recurrence.schemas.readsurface import DeadLetterCounts, Explanation, PatternSuggestions
+from recurrence.schemas.readsurface import DeadLetterCounts, Explanation, PatternSuggestions, ThresholdWhatIf
 from tests.apicheck import failures
-from tests.browser import SCREENSHOTS, expected_pattern_rows, expected_readings, page_readings
+from tests.browser import (
+    SCREENSHOTS,
+    expected_pattern_rows,
+    expected_readings,
+    expected_tune,
+    page_readings,
+    tune_readings,
+)
 from tests.tools import REPO
 
 EXAMPLE = REPO / "examples" / "rfc-minimum.jsonl"
 
 
 class Served:
-    def __init__(self, url: str, state: Path, ledger: Path) -> None:
-        self.url, self.state, self.ledger = url, state, ledger
+    def __init__(self, url: str, state: Path, ledger: Path, journal: Path) -> None:
+        self.url, self.state, self.ledger, self.journal = url, state, ledger, journal
 
     def get(self, path: str, accept: str | None = None) -> tuple[int, str, bytes]:
         request = urllib.request.Request(self.url + path, headers={"Accept": accept} if accept else {})
@@ -74,7 +82,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         url = f"http://127.0.0.1:{port}"
-        running = Served(url, state, ledger)
+        running = Served(url, state, ledger, journal)
         wait_for(lambda: server.poll() is None and _answers(running), 30, 0.1, "recurrence serve")
         yield running
     finally:
@@ -180,6 +188,42 @@ def test_the_page_shows_what_recurrence_stats_says(served: Served) -> None:
     assert list(shown["pattern_rows"].items()) == list(expected_pattern_rows(listed).items())
 
 
+def _tune_cli(served: Served, thresholds: str) -> dict[str, Any]:
+    result = subprocess.run([*recurrence_command(), "tune", str(served.journal), "--thresholds", thresholds, "--json"],
+                            check=True, capture_output=True, timeout=120)
+    body: dict[str, Any] = orjson.loads(result.stdout)
+    return body
+
+
+def test_tune_answers_what_recurrence_tune_says_of_the_journal(served: Served) -> None:
+    # The served state's shadow counters, kept by the replay, against a dry run over the same journal.
+    body = served.json("/tune?thresholds=4,1,2,3")
+    ThresholdWhatIf.model_validate(body)
+    assert body["review_threshold"] == 3 and body["incomplete_scopes"] == []
+    assert body["thresholds"] == _tune_cli(served, "4,1,2,3")["thresholds"]
+    assert [s["scope_id"] for s in body["thresholds"][0]["by_scope"]] == [
+        s["scope_id"] for s in orjson.loads(served.cli("stats"))
+    ]
+    # By default the page's thresholds: 1..10 (two past the configured 3 is within them).
+    default = served.json("/tune")
+    assert [row["threshold"] for row in default["thresholds"]] == list(range(1, 11))
+    for bad in ("0", "101", "x", "2,,3", "1.5"):
+        status, _, answer = served.get(f"/tune?thresholds={bad}")
+        assert status == 400 and orjson.loads(answer)["error"].startswith("thresholds: "), (bad, answer)
+
+
+def test_the_page_draws_the_tune_chart(served: Served) -> None:
+    shown = tune_readings(served.url + "/ui", SCREENSHOTS / "tune-chart.png")
+    body = served.json("/tune")
+    assert any(row["review_proposals"] and row["flags_then_avoided"] for row in body["thresholds"])
+    want = expected_tune(body)
+    assert shown["bars"] == want["bars"]
+    assert shown["table"] == want["table"]
+    assert shown["marked"] == want["marked"] == [3]
+    assert shown["configured"] == "the state runs at 3"
+    assert "rebuild" not in shown["note"]
+
+
 def test_the_openapi_document_holds_against_the_server(served: Served) -> None:
     found, ran = failures(served.url)
     assert set(ran) == set(served.json("/openapi.json")["paths"]) - {"/openapi.json"}
@@ -188,7 +232,7 @@ def test_the_openapi_document_holds_against_the_server(served: Served) -> None:
 
 def test_the_api_check_finds_an_answer_the_document_does_not_describe(served: Served) -> None:
     class Wrong(EmbeddedReadSurface):
-        def dead_letters(self) -> dict[str, Any]:
+        async def dead_letters(self, ask: Ask) -> dict[str, Any]:
             return {"total": "many", "by_code": {}}
 
     store = RocksStore.open(served.state, read_only=True)

@@ -19,7 +19,7 @@ import pytest
 from devkit.deployment import write_journal
 from devkit.oracle import Oracle
 from recurrence.processor.embedded import replay
-from recurrence.processor.engine import EngineConfig
+from recurrence.processor.engineconfig import EngineConfig
 from recurrence.processor.patterns import listing, suggestion
 from recurrence.processor.store.base import Transaction
 from recurrence.processor.store.memory import MemoryStore

@@ -1,4 +1,9 @@
-"""Faust web views: statistics (routed to the partition owner), probes, Prometheus metrics.
+"""The worker's read surface: what the shared route table (``routes``) asks, answered over partitions.
+
+The paths and handlers are ``routes.ROUTES``, the same table ``recurrence
+serve`` installs; this module is the worker's ``Surface`` behind them
+(routing to partition owners, fan-out, merging) and ``register``, which puts
+the table on the aiohttp application that Faust's web driver holds.
 
 A scope's state lives on the worker that owns its journal partition (the
 partition of key ``scope_id``, which is also its changelog partition). So:
@@ -32,8 +37,14 @@ the asked worker fans out like ``/statistics`` and merges in ``listing``'s
 order. A key lives in exactly one partition, so the merge is a concatenation;
 a partition without a ready owner is a 503, never a shorter list.
 
+``GET /tune`` is the review-threshold what-if of ``recurrence tune`` for the
+scopes served, read from the shadow counters the engine keeps in each scope's
+state (``whatif``): each worker answers for its partitions, the asked worker
+fans out like ``/statistics``, joins ``by_scope`` in scope order and adds the
+totals.
+
 ``/ui`` is the statistics page and ``/openapi.json`` the document (both shared
-with ``recurrence serve``, see ``httpapi``).
+with ``recurrence serve``, see ``routes``).
 
 ``/livez`` and ``/readyz`` are the Kubernetes probes (``probes``); ``/health``
 answers exactly as ``/readyz`` (an alias kept for existing checks).
@@ -43,33 +54,26 @@ answers exactly as ``/readyz`` (an alias kept for existing checks).
 import asyncio
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any, Final
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
 from urllib.parse import quote
 
 import aiohttp
 import orjson
 from aiokafka.partitioner import murmur2
 
-from ...engine import Engine, EngineConfig
+from ...engine import Engine
+from ...engineconfig import EngineConfig
 from ...explain import Explainer, NotFoundError, RevisionRef
-from ...httpapi import (
-    dead_letters_body,
-    explain_body,
-    explain_format,
-    merge_revisions,
-    narrow,
-    parse_top,
-    patterns_body,
-    ui_file,
-)
-from ...openapi import document
+from ...httpapi import Server, dead_letters_body, merge_revisions, narrow, patterns_body
 from ...patterns import listing, listing_order
 from ...recordindex import dead_letter_counts, record_key
-from ...state import State
+from ...routes import Ask, Probe, Relayed, Unavailable, install
+from ...state import Shadow, State
 from ...store.base import StateStore, Transaction
+from ...whatif import chart_thresholds, merge, rows, scope_shadows, served
 from ..batch.metrics import CONTENT_TYPE, Metrics
-from ..batch.probes import ProbeInputs, ProbeResult, liveness, readiness
+from ..batch.probes import ProbeInputs, liveness, readiness
 from ..batch.types import PartitionedState
 from ..settings import KafkaConnection
 from .topicarchive import Location, PassArchive, TopicReader, in_passes
@@ -84,7 +88,7 @@ def partition_for(scope_id: str, partitions: int) -> int:
     return int(murmur2(scope_id.encode()) & 0x7FFFFFFF) % partitions
 
 
-class NotReadyError(Exception):
+class NotReadyError(Unavailable):
     """The partition is not (yet) served here: rebalancing or restoring."""
 
 
@@ -97,6 +101,31 @@ class PatternTable:
     ready_partitions: Callable[[], set[int]]
     # worker url -> partitions of the table it actively owns
     owners: Callable[[], Mapping[str, set[int]]]
+
+
+def _same(url_a: str, url_b: str) -> bool:
+    return url_a.rstrip("/") == url_b.rstrip("/")
+
+
+class Peers:
+    """The other workers, asked over HTTP (one session, opened on first use)."""
+
+    def __init__(self) -> None:
+        self._session: aiohttp.ClientSession | None = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=FORWARD_TIMEOUT))
+        return self._session
+
+    async def get(self, url: str, path: str, params: dict[str, str]) -> tuple[int, Any]:
+        """The status and JSON body of a peer's answer; Unavailable when it does not answer."""
+        try:
+            async with self._client().get(url.rstrip("/") + path, params=params) as response:
+                body = await response.read()
+                return response.status, orjson.loads(body) if body else None
+        except (aiohttp.ClientError, TimeoutError) as failure:
+            raise Unavailable(f"worker {url} did not answer: {type(failure).__name__}") from None
 
 
 @dataclass
@@ -118,7 +147,11 @@ class ReadSurface:
     pattern_table: PatternTable
     # read_committed reads of output and journal records, for /explain
     connection: KafkaConnection | None = None
+    peers: Peers = field(default_factory=Peers)
 
+    server: Server = "worker"
+
+    # -- this worker's partitions ------------------------------------------------------
     def _states(self, partitions: Iterable[int]) -> list[StateStore]:
         ready = self.ready_partitions()
         states = []
@@ -162,12 +195,8 @@ class ReadSurface:
         return counts
 
     def local_statistics(self, partitions: Iterable[int], scope_id: str | None, top: int) -> list[dict[str, Any]]:
-        ready = self.ready_partitions()
         result: list[dict[str, Any]] = []
-        for partition in sorted(partitions):
-            state = self.state.open_partition_state(partition) if partition in ready else None
-            if state is None:
-                raise NotReadyError(f"partition {partition} is not ready on this worker")
+        for state in self._states(partitions):
             engine = Engine(Transaction(state), self.config)
             result.extend(s.model_dump(mode="json") for s in engine.statistics(scope_id, top))
         result.sort(key=lambda s: str(s["scope_id"]))
@@ -185,136 +214,112 @@ class ReadSurface:
             rows.extend(listing(Transaction(state), self.config.pattern_scopes, suggested_only=False))
         return sorted(rows, key=listing_order)
 
+    def local_tune(self, partitions: Iterable[int], thresholds: list[int]) -> tuple[list[dict[str, Any]], list[str]]:
+        """The what-if rows of these partitions' scopes (scope order), and the scopes whose counters are short."""
+        scopes: list[tuple[str, Shadow | None]] = []
+        incomplete: list[str] = []
+        for state in self._states(partitions):
+            found, short = scope_shadows(State(Transaction(state)))
+            scopes.extend(found)
+            incomplete.extend(short)
+        scopes.sort(key=lambda scope: scope[0])
+        return rows(scopes, thresholds), sorted(incomplete)
+
+    # -- owners --------------------------------------------------------------------------
     def owner_of(self, partition: int) -> str | None:
         for url, owned in self.owners().items():
             if partition in owned:
                 return url
         return None
 
-
-def _same(url_a: str, url_b: str) -> bool:
-    return url_a.rstrip("/") == url_b.rstrip("/")
-
-
-def register(app: Any, surface: ReadSurface) -> None:
-    """Add the views to a faust.App."""
-    session: dict[str, aiohttp.ClientSession] = {}
-
-    def client() -> aiohttp.ClientSession:
-        if "s" not in session or session["s"].closed:
-            session["s"] = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=FORWARD_TIMEOUT))
-        return session["s"]
-
-    def json_response(view: Any, value: Any, status: int = 200) -> Any:
-        return view.bytes(orjson.dumps(value), content_type="application/json", status=status)
-
-    def error(view: Any, status: int, message: str) -> Any:
-        headers = {"Retry-After": "1"} if status == 503 else None
-        return view.bytes(
-            orjson.dumps({"error": message}), content_type="application/json", status=status, headers=headers
-        )
-
-    async def fetch(url: str, path: str, params: dict[str, str]) -> tuple[int, Any]:
-        async with client().get(url.rstrip("/") + path, params=params) as response:
-            body = await response.read()
-            return response.status, orjson.loads(body) if body else None
-
-    @app.page("/statistics")  # type: ignore[untyped-decorator]
-    async def statistics(view: Any, request: Any) -> Any:
-        try:
-            top = parse_top(request.query)
-        except ValueError as bad:
-            return error(view, 400, str(bad))
-        if request.query.get("local") == "1":
-            try:
-                owned = surface.owners().get(surface.my_url, set())
-                return json_response(view, surface.local_statistics(owned, None, top))
-            except NotReadyError as not_ready:
-                return error(view, 503, str(not_ready))
-        owners = surface.owners()
-        covered = set().union(*owners.values()) if owners else set()
-        missing = sorted(set(range(surface.partitions)) - covered)
-        if missing:
-            return error(view, 503, f"partitions {missing} have no active owner (rebalancing?)")
-        merged: list[dict[str, Any]] = []
-        try:
-            remote = [url for url in owners if not _same(url, surface.my_url) and owners[url]]
-            answers = await asyncio.gather(
-                *(fetch(url, "/statistics", {"local": "1", "top": str(top)}) for url in remote)
-            )
-            for url, (status, body) in zip(remote, answers, strict=True):
-                if status != 200 or not isinstance(body, list):
-                    return error(view, 503, f"worker {url} answered {status}")
-                merged.extend(body)
-            mine = owners.get(surface.my_url) or next(
-                (parts for url, parts in owners.items() if _same(url, surface.my_url)), set()
-            )
-            merged.extend(surface.local_statistics(mine, None, top))
-        except NotReadyError as not_ready:
-            return error(view, 503, str(not_ready))
-        except (aiohttp.ClientError, TimeoutError) as failure:
-            return error(view, 503, f"a worker did not answer: {type(failure).__name__}")
-        merged.sort(key=lambda s: str(s["scope_id"]))
-        return json_response(view, merged)
-
-    @app.page("/scopes/{scope_id}/statistics")  # type: ignore[untyped-decorator]
-    async def scope_statistics(view: Any, request: Any, scope_id: str) -> Any:
-        try:
-            top = parse_top(request.query)
-        except ValueError as bad:
-            return error(view, 400, str(bad))
-        partition = partition_for(scope_id, surface.partitions)
-        owner = surface.owner_of(partition)
-        if owner is None:
-            return error(view, 503, f"partition {partition} has no active owner (rebalancing?)")
-        if not _same(owner, surface.my_url):
-            if request.query.get("forwarded") == "1":
-                return error(view, 503, "ownership is changing; retry")
-            try:
-                status, body = await fetch(
-                    owner,
-                    f"/scopes/{quote(scope_id, safe='')}/statistics",
-                    {"top": str(top), "forwarded": "1"},
-                )
-            except (aiohttp.ClientError, TimeoutError) as failure:
-                return error(view, 503, f"owner {owner} did not answer: {type(failure).__name__}")
-            return json_response(view, body, status)
-        try:
-            found = surface.local_statistics([partition], scope_id, top)
-        except NotReadyError as not_ready:
-            return error(view, 503, str(not_ready))
-        if not found:
-            return error(view, 404, "no accepted entry for this scope")
-        return json_response(view, found[0])
+    def mine_of(self, owners: Mapping[str, set[int]]) -> set[int]:
+        return next((parts for url, parts in owners.items() if _same(url, self.my_url)), set())
 
     def coverage(
-        owned: Callable[[], Mapping[str, set[int]]] = surface.owners,
+        self, owned: Callable[[], Mapping[str, set[int]]] | None = None
     ) -> tuple[Mapping[str, set[int]], set[int]]:
         """Every owner and this worker's partitions (of the journal's table, or the ``owned`` callable's);
         NotReadyError while a partition has no owner."""
-        owners = owned()
+        owners = (owned or self.owners)()
         covered = set().union(*owners.values()) if owners else set()
-        missing = sorted(set(range(surface.partitions)) - covered)
+        missing = sorted(set(range(self.partitions)) - covered)
         if missing:
             raise NotReadyError(f"partitions {missing} have no active owner (rebalancing?)")
-        return owners, mine_of(owners)
+        return owners, self.mine_of(owners)
 
-    def mine_of(owners: Mapping[str, set[int]]) -> set[int]:
-        return next((parts for url, parts in owners.items() if _same(url, surface.my_url)), set())
+    async def ask_others(self, owners: Mapping[str, set[int]], path: str, params: dict[str, str]) -> list[Any]:
+        """Every other owner's answer (``?local=1``); Unavailable unless each one is a 200."""
+        remote = [url for url in owners if not _same(url, self.my_url) and owners[url]]
+        answers = await asyncio.gather(*(self.peers.get(url, path, {**params, "local": "1"}) for url in remote))
+        bodies = []
+        for url, (status, body) in zip(remote, answers, strict=True):
+            if status != 200:
+                raise Unavailable(f"worker {url} answered {status}")
+            bodies.append(body)
+        return bodies
 
-    async def ask_others(owners: Mapping[str, set[int]], path: str, params: dict[str, str]) -> list[tuple[int, Any]]:
-        remote = [url for url in owners if not _same(url, surface.my_url) and owners[url]]
-        return list(await asyncio.gather(*(fetch(url, path, {**params, "local": "1"}) for url in remote)))
+    async def _at_owner(self, scope_id: str, path: str, params: dict[str, str], ask: Ask) -> int:
+        """The partition of ``scope_id`` when this worker owns it; else the owner's answer, relayed."""
+        partition = partition_for(scope_id, self.partitions)
+        owner = self.owner_of(partition)
+        if owner is None:
+            raise NotReadyError(f"partition {partition} has no active owner (rebalancing?)")
+        if _same(owner, self.my_url):
+            return partition
+        if ask.forwarded:
+            raise Unavailable("ownership is changing; retry")
+        status, body = await self.peers.get(owner, path, {**params, "forwarded": "1"})
+        raise Relayed(status, body)
 
-    async def explain_anywhere(identity: str) -> dict[str, Any] | None:
+    # -- the Surface the routes ask ----------------------------------------------------------
+    async def statistics(self, top: int, ask: Ask) -> list[dict[str, Any]]:
+        if ask.local:
+            return self.local_statistics(self.owners().get(self.my_url, set()), None, top)
+        owners, mine = self.coverage()
+        merged: list[dict[str, Any]] = []
+        for body in await self.ask_others(owners, "/statistics", {"top": str(top)}):
+            if not isinstance(body, list):
+                raise Unavailable("a worker answered statistics that are not a list")
+            merged.extend(body)
+        merged.extend(self.local_statistics(mine, None, top))
+        merged.sort(key=lambda s: str(s["scope_id"]))
+        return merged
+
+    async def scope_statistics(self, scope_id: str, top: int, ask: Ask) -> dict[str, Any]:
+        path = f"/scopes/{quote(scope_id, safe='')}/statistics"
+        partition = await self._at_owner(scope_id, path, {"top": str(top)}, ask)
+        found = self.local_statistics([partition], scope_id, top)
+        if not found:
+            raise NotFoundError("no accepted entry for this scope")
+        return found[0]
+
+    async def explain(self, identity: str, scope_id: str | None, ask: Ask) -> dict[str, Any]:
+        if ask.local:
+            result = await self.local_explain(identity, self.owners().get(self.my_url, set()))
+        elif scope_id is not None:
+            path = f"/explain/{quote(identity, safe='')}"
+            partition = await self._at_owner(scope_id, path, {"scope": scope_id, "format": "json"}, ask)
+            result = await self.local_explain(identity, [partition])
+        else:
+            result = await self._explain_anywhere(identity)
+        if result is None:
+            raise NotFoundError(f"no record or revision {identity} on this worker's partitions")
+        return narrow(result, scope_id)
+
+    async def _explain_anywhere(self, identity: str) -> dict[str, Any] | None:
         """Own partitions first; then every other owner (a revision: cards from all of them)."""
-        owners, mine = coverage()
-        found = await surface.local_explain(identity, mine)
+        owners, mine = self.coverage()
+        found = await self.local_explain(identity, mine)
         is_revision = RevisionRef.parse(identity) is not None
         if found is not None and not is_revision:
             return found
         parts = [] if found is None else [found]
-        for status, body in await ask_others(owners, f"/explain/{quote(identity, safe='')}", {"format": "json"}):
+        remote = [url for url in owners if not _same(url, self.my_url) and owners[url]]
+        path = f"/explain/{quote(identity, safe='')}"
+        answers = await asyncio.gather(
+            *(self.peers.get(url, path, {"format": "json", "local": "1"}) for url in remote)
+        )
+        for status, body in answers:
             if status == 200 and isinstance(body, dict):
                 if not is_revision:
                     return body
@@ -323,120 +328,56 @@ def register(app: Any, surface: ReadSurface) -> None:
                 raise NotReadyError(f"a worker answered {status} to explain")
         return merge_revisions(parts) if parts else None
 
-    @app.page("/explain/{identity:[\\s\\S]+}")  # type: ignore[untyped-decorator]
-    async def explain(view: Any, request: Any, identity: str) -> Any:
-        query = request.query
-        try:
-            fmt = explain_format(query, request.headers.get("Accept"))
-        except ValueError as bad:
-            return error(view, 400, str(bad))
-        scope_id = query.get("scope") or None
-        try:
-            if query.get("local") == "1":
-                result = await surface.local_explain(identity, surface.owners().get(surface.my_url, set()))
-            elif scope_id is not None:
-                partition = partition_for(scope_id, surface.partitions)
-                owner = surface.owner_of(partition)
-                if owner is None:
-                    return error(view, 503, f"partition {partition} has no active owner (rebalancing?)")
-                if _same(owner, surface.my_url):
-                    result = await surface.local_explain(identity, [partition])
-                elif query.get("forwarded") == "1":
-                    return error(view, 503, "ownership is changing; retry")
-                else:
-                    status, body = await fetch(owner, f"/explain/{quote(identity, safe='')}",
-                                               {"scope": scope_id, "format": "json", "forwarded": "1"})
-                    if status != 200:
-                        return json_response(view, body, status)
-                    result = body
-            else:
-                result = await explain_anywhere(identity)
-            if result is None:
-                raise NotFoundError(f"no record or revision {identity} on this worker's partitions")
-            result = narrow(result, scope_id)
-        except NotFoundError as missing:
-            return error(view, 404, str(missing))
-        except NotReadyError as not_ready:
-            return error(view, 503, str(not_ready))
-        except (aiohttp.ClientError, TimeoutError) as failure:
-            return error(view, 503, f"a worker or the broker did not answer: {type(failure).__name__}")
-        body, content_type = explain_body(result, "json" if query.get("local") == "1" else fmt)
-        return view.bytes(body, headers={"Content-Type": content_type})
+    async def dead_letters(self, ask: Ask) -> dict[str, Any]:
+        if ask.local:
+            return dead_letters_body(self.local_dead_letters(self.owners().get(self.my_url, set())))
+        owners, mine = self.coverage()
+        counts = self.local_dead_letters(mine)
+        for body in await self.ask_others(owners, "/dead-letters", {}):
+            if not isinstance(body, dict):
+                raise Unavailable("a worker answered dead letters that are not an object")
+            for code, count in body.get("by_code", {}).items():
+                counts[code] = counts.get(code, 0) + int(count)
+        return dead_letters_body(counts)
 
-    @app.page("/dead-letters")  # type: ignore[untyped-decorator]
-    async def dead_letters(view: Any, request: Any) -> Any:
-        try:
-            if request.query.get("local") == "1":
-                owned = surface.owners().get(surface.my_url, set())
-                return json_response(view, dead_letters_body(surface.local_dead_letters(owned)))
-            owners, mine = coverage()
-            counts = surface.local_dead_letters(mine)
-            for status, body in await ask_others(owners, "/dead-letters", {}):
-                if status != 200 or not isinstance(body, dict):
-                    return error(view, 503, f"a worker answered {status}")
-                for code, count in body.get("by_code", {}).items():
-                    counts[code] = counts.get(code, 0) + int(count)
-        except NotReadyError as not_ready:
-            return error(view, 503, str(not_ready))
-        except (aiohttp.ClientError, TimeoutError) as failure:
-            return error(view, 503, f"a worker did not answer: {type(failure).__name__}")
-        return json_response(view, dead_letters_body(counts))
+    async def patterns(self, ask: Ask) -> dict[str, Any]:
+        table = self.pattern_table
+        min_scopes = self.config.pattern_scopes
+        if ask.local:
+            return patterns_body(self.local_patterns(self.mine_of(table.owners())), min_scopes)
+        owners, mine = self.coverage(table.owners)
+        rows = self.local_patterns(mine)
+        for body in await self.ask_others(owners, "/patterns", {}):
+            if not isinstance(body, dict) or not isinstance(body.get("patterns"), list):
+                raise Unavailable("a worker answered patterns that are not a listing")
+            rows.extend(body["patterns"])
+        return patterns_body(sorted(rows, key=listing_order), min_scopes)
 
-    @app.page("/patterns")  # type: ignore[untyped-decorator]
-    async def patterns(view: Any, request: Any) -> Any:
-        table = surface.pattern_table
-        min_scopes = surface.config.pattern_scopes
-        try:
-            if request.query.get("local") == "1":
-                return json_response(view, patterns_body(surface.local_patterns(mine_of(table.owners())), min_scopes))
-            owners, mine = coverage(table.owners)
-            rows = surface.local_patterns(mine)
-            for status, body in await ask_others(owners, "/patterns", {}):
-                if status != 200 or not isinstance(body, dict) or not isinstance(body.get("patterns"), list):
-                    return error(view, 503, f"a worker answered {status}")
-                rows.extend(body["patterns"])
-        except NotReadyError as not_ready:
-            return error(view, 503, str(not_ready))
-        except (aiohttp.ClientError, TimeoutError) as failure:
-            return error(view, 503, f"a worker did not answer: {type(failure).__name__}")
-        return json_response(view, patterns_body(sorted(rows, key=listing_order), min_scopes))
+    async def tune(self, thresholds: list[int] | None, ask: Ask) -> dict[str, Any]:
+        configured = self.config.review_threshold
+        wanted = thresholds or chart_thresholds(configured)
+        if ask.local:
+            local_rows, short = self.local_tune(self.owners().get(self.my_url, set()), wanted)
+            return served(configured, short, local_rows)
+        owners, mine = self.coverage()
+        mine_rows, incomplete = self.local_tune(mine, wanted)
+        parts = [mine_rows]
+        asked = {"thresholds": ",".join(str(k) for k in wanted)}
+        for body in await self.ask_others(owners, "/tune", asked):
+            if not isinstance(body, dict) or len(body.get("thresholds") or ()) != len(wanted):
+                raise Unavailable("a worker answered a what-if of other thresholds")
+            parts.append(body["thresholds"])
+            incomplete.extend(body["incomplete_scopes"])
+        return served(configured, sorted(incomplete), merge(parts))
 
-    spec = document("worker")
+    def check(self, kind: Literal["live", "ready"]) -> Probe:
+        result = (liveness if kind == "live" else readiness)(self.probe())
+        return Probe(result.ok, result.body)
 
-    @app.page("/openapi.json")  # type: ignore[untyped-decorator]
-    async def openapi(view: Any, request: Any) -> Any:
-        return json_response(view, spec)
+    def exposition(self) -> tuple[bytes, str]:
+        return self.metrics.render(), CONTENT_TYPE
 
-    async def page_file(view: Any, name: str) -> Any:
-        found = ui_file(name)
-        if found is None:
-            return error(view, 404, "no such file")
-        body, content_type = found
-        return view.bytes(body, headers={"Content-Type": content_type})
 
-    @app.page("/ui")  # type: ignore[untyped-decorator]
-    async def ui(view: Any, request: Any) -> Any:
-        return await page_file(view, "index.html")
-
-    @app.page("/ui/{name}")  # type: ignore[untyped-decorator]
-    async def ui_asset(view: Any, request: Any, name: str) -> Any:
-        return await page_file(view, name)
-
-    def probe_response(view: Any, result: ProbeResult) -> Any:
-        return json_response(view, result.body, 200 if result.ok else 503)
-
-    @app.page("/livez")  # type: ignore[untyped-decorator]
-    async def livez(view: Any, request: Any) -> Any:
-        return probe_response(view, liveness(surface.probe()))
-
-    @app.page("/readyz")  # type: ignore[untyped-decorator]
-    async def readyz(view: Any, request: Any) -> Any:
-        return probe_response(view, readiness(surface.probe()))
-
-    @app.page("/health")  # type: ignore[untyped-decorator]
-    async def health(view: Any, request: Any) -> Any:
-        return probe_response(view, readiness(surface.probe()))
-
-    @app.page("/metrics")  # type: ignore[untyped-decorator]
-    async def metrics(view: Any, request: Any) -> Any:
-        return view.bytes(surface.metrics.render(), headers={"Content-Type": CONTENT_TYPE})
+def register(app: Any, surface: ReadSurface) -> None:
+    """Put the read surface's route table on the aiohttp application of the faust.App's web driver."""
+    install(app.web.web_app.router, surface)

@@ -15,6 +15,7 @@ The consumer also hands each fetch of the agents' topics to its agent whole
 import asyncio
 import time
 from collections.abc import Mapping, Sequence
+from functools import cached_property
 from typing import Any, Final
 
 import faust
@@ -29,6 +30,7 @@ from ..clients.faustcompat import (
     transaction_producers,
 )
 from .fetches import FetchChannel, Fetched
+from .webserver import SurfaceWeb
 
 #: How long a fetch may wait at the broker for data (Faust fixes 1500 ms; see ``_ConsumerThread``).
 FETCH_MAX_WAIT_MS: Final = 100
@@ -247,6 +249,10 @@ class WorkerApp(faust.App):
 
     def _new_transport(self) -> Any:
         return _Transport(self.conf.broker_consumer, self)
+
+    @cached_property
+    def web(self) -> SurfaceWeb:  # the read surface's routes only (``webserver``)
+        return SurfaceWeb(self)
 
     async def commit_journal(self, topic: str, offsets: Mapping[int, int]) -> bool:
         """Commit the group offsets of a topic whose fetches go to its agent whole (at-least-once)."""

@@ -1,0 +1,250 @@
+"""The read surface's routes: one table, served by ``recurrence serve`` and by the worker alike.
+
+Both servers are aiohttp applications (the worker's is the one Faust's web
+driver holds), so one table of paths and small handlers serves both; what
+differs is only the ``Surface`` behind them: one embedded state
+(``serve.EmbeddedReadSurface``), or partitions spread over workers
+(``stream.worker.views.ReadSurface``, which fans out and forwards). A handler
+parses the request (``httpapi``), asks the surface, and turns its answer or
+its exception into a response; it holds no logic of either server.
+
+The table says, per path, whether it is ``public`` (served without the token:
+the probes and the page's static shell, which hold no data) and which servers
+have it; ``/openapi.json`` lists exactly the table's paths for its server
+(``openapi.document``), and a server answers nothing else.
+"""
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, Final, Literal, Protocol
+
+import orjson
+from aiohttp import web
+
+from .explain import NotFoundError
+from .httpapi import JSON, Server, error_body, explain_body, explain_format, parse_top, ui_file
+from .openapi import document
+from .whatif import parse_thresholds
+
+BOTH: Final[frozenset[Server]] = frozenset({"worker", "embedded"})
+WORKER: Final[frozenset[Server]] = frozenset({"worker"})
+
+
+@dataclass(frozen=True)
+class Ask:
+    """How a request was asked: a worker's own fan-out call (``local``) or a forwarded one (``forwarded``).
+
+    Only a worker reads them; ``serve`` has one state and ignores both."""
+
+    local: bool = False
+    forwarded: bool = False
+
+    @classmethod
+    def of(cls, query: Mapping[str, str]) -> "Ask":
+        return cls(local=query.get("local") == "1", forwarded=query.get("forwarded") == "1")
+
+
+class Unavailable(Exception):  # noqa: N818 - an answer (503), not a bug
+    """The answer cannot be given complete right now (a partition without a ready owner, a silent peer): 503."""
+
+
+class Relayed(Exception):  # noqa: N818 - an answer, not a failure
+    """Another worker answered the forwarded request: its status and body are the answer."""
+
+    def __init__(self, status: int, body: Any) -> None:
+        super().__init__(f"relayed {status}")
+        self.status, self.body = status, body
+
+
+@dataclass(frozen=True)
+class Probe:
+    ok: bool
+    body: dict[str, Any]
+
+
+class Surface(Protocol):
+    """What a server reads. Each method answers, or raises NotFoundError (404), Unavailable (503) or Relayed."""
+
+    server: Server
+
+    async def statistics(self, top: int, ask: Ask) -> list[dict[str, Any]]: ...
+
+    async def scope_statistics(self, scope_id: str, top: int, ask: Ask) -> dict[str, Any]: ...
+
+    async def explain(self, identity: str, scope_id: str | None, ask: Ask) -> dict[str, Any]: ...
+
+    async def dead_letters(self, ask: Ask) -> dict[str, Any]: ...
+
+    async def patterns(self, ask: Ask) -> dict[str, Any]: ...
+
+    async def tune(self, thresholds: list[int] | None, ask: Ask) -> dict[str, Any]:
+        """The threshold what-if of the state served (None: the page's default thresholds)."""
+
+    def check(self, kind: Literal["live", "ready"]) -> Probe:
+        """A probe's answer."""
+
+    def exposition(self) -> tuple[bytes, str]:
+        """The Prometheus text and its content type."""
+
+
+Handler = Callable[[web.Request, Surface], Awaitable[web.StreamResponse]]
+
+
+def json_response(value: Any, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(value), status=status, content_type=JSON)
+
+
+def error_response(status: int, message: str) -> web.Response:
+    headers = {"Retry-After": "1"} if status == 503 else None
+    return web.Response(body=error_body(message), status=status, content_type=JSON, headers=headers)
+
+
+async def _answer(work: Awaitable[Any], respond: Callable[[Any], web.StreamResponse]) -> web.StreamResponse:
+    """The surface's answer as a response; its refusals as their status codes."""
+    try:
+        return respond(await work)
+    except NotFoundError as missing:
+        return error_response(404, str(missing))
+    except Unavailable as unavailable:
+        return error_response(503, str(unavailable))
+    except Relayed as relayed:
+        return json_response(relayed.body, relayed.status)
+
+
+async def statistics(request: web.Request, surface: Surface) -> web.StreamResponse:
+    try:
+        top = parse_top(request.query)
+    except ValueError as bad:
+        return error_response(400, str(bad))
+    return await _answer(surface.statistics(top, Ask.of(request.query)), json_response)
+
+
+async def scope_statistics(request: web.Request, surface: Surface) -> web.StreamResponse:
+    try:
+        top = parse_top(request.query)
+    except ValueError as bad:
+        return error_response(400, str(bad))
+    scope_id = request.match_info["scope_id"]
+    return await _answer(surface.scope_statistics(scope_id, top, Ask.of(request.query)), json_response)
+
+
+async def explain(request: web.Request, surface: Surface) -> web.StreamResponse:
+    query = request.query
+    ask = Ask.of(query)
+    try:
+        fmt = "json" if ask.local else explain_format(query, request.headers.get("Accept"))
+    except ValueError as bad:
+        return error_response(400, str(bad))
+
+    def respond(result: dict[str, Any]) -> web.Response:
+        body, content_type = explain_body(result, fmt)
+        return web.Response(body=body, headers={"Content-Type": content_type})
+
+    return await _answer(surface.explain(request.match_info["identity"], query.get("scope") or None, ask), respond)
+
+
+async def dead_letters(request: web.Request, surface: Surface) -> web.StreamResponse:
+    return await _answer(surface.dead_letters(Ask.of(request.query)), json_response)
+
+
+async def patterns(request: web.Request, surface: Surface) -> web.StreamResponse:
+    return await _answer(surface.patterns(Ask.of(request.query)), json_response)
+
+
+async def tune(request: web.Request, surface: Surface) -> web.StreamResponse:
+    raw = request.query.get("thresholds")
+    try:
+        thresholds = parse_thresholds(raw) if raw else None
+    except ValueError as bad:
+        return error_response(400, f"thresholds: {bad}")
+    return await _answer(surface.tune(thresholds, Ask.of(request.query)), json_response)
+
+
+def _probe(kind: Literal["live", "ready"]) -> Handler:
+    async def probe(request: web.Request, surface: Surface) -> web.StreamResponse:
+        result = surface.check(kind)
+        return json_response(result.body, 200 if result.ok else 503)
+
+    return probe
+
+
+async def metrics(request: web.Request, surface: Surface) -> web.StreamResponse:
+    body, content_type = surface.exposition()
+    return web.Response(body=body, headers={"Content-Type": content_type})
+
+
+@cache
+def _document(server: Server) -> bytes:
+    return orjson.dumps(document(server, [(route.documented, route.public) for route in routes_of(server)]))
+
+
+async def openapi(request: web.Request, surface: Surface) -> web.StreamResponse:
+    return web.Response(body=_document(surface.server), content_type=JSON)
+
+
+def _page_file(name: str | None) -> web.StreamResponse:
+    found = ui_file(name or "index.html")
+    if found is None:
+        return error_response(404, "no such file")
+    body, content_type = found
+    return web.Response(body=body, headers={"Content-Type": content_type})
+
+
+async def ui(request: web.Request, surface: Surface) -> web.StreamResponse:
+    return _page_file(request.match_info.get("name"))
+
+
+async def root(request: web.Request, surface: Surface) -> web.StreamResponse:
+    raise web.HTTPFound("/ui")
+
+
+@dataclass(frozen=True)
+class Route:
+    """One path of the read surface."""
+
+    pattern: str  # as aiohttp's router matches it
+    documented: str  # as /openapi.json names it
+    handler: Handler
+    public: bool = False  # served without the token: holds no data (the probes, the page's static shell)
+    servers: frozenset[Server] = BOTH
+
+
+ROUTES: Final[tuple[Route, ...]] = (
+    Route("/", "/", root, public=True),
+    Route("/statistics", "/statistics", statistics),
+    Route("/scopes/{scope_id}/statistics", "/scopes/{scope_id}/statistics", scope_statistics),
+    # ``{id}`` may hold a raw ``/`` (family/artifact_id@revision)
+    Route("/explain/{identity:[\\s\\S]+}", "/explain/{id}", explain),
+    Route("/dead-letters", "/dead-letters", dead_letters),
+    Route("/patterns", "/patterns", patterns),
+    Route("/tune", "/tune", tune),
+    Route("/livez", "/livez", _probe("live"), public=True),
+    Route("/readyz", "/readyz", _probe("ready"), public=True),
+    Route("/health", "/health", _probe("ready"), public=True),
+    Route("/metrics", "/metrics", metrics, servers=WORKER),
+    Route("/openapi.json", "/openapi.json", openapi),
+    Route("/ui", "/ui", ui, public=True),
+    Route("/ui/{name}", "/ui/{name}", ui, public=True),
+)
+
+
+def routes_of(server: Server) -> tuple[Route, ...]:
+    return tuple(route for route in ROUTES if server in route.servers)
+
+
+ROUTE_KEY: Final = "recurrence_route"
+
+
+def install(router: web.UrlDispatcher, surface: Surface) -> None:
+    """Add the server's routes; each aiohttp handler knows its ``Route`` (the guard reads it)."""
+    for route in routes_of(surface.server):
+
+        def bound(route: Route = route) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+            async def handle(request: web.Request) -> web.StreamResponse:
+                return await route.handler(request, surface)
+
+            setattr(handle, ROUTE_KEY, route)
+            return handle
+
+        router.add_get(route.pattern, bound(), allow_head=False)

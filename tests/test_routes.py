@@ -1,0 +1,41 @@
+"""One route table for both servers: what each serves is the table, and its /openapi.json lists exactly that.
+
+The worker's port is Faust's aiohttp application; Faust mounts views of its
+own there (``/``, ``/router/``, ``/table/...``). Built without a broker, the
+worker's application must hold only the table's routes.
+"""
+
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from recurrence.processor.httpapi import Server
+from recurrence.processor.openapi import document
+from recurrence.processor.routes import ROUTE_KEY, Route, routes_of
+from recurrence.processor.serve import EmbeddedReadSurface, application
+from recurrence.processor.store.memory import MemoryStore
+from recurrence.processor.stream.settings import StreamSettings
+from recurrence.processor.stream.worker.app import create_app
+
+
+def _served(app: web.Application) -> list[tuple[str, Route | None]]:
+    """Every route of the application: its method, and the table's ``Route`` it serves (None: not the table's)."""
+    return [(route.method, getattr(route.handler, ROUTE_KEY, None)) for route in app.router.routes()]
+
+
+def test_the_worker_serves_the_route_table_and_none_of_fausts_views(tmp_path: Path) -> None:
+    app = create_app(StreamSettings(datadir=tmp_path, bootstrap_servers="127.0.0.1:1"))
+    app.web.init_server()  # where Faust mounts its blueprints
+    assert _served(app.web.web_app) == [("GET", route) for route in routes_of("worker")]
+
+
+def test_serve_serves_the_route_table() -> None:
+    assert _served(application(EmbeddedReadSurface(MemoryStore()))) == [("GET", r) for r in routes_of("embedded")]
+
+
+@pytest.mark.parametrize("server", ["worker", "embedded"])
+def test_the_document_lists_exactly_the_table(server: Server) -> None:
+    routes = [(r.documented, r.public) for r in routes_of(server)]
+    assert list(document(server, routes)["paths"]) == [path for path, _ in routes]
+    assert ("/metrics" in document(server, routes)["paths"]) == (server == "worker")
