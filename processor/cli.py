@@ -163,28 +163,45 @@ def _cmd_patterns(args: argparse.Namespace) -> int:
     if not rows:
         print(f"no signature has recurred in {config.pattern_scopes} or more scopes yet")
     for row in rows:
-        more = "+" if row["more_than_listed"] else ""
+        more = "+" if row["scopes_more_than_listed"] else ""
         mark = "suggested" if row["suggested"] else "below the threshold"
-        print(f"{row['scope_count']}{more} scopes, {row['recurrences']} recurrences ({mark}): {row['signature_key']!r}")
-        print(f"    scopes: {', '.join(row['scopes'])}")
+        print(f"{row['scope_count']}{more} scopes, {row['recurrences']:,} recurrences ({mark}): "
+              f"{row['signature_key']!r}")
+        print(f"    scopes: {_summarized(row['scopes'], row['scopes_more_than_listed'], 8)}")
         revisions = [
             f"{r['scope_id']}:{r['artifact_ref']['family']}/{r['artifact_ref']['artifact_id']}"
             f"@{r['artifact_ref']['revision']}"
             for r in row["revisions"]
         ]
-        print(f"    revisions: {', '.join(revisions)}")
+        print(f"    revisions: {_summarized(revisions, row['revisions_more_than_listed'], 3)}")
     return EXIT_OK
+
+
+def _summarized(items: list[str], more: bool, shown: int) -> str:
+    """A pattern's list on one line: at most ``shown`` items, then how many more (``--json`` has them all)."""
+    if len(items) <= shown and not more:
+        return ", ".join(items)
+    summary = f"{', '.join(items[:shown])} … {len(items) - shown} more (--json lists them)"
+    return summary + (f"; beyond these {len(items)}, more were seen" if more else "")
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     # aiohttp is loaded only by the command that serves.
+    from .follow import follow_state  # noqa: PLC0415
     from .serve import EmbeddedReadSurface, serve  # noqa: PLC0415
 
-    with _state(Path(args.state), must_exist=True, read_only=True) as store:
+    follower = follow_state(Path(args.state))
+    try:
         surface = EmbeddedReadSurface(
-            store, Path(args.out) if args.out else None, Path(args.journal) if args.journal else None
+            follower.view,
+            Path(args.out) if args.out else None,
+            Path(args.journal) if args.journal else None,
+            mark=follower.mark,
+            following=True,
         )
-        serve(surface, args.host, args.port)
+        serve(surface, args.host, args.port, follower)
+    finally:
+        follower.close()
     return EXIT_OK
 
 

@@ -21,6 +21,7 @@ from ..schemas.readsurface import (
     Explanation,
     PatternSuggestions,
     ProbeBody,
+    Progress,
     ThresholdWhatIf,
 )
 from ..schemas.statistics import ScopeStatistics
@@ -29,6 +30,7 @@ from .whatif import MAX_THRESHOLD, MAX_THRESHOLDS
 
 MODELS: Final[tuple[type[BaseModel], ...]] = (
     ScopeStatistics, Explanation, DeadLetterCounts, PatternSuggestions, ThresholdWhatIf, ProbeBody, ErrorBody,
+    Progress,
 )
 _REF: Final = "#/components/schemas/{model}"
 
@@ -135,6 +137,12 @@ def document(server: Server, routes: Sequence[tuple[str, bool]]) -> dict[str, An
             "cross-scope pattern rows (suggested and below the threshold), as `recurrence patterns --all --json`",
             {"200": _json(_ref(PatternSuggestions), "every pattern row, most scopes first"), **unavailable},
             local,
+        ),
+        "/progress": _get(
+            "how far the served state is (journal checkpoint and commit time; a worker's partitions, lag and "
+            "readiness), with an ETag: If-None-Match answers 304 while it has not moved",
+            {"200": _json(_ref(Progress), "how far"), "304": {"description": "not moved since the tag given"},
+             **unavailable},
         ),
         "/tune": _get(
             "the review-threshold what-if of `recurrence tune --json` for the state served, from the shadow "

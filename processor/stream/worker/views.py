@@ -68,7 +68,7 @@ from ...explain import Explainer, NotFoundError, RevisionRef
 from ...httpapi import Server, dead_letters_body, merge_revisions, narrow, patterns_body
 from ...patterns import listing, listing_order
 from ...recordindex import dead_letter_counts, record_key
-from ...routes import Ask, Probe, Relayed, Unavailable, install
+from ...routes import Ask, Probe, Relayed, Unavailable, add_not_found, install
 from ...state import Shadow, State
 from ...store.base import StateStore, Transaction
 from ...whatif import chart_thresholds, merge, rows, scope_shadows, served
@@ -353,6 +353,31 @@ class ReadSurface:
             rows.extend(body["patterns"])
         return patterns_body(sorted(rows, key=listing_order), min_scopes)
 
+    async def progress(self, ask: Ask) -> dict[str, Any]:
+        """This worker's journal partitions: recorded position, lag, whether each is served; and /readyz's verdict.
+
+        Each worker answers for itself (the page of a worker shows that worker): no fan-out."""
+        inputs = self.probe()
+        verdict = readiness(inputs)
+        positions = {int(p): int(n) for p, n in dict(inputs.details.get("positions") or {}).items()}
+        ready = set(inputs.ready_partitions)
+        partitions = [
+            {"partition": p, "position": positions.get(p), "lag": inputs.lag.get(p), "ready": p in ready}
+            for p in sorted(inputs.partitions)
+        ]
+        entries = inputs.details.get("entries_processed")
+        url = inputs.details.get("url")
+        return {
+            "runner": "worker",
+            "status": verdict.status,
+            "reasons": list(verdict.body["reasons"]),
+            "partitions": partitions,
+            "url": None if url is None else str(url),
+            "entries_processed": None if entries is None else int(entries),
+        }
+
+    def version(self) -> str | None:
+        return None  # partitions move independently: /progress is tagged by its body
     async def tune(self, thresholds: list[int] | None, ask: Ask) -> dict[str, Any]:
         configured = self.config.review_threshold
         wanted = thresholds or chart_thresholds(configured)
@@ -381,3 +406,4 @@ class ReadSurface:
 def register(app: Any, surface: ReadSurface) -> None:
     """Put the read surface's route table on the aiohttp application of the faust.App's web driver."""
     install(app.web.web_app.router, surface)
+    add_not_found(app.web.web_app, surface.server)
