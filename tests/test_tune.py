@@ -19,13 +19,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from devkit.localrun import recurrence_command
 from recurrence.processor.embedded import replay, statistics
 from recurrence.processor.engineconfig import EngineConfig
 from recurrence.processor.state import SHADOW_STREAKS, State
 from recurrence.processor.store.base import Transaction
 from recurrence.processor.store.memory import MemoryStore
 from recurrence.processor.store.rocksdb import RocksStore
-from recurrence.processor.stream.localrun import recurrence_command
 from recurrence.processor.synthetic import JournalSpec, generate
 from recurrence.processor.tune import table, tune
 from recurrence.processor.whatif import parse_thresholds, scope_shadows, what_if
@@ -178,7 +178,7 @@ def test_a_state_replayed_without_counters_says_which_scopes_they_miss() -> None
 @pytest.mark.parametrize(
     "text",
     ["", " ", "2,,3", "a", "0", "-1", "2.5", "1e2", f"{SHADOW_STREAKS + 1}", "\uff13", "2;3",
-     ",".join(["3"] * (SHADOW_STREAKS + 1))],
+     ",".join(["3"] * (SHADOW_STREAKS + 1)), "9" * 5000, "0" * 5000],
 )
 def test_bad_thresholds_are_refused_with_one_line(text: str, tmp_path: Path) -> None:
     with pytest.raises(ValueError):
@@ -194,6 +194,7 @@ def test_bad_thresholds_are_refused_with_one_line(text: str, tmp_path: Path) -> 
 def test_thresholds_keep_the_order_given() -> None:
     assert parse_thresholds(" 5, 2,3 ") == [5, 2, 3]
     assert parse_thresholds("3,3") == [3, 3]  # a row per value given
+    assert parse_thresholds("0003," + "0" * 5000 + "7") == [3, 7]
     assert parse_thresholds(str(SHADOW_STREAKS)) == [SHADOW_STREAKS]
 
 

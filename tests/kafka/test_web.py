@@ -18,6 +18,8 @@ from typing import Any
 import orjson
 import pytest
 
+from devkit.deployment import Deployment, Worker, owned_partitions, write_journal
+from devkit.localrun import REPO, wait_for
 from recurrence.processor.archive import FileArchive
 from recurrence.processor.embedded import replay, statistics
 from recurrence.processor.explain import Explainer
@@ -28,6 +30,7 @@ from recurrence.processor.store.base import Transaction
 from recurrence.processor.store.memory import MemoryStore
 from recurrence.processor.synthetic import JournalSpec, generate
 from recurrence.processor.tune import tune
+from recurrence.processor.verify import distinct
 from recurrence.schemas.constants import DEFAULT_PATTERN_SCOPES
 from recurrence.schemas.readsurface import Explanation, PatternSuggestions, ThresholdWhatIf
 from tests.apicheck import failures
@@ -39,11 +42,6 @@ from tests.browser import (
     page_readings,
     tune_readings,
 )
-
-from .harness import REPO, Deployment, Worker, dedupe, wait_for, write_journal
-from .test_workers import _split
-
-pytestmark = pytest.mark.kafka
 
 EXAMPLE = REPO / "examples" / "rfc-minimum.jsonl"
 _ORIGIN = re.compile(r"journal line \d+|[\w.-]+\[\d+\]@\d+")
@@ -77,11 +75,11 @@ def cluster(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> I
     try:
         deployment.apply_topics()
         workers = [deployment.worker("w1").start(), deployment.worker("w2").start()]
-        wait_for(lambda: _split(workers, deployment.partitions), 120, 0.2, "both workers to own partitions")
+        wait_for(lambda: owned_partitions(workers, deployment.partitions), 120, 0.2, "both workers to own partitions")
         deployment.publish(journal)
         expected = len(ledger.read_bytes().splitlines())
-        wait_for(lambda: len(dedupe(deployment.outputs())) == expected, 180, 0.5, "every output record")
-        wait_for(lambda: _split(workers, deployment.partitions), 60, 0.2, "a stable split")
+        wait_for(lambda: len(distinct(deployment.outputs())) == expected, 180, 0.5, "every output record")
+        wait_for(lambda: owned_partitions(workers, deployment.partitions), 60, 0.2, "a stable split")
         yield Cluster(deployment, workers, store, ledger, journal)
     finally:
         deployment.close()
@@ -132,7 +130,7 @@ def test_explain_on_any_worker_equals_the_embedded_explanation(cluster: Cluster)
 
 
 def test_dead_letters_are_explained_and_counted(cluster: Cluster) -> None:
-    dumped = [orjson.loads(r) for r in dedupe(cluster.deployment.outputs())]
+    dumped = [orjson.loads(r) for r in distinct(cluster.deployment.outputs())]
     dead = [r for r in dumped if r["record"] == "dead_letter"]
     assert dead
     for record in dead[:4]:
