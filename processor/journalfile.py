@@ -28,6 +28,7 @@ from typing import IO, Final, Self
 import orjson
 
 from .exceptions import JournalError
+from .printable import printable
 
 _CHUNK: Final = 1 << 20
 # A pipe's prefix is kept while it is being checked, in case it is not the one
@@ -37,8 +38,9 @@ _SPOOL_IN_MEMORY: Final = 16 << 20
 
 
 def shown(path: str | os.PathLike[str]) -> str:
-    """A path for a message: undecodable bytes as \\xNN escapes instead of an encoding error."""
-    return os.fsencode(path).decode("utf-8", "backslashreplace")
+    """A path for a message: undecodable bytes as \\xNN escapes instead of an encoding error, no control
+    characters."""
+    return printable(os.fsencode(path).decode("utf-8", "backslashreplace"))
 
 
 class Progress:

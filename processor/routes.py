@@ -25,6 +25,8 @@ from aiohttp import web
 from .explain import NotFoundError
 from .httpapi import JSON, Server, error_body, explain_body, explain_format, parse_top, ui_file
 from .openapi import document
+from .websecurity import QUIET, add_security_headers, guard
+from .webtoken import Access
 
 BOTH: Final[frozenset[Server]] = frozenset({"worker", "embedded"})
 WORKER: Final[frozenset[Server]] = frozenset({"worker"})
@@ -222,8 +224,17 @@ def routes_of(server: Server) -> tuple[Route, ...]:
 ROUTE_KEY: Final = "recurrence_route"
 
 
-def install(router: web.UrlDispatcher, surface: Surface) -> None:
-    """Add the server's routes; each aiohttp handler knows its ``Route`` (the guard reads it)."""
+def route_of(handler: Any) -> Route | None:
+    """The table's route an aiohttp handler serves; None for any other (aiohttp's 404 and 405, Faust's)."""
+    route = getattr(handler, ROUTE_KEY, None)
+    return route if isinstance(route, Route) else None
+
+
+def install(app: web.Application, surface: Surface, access: Access) -> None:
+    """Serve the table on ``app``: its routes (each aiohttp handler knows its ``Route``), the guard in front of
+    them, the security headers on every response (``websecurity``)."""
+    app.middlewares.append(guard(access, QUIET, route_of))
+    app.on_response_prepare.append(add_security_headers)
     for route in routes_of(surface.server):
 
         def bound(route: Route = route) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
@@ -233,4 +244,4 @@ def install(router: web.UrlDispatcher, surface: Surface) -> None:
             setattr(handle, ROUTE_KEY, route)
             return handle
 
-        router.add_get(route.pattern, bound(), allow_head=False)
+        app.router.add_get(route.pattern, bound(), allow_head=False)

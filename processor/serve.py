@@ -9,7 +9,7 @@ state is opened read-only, so it is the state as of the server's start: run
 """
 
 import logging
-from pathlib import Path
+import sys
 from typing import Any, Final, Literal
 
 from aiohttp import web
@@ -23,6 +23,8 @@ from .recordindex import dead_letter_counts
 from .routes import Ask, Probe, install
 from .state import State
 from .store.base import StateStore, Transaction
+from .websecurity import exposure_warning, handler_args
+from .webtoken import Access
 
 log = logging.getLogger("recurrence.serve")
 
@@ -34,9 +36,9 @@ class EmbeddedReadSurface:
 
     server: Server = "embedded"
 
-    def __init__(self, store: StateStore, ledger: Path | None = None, journal: Path | None = None) -> None:
+    def __init__(self, store: StateStore, archive: FileArchive | None = None) -> None:
         self.store = store
-        self.archive = FileArchive(store, ledger, journal)
+        self.archive = archive or FileArchive(store)
         self.config = bind_config(store, None)
 
     async def statistics(self, top: int, ask: Ask) -> list[dict[str, Any]]:
@@ -66,13 +68,17 @@ class EmbeddedReadSurface:
         raise NotFoundError("serve has no metrics")  # not in its route table: never asked
 
 
-def application(surface: EmbeddedReadSurface) -> web.Application:
-    app = web.Application()
-    install(app.router, surface)
+def application(surface: EmbeddedReadSurface, access: Access | None = None) -> web.Application:
+    app = web.Application(handler_args=handler_args())
+    install(app, surface, access or Access())
     return app
 
 
-def serve(surface: EmbeddedReadSurface, host: str, port: int) -> None:
+def serve(surface: EmbeddedReadSurface, host: str, port: int, access: Access) -> None:
     """Serve until SIGINT or SIGTERM."""
-    print(f"recurrence serve: http://{host}:{port}/ui (Ctrl-C to stop)", flush=True)
-    web.run_app(application(surface), host=host, port=port, print=None, access_log=None)
+    warning = exposure_warning(host, access)
+    if warning is not None:
+        print(f"recurrence serve: {warning}", file=sys.stderr, flush=True)
+    fragment = "#token=…" if access.required else ""
+    print(f"recurrence serve: http://{host}:{port}/ui{fragment} (Ctrl-C to stop)", flush=True)
+    web.run_app(application(surface, access), host=host, port=port, print=None, access_log=None)

@@ -22,6 +22,7 @@ import orjson
 import pytest
 from aiohttp import web
 
+from recurrence.processor.archive import FileArchive
 from recurrence.processor.routes import Ask
 from recurrence.processor.serve import EmbeddedReadSurface, application
 from recurrence.processor.store.rocksdb import RocksStore
@@ -193,7 +194,7 @@ def test_the_api_check_finds_an_answer_the_document_does_not_describe(served: Se
             return {"total": "many", "by_code": {}}
 
     store = RocksStore.open(served.state, read_only=True)
-    app = application(Wrong(store, served.ledger))
+    app = application(Wrong(store, FileArchive(store, served.ledger)))
     port = free_port()
     runner = web.AppRunner(app)
     loop = asyncio.new_event_loop()

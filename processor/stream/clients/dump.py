@@ -27,7 +27,7 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any, Final
+from typing import Any, Final
 
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -35,6 +35,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from ....schemas.canonical import digest
 from ....topics.names import TopicNames
 from ...exceptions import SettingsError
+from ...outputfile import Writable
 from ..batch.types import ID_HEADER, SOURCE_HEADER
 from ..settings import KafkaConnection
 from .brokers import bounded, committed_reader, require_topics, started
@@ -185,7 +186,7 @@ class OutputReader:
         self.summary.seconds = time.monotonic() - began
         return [value for _, value in records]
 
-    async def follow(self, out: IO[bytes], stop: asyncio.Event) -> None:
+    async def follow(self, out: Writable, stop: asyncio.Event) -> None:
         """The snapshot, then every new distinct record as it arrives, until ``stop`` is set."""
         began = time.monotonic()
         async with started(self.connection, committed_reader(self.connection)) as consumer:
@@ -214,7 +215,7 @@ class OutputReader:
         self.summary.seconds = time.monotonic() - began
 
 
-def _write(out: IO[bytes], value: bytes) -> None:
+def _write(out: Writable, value: bytes) -> None:
     out.write(value)
     out.write(b"\n")
 
@@ -228,7 +229,7 @@ async def read_records(
     return records, reader.summary
 
 
-async def dump(connection: KafkaConnection, topics: Sequence[str], out: IO[bytes], dedupe: bool = True) -> DumpSummary:
+async def dump(connection: KafkaConnection, topics: Sequence[str], out: Writable, dedupe: bool = True) -> DumpSummary:
     records, summary = await read_records(connection, topics, dedupe)
     for value in records:
         _write(out, value)

@@ -35,6 +35,8 @@ from ....topics.names import PATTERNS_TABLE_NAME, TABLE_NAME
 from ...engine import EngineConfig
 from ...exceptions import RecurrenceError
 from ...gcpolicy import FullCollections, freeze_startup_objects
+from ...websecurity import handler_args
+from ...webtoken import Access
 from ..batch.metrics import LiveReadings, Metrics
 from ..batch.probes import ProbeInputs, readiness, rebalances, restore_progress
 from ..batch.processing import BatchProcessor
@@ -137,6 +139,8 @@ class RecurrenceService:
             web_host=settings.web_host,
             web_port=settings.web_port,
             canonical_url=self.canonical_url,
+            # The request line's limit and the quiet protocol logger (websecurity), as on `recurrence serve`.
+            web_application_options={"handler_args": handler_args()},
         )
         self.journal = self._raw_topic(names.journal)
         self.table = self._state_table(TABLE_NAME, "recurrence engine state (one change set per journal entry)")
@@ -214,6 +218,7 @@ class RecurrenceService:
                 ),
                 connection=settings.kafka,
             ),
+            Access(settings.web_token()),
         )
         self._last_report = (time.monotonic(), 0)
 
