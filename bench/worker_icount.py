@@ -34,7 +34,7 @@ from typing import Any
 
 from aiokafka.producer.message_accumulator import BatchBuilder
 
-from recurrence.processor.engine import EngineConfig
+from recurrence.processor.engineconfig import EngineConfig
 from recurrence.processor.gcpolicy import freeze_startup_objects
 from recurrence.processor.store.rocksdb import RocksStore
 from recurrence.processor.stream.batch import processing

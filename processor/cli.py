@@ -18,11 +18,7 @@ from typing import Any
 
 import orjson
 
-from ..schemas.constants import (
-    DEFAULT_PATTERN_SCOPES,
-    DEFAULT_TOP_REVISIONS,
-    RECURRENCE_REVIEW_STREAK_THRESHOLD,
-)
+from ..schemas.constants import DEFAULT_TOP_REVISIONS
 from .cliargs import EXIT_OK, non_negative_int, port_number, positive_int, ratio
 from .embedded import (
     DEFAULT_BATCH,
@@ -36,7 +32,7 @@ from .embedded import (
     replay,
     statistics,
 )
-from .engine import EngineConfig
+from .engineconfig import add_flags, from_flags
 from .exceptions import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -56,6 +52,9 @@ from .store.rocksdb import RocksStore
 from .synthetic import JournalSpec, generate
 
 log = logging.getLogger("recurrence.cli")
+
+#: The engine settings ``replay`` takes as flags (declared in ``engineconfig``).
+REPLAY_SETTINGS = ("review_threshold", "pattern_scopes")
 
 
 @contextmanager
@@ -99,9 +98,10 @@ def _report(summary: RunSummary) -> None:
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
+    # Every setting is checked before anything is created or written (the state header pins them).
+    config = from_flags(args, REPLAY_SETTINGS)
     state, out = Path(args.state), Path(args.out)
     check_paths(args.journal, state, out)
-    config = EngineConfig(review_threshold=args.review_threshold, pattern_scopes=args.pattern_scopes)
     stopped: ReplayInterrupted | None = None
     with _state(state) as store, StopSignals() as stop:
         try:
@@ -205,19 +205,7 @@ def _add_replay(commands: "argparse._SubParsersAction[argparse.ArgumentParser]")
     p.add_argument(
         "--out", required=True, help="ledger .jsonl file; records are appended (bound to --state: see README)"
     )
-    p.add_argument(
-        "--review-threshold",
-        type=positive_int,
-        default=RECURRENCE_REVIEW_STREAK_THRESHOLD,
-        help="RECURRENCE_REVIEW_STREAK_THRESHOLD (fixed per state directory; default %(default)s)",
-    )
-    p.add_argument(
-        "--pattern-scopes",
-        type=positive_int,
-        default=DEFAULT_PATTERN_SCOPES,
-        metavar="K",
-        help="suggest a cross-scope pattern when a signature recurs in K scopes (fixed per state; default %(default)s)",
-    )
+    add_flags(p, REPLAY_SETTINGS, note="; fixed per state directory")
     p.add_argument(
         "--batch", type=positive_int, default=DEFAULT_BATCH, help="entries per durable commit (default %(default)s)"
     )

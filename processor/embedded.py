@@ -39,9 +39,9 @@ from typing import IO, Any, Final, Self
 import orjson
 
 from .archive import JOURNAL_PATH_KEY, LEDGER_PATH_KEY, FileArchive
-from .engine import Engine, EngineConfig
+from .engine import Engine
+from .engineconfig import EngineConfig
 from .exceptions import (
-    ConfigMismatchError,
     Interrupted,
     LedgerMismatchError,
     SettingsError,
@@ -53,7 +53,8 @@ from .journalfile import Checkpoint, JournalReader, Progress, check_journal, sho
 from .patterns import PatternTracker, is_recurred
 from .recordindex import index_record
 from .regularfile import check_regular
-from .state import FORMAT_KEY, STATE_FORMAT, key, row_cache
+from .state import key, row_cache
+from .stateheader import HEADER_KEYS, ROW_LAYOUT, check_layout, check_pinned, config_of
 from .store.base import RowCache, StateStore, Transaction
 from .store.rocksdb import RocksStore
 from .tally import Tally
@@ -64,7 +65,6 @@ DEFAULT_BATCH = 1000
 TAIL_BYTES: Final = 64 * 1024
 
 # Runner rows, beside the engine's: keys no engine namespace uses.
-_CONFIG_KEY: Final = key("config")
 LEDGER_KEY: Final = key("ledger")
 JOURNAL_KEY: Final = key("journal")
 _DIAGNOSED: Final = "dl"
@@ -90,36 +90,28 @@ class ReplayInterrupted(Interrupted):
 # -- state stamps --------------------------------------------------------------------------
 
 
+_NEW_STATE: Final = "rebuild it: replay the journal into a fresh --state with a fresh --out"
+_KEEP_SETTING: Final = "use a fresh --state directory to change it"
+
+
 def check_format(store: StateStore, stamps: dict[bytes, bytes] | None = None) -> None:
     """Refuse a state written in another row layout; stamp a new one (into ``stamps`` if given)."""
-    stamped = store.get(FORMAT_KEY)
-    if stamped == STATE_FORMAT:
-        return
-    if stamped is not None or next(store.iterate_prefix(b""), None) is not None:
+    rows = check_layout(store.get, "the state", _NEW_STATE)
+    if rows and next(store.iterate_prefix(b""), None) is not None:
         raise StateDirError(
-            f"the state was written by another version of recurrence (layout {stamped!r}, this one reads "
-            f"{STATE_FORMAT!r}); rebuild it: replay the journal into a fresh --state with a fresh --out"
+            f"the state was written by another version of recurrence (no layout version, this one reads "
+            f"{ROW_LAYOUT.decode()!r}); {_NEW_STATE}"
         )
-    _stamp(store, stamps, {FORMAT_KEY: STATE_FORMAT})
+    _stamp(store, stamps, rows)
 
 
 def bind_config(
     store: StateStore, config: EngineConfig | None, stamps: dict[bytes, bytes] | None = None
 ) -> EngineConfig:
     """Pin the engine configuration to the state: derived views depend on it."""
-    raw = store.get(_CONFIG_KEY)
-    stored = EngineConfig(**orjson.loads(raw)) if raw else None
     if config is None:
-        return stored or EngineConfig()
-    if stored is not None:
-        for name, value in stored.pinned().items():
-            if getattr(config, name) != value:
-                raise ConfigMismatchError(
-                    f"state was built with {name}={value}, not {getattr(config, name)}; "
-                    "use a fresh --state directory to change it"
-                )
-    else:
-        _stamp(store, stamps, {_CONFIG_KEY: orjson.dumps(config.pinned())})
+        return config_of(store.get, "the state", _NEW_STATE)
+    _stamp(store, stamps, check_pinned(store.get, config.pinned(), "the state", _KEEP_SETTING))
     return config
 
 
@@ -132,7 +124,7 @@ def _stamp(store: StateStore, stamps: dict[bytes, bytes] | None, rows: dict[byte
 
 def _has_engine_rows(store: StateStore) -> bool:
     # Keys are sorted and only two stamps can come first, so three rows decide it.
-    return any(row_key not in (FORMAT_KEY, _CONFIG_KEY) for row_key, _ in islice(store.iterate_prefix(b""), 3))
+    return any(row_key not in HEADER_KEYS for row_key, _ in islice(store.iterate_prefix(b""), 3))
 
 
 # -- the ledger file ---------------------------------------------------------------------------
@@ -632,8 +624,7 @@ def _run(
 
 
 def statistics(store: StateStore, scope_id: str | None, top: int | None) -> list[dict[str, Any]]:
-    if store.get(FORMAT_KEY) not in (None, STATE_FORMAT):
-        raise StateDirError("the state was written by another version of recurrence; rebuild it")
+    check_layout(store.get, "the state", _NEW_STATE)
     config = bind_config(store, None)
     engine = Engine(Transaction(store), config)
     return [s.model_dump(mode="json") for s in engine.statistics(scope_id, top)]

@@ -20,7 +20,6 @@ an ``internal_error`` dead letter naming only the exception's class.
 import hashlib
 import logging
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -28,12 +27,9 @@ from pydantic import ValidationError
 
 from ..schemas.canonical import digest
 from ..schemas.constants import (
-    DEFAULT_PATTERN_SCOPES,
-    DEFAULT_TOP_REVISIONS,
     EXPERIENCE_FAMILY,
     HANDOFF_FAMILY,
     HANDOFF_RECEIPT_SOURCE_KIND,
-    RECURRENCE_REVIEW_STREAK_THRESHOLD,
     TASK_OUTCOME_SOURCE_KIND,
 )
 from ..schemas.journal import (
@@ -50,6 +46,7 @@ from ..schemas.powercontext import HandoffReceipt, TaskOutcome
 from ..schemas.statistics import ScopeStatistics
 from . import deadletters
 from .admission import AdmissionGate
+from .engineconfig import EngineConfig
 from .ledger import OutcomeLedger, handoff_cites
 from .records import Emitted, Origin
 from .state import (
@@ -68,26 +65,6 @@ _EXPECTED_SCHEMA = {
     TASK_OUTCOME_SOURCE_KIND: "powercontext.task-outcome.v1",
     HANDOFF_RECEIPT_SOURCE_KIND: "powercontext.handoff-receipt.v1",
 }
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    review_threshold: int = RECURRENCE_REVIEW_STREAK_THRESHOLD
-    top_revisions: int = DEFAULT_TOP_REVISIONS
-    # Scopes a signature must recur in before a pattern is suggested (runners feed the tracker).
-    pattern_scopes: int = DEFAULT_PATTERN_SCOPES
-
-    def __post_init__(self) -> None:
-        if self.review_threshold < 1:
-            raise ValueError("review_threshold must be at least 1")
-        if self.top_revisions < 0:
-            raise ValueError("top_revisions must be non-negative")
-        if self.pattern_scopes < 1:
-            raise ValueError("pattern_scopes must be at least 1")
-
-    def pinned(self) -> dict[str, int]:
-        """The settings derived state depends on: fixed for the life of a state."""
-        return {"review_threshold": self.review_threshold, "pattern_scopes": self.pattern_scopes}
 
 
 class _RejectedEntryError(Exception):

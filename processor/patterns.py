@@ -25,12 +25,11 @@ from typing import Any, Final
 import orjson
 
 from ..schemas.canonical import digest, dumps
+from .engineconfig import MAX_LISTED  # how many scopes and revisions a row lists (counts go on past them)
 from .records import Emitted
 from .state import compact
 from .store.base import Transaction
 
-# How many scopes and revisions a pattern row lists (counts keep going past them).
-MAX_LISTED: Final = 64
 _PREFIX: Final = b'["pat",'
 # An observation line names its event once, as ``"event":"recurred"`` (records are compact JSON).
 _RECURRED: Final = b'"event":"recurred"'

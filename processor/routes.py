@@ -164,12 +164,12 @@ async def metrics(request: web.Request, surface: Surface) -> web.StreamResponse:
 
 
 @cache
-def _document(server: Server) -> bytes:
-    return orjson.dumps(document(server, [(route.documented, route.public) for route in routes_of(server)]))
+def _document(server: Server, token: bool) -> bytes:
+    return orjson.dumps(document(server, [(route.documented, route.public) for route in routes_of(server)], token))
 
 
 async def openapi(request: web.Request, surface: Surface) -> web.StreamResponse:
-    return web.Response(body=_document(surface.server), content_type=JSON)
+    return web.Response(body=_document(surface.server, request.app[ACCESS].required), content_type=JSON)
 
 
 def _page_file(name: str | None) -> web.StreamResponse:
@@ -222,6 +222,8 @@ def routes_of(server: Server) -> tuple[Route, ...]:
 
 
 ROUTE_KEY: Final = "recurrence_route"
+#: The application's ``Access`` (its document says whether a token is asked for).
+ACCESS: Final = web.AppKey("recurrence_access", Access)
 
 
 def route_of(handler: Any) -> Route | None:
@@ -233,6 +235,7 @@ def route_of(handler: Any) -> Route | None:
 def install(app: web.Application, surface: Surface, access: Access) -> None:
     """Serve the table on ``app``: its routes (each aiohttp handler knows its ``Route``), the guard in front of
     them, the security headers on every response (``websecurity``)."""
+    app[ACCESS] = access
     app.middlewares.append(guard(access, QUIET, route_of))
     app.on_response_prepare.append(add_security_headers)
     for route in routes_of(surface.server):

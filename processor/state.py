@@ -22,10 +22,6 @@ import orjson
 
 from .store.base import RowCache, Transaction
 
-# Layout version of the rows below; a store written by another layout is refused.
-STATE_FORMAT: Final = b"2"
-FORMAT_KEY: Final = b'["format"]'
-
 ArtifactKey = tuple[str, str, int]
 SourceKey = tuple[str, str]
 

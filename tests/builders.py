@@ -9,7 +9,8 @@ from typing import Any
 
 import orjson
 
-from recurrence.processor.engine import Engine, EngineConfig
+from recurrence.processor.engine import Engine
+from recurrence.processor.engineconfig import EngineConfig
 from recurrence.processor.records import Emitted
 from recurrence.processor.state import row_cache
 from recurrence.processor.store.base import StateStore, Transaction

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from recurrence.processor.engine import EngineConfig
+from recurrence.processor.engineconfig import EngineConfig
 from recurrence.processor.stream.batch import changeset
 from recurrence.processor.stream.batch.processing import BatchProcessor
 from recurrence.processor.stream.batch.types import SOURCE_HEADER, ChangelogRecord

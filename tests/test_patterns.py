@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from recurrence.processor.patterns import MAX_LISTED, PatternTracker, listing
+from recurrence.processor.engineconfig import MAX_LISTED
+from recurrence.processor.patterns import PatternTracker, listing
 from recurrence.processor.store.base import Transaction
 from recurrence.processor.store.memory import MemoryStore
 from recurrence.schemas.canonical import digest

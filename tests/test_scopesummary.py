@@ -18,7 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from recurrence.processor.engine import Engine, EngineConfig
+from recurrence.processor.engine import Engine
+from recurrence.processor.engineconfig import EngineConfig
 from recurrence.processor.scopesummary import ScopeRows, StatisticsCache, changed_rows
 from recurrence.processor.state import State, StoredArtifact, row_cache
 from recurrence.processor.statistics import scope_statistics, validated

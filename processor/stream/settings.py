@@ -31,10 +31,9 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from ...schemas.constants import DEFAULT_PATTERN_SCOPES, RECURRENCE_REVIEW_STREAK_THRESHOLD
 from ...topics.names import TopicNames, topic_names
+from ..engineconfig import worker_field
 from ..exceptions import SettingsError
-from ..patterns import MAX_LISTED
 from ..regularfile import check_regular, read_small
 from ..webtoken import TOKEN_ENV, TOKEN_FILE_LIMIT, check_token, load_token, read_token_file
 
@@ -272,16 +271,9 @@ class WorkerOptions(SettingsModel):
     standby_replicas: int = Field(1, ge=0, le=10, description="standby copies of each partition's state",
                                   json_schema_extra=flag(metavar="N"))
     processing_guarantee: Guarantee = Field("at_least_once", description="delivery guarantee (see docs/kafka.md)")
-    review_threshold: int = Field(
-        RECURRENCE_REVIEW_STREAK_THRESHOLD, ge=1, le=1000, validation_alias="RECURRENCE_REVIEW_STREAK_THRESHOLD",
-        description="terminal recurrence streak that proposes a review; fixed per app id",
-        json_schema_extra=flag(metavar="N"),
-    )
-    pattern_scopes: int = Field(
-        DEFAULT_PATTERN_SCOPES, ge=1, le=MAX_LISTED,  # a pattern row lists at most MAX_LISTED scopes
-        description="suggest a cross-scope pattern when a signature recurs in this many scopes; fixed per app id",
-        json_schema_extra=flag(metavar="K"),
-    )
+    # Declared once with the embedded runner's flags (engineconfig): same bounds, help and variables.
+    review_threshold: int = worker_field("review_threshold", "; fixed per app id")
+    pattern_scopes: int = worker_field("pattern_scopes", "; fixed per app id")
     batch_max: int | None = Field(
         None, ge=1, le=100_000,
         description=f"journal entries per durable batch (default {BATCH_MAX_AT_LEAST_ONCE} at_least_once, "

@@ -17,7 +17,7 @@ import orjson
 import pytest
 
 from recurrence.processor.embedded import replay
-from recurrence.processor.engine import EngineConfig
+from recurrence.processor.engineconfig import EngineConfig
 from recurrence.processor.patterns import listing, suggestion
 from recurrence.processor.store.base import Transaction
 from recurrence.processor.store.memory import MemoryStore

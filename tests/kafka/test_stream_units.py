@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from recurrence.processor.engine import EngineConfig
+from recurrence.processor.engineconfig import EngineConfig
 from recurrence.processor.recordindex import dead_letter_counts, record_key
 from recurrence.processor.store.base import Transaction
 from recurrence.processor.store.memory import MemoryStore

@@ -7,7 +7,7 @@ For a batch of entries (any partitions, offset order per partition):
 1. per partition, continue exactly at the journal position recorded in the
    state (``POSITION_KEY``): entries below it are skipped (already applied),
    entries the stream did not hand over are read from the journal directly;
-   the pinned settings (``CONFIG_KEY``) are checked or stamped;
+   the header (row layout and pinned settings, ``stateheader``) is checked or stamped;
 2. run ``Engine.process`` on each raw entry in one ``Transaction`` per
    partition (nothing reaches the table yet) and hand every output record to
    the producer, in order, keyed by ``scope_id`` (a ``recurred`` observation
@@ -49,11 +49,12 @@ from typing import Final
 import orjson
 
 from ....topics.names import TopicNames
-from ...engine import EngineConfig
-from ...exceptions import ConfigMismatchError, TransactionStateError
+from ...engineconfig import EngineConfig
+from ...exceptions import TransactionStateError
 from ...recordindex import index_record
 from ...records import Emitted
 from ...state import row_cache
+from ...stateheader import check_layout, check_pinned
 from ...store.base import RowCache, StateStore, Transaction
 from ...tally import Tally
 from ..settings import BATCH_MAX_AT_LEAST_ONCE
@@ -75,8 +76,8 @@ from .types import (
 
 log = logging.getLogger("recurrence.stream")
 
-#: Per-partition key (the embedded runner's too): the engine settings derived state depends on.
-CONFIG_KEY: Final = b'["config"]'
+#: What to do when a partition's header is not this worker's (``stateheader``).
+_REBUILD: Final = "keep the setting, or rebuild all derived state with a new --app-id (docs/kafka.md)"
 #: Per-partition key (outside every engine namespace): the next journal offset the state expects.
 POSITION_KEY: Final = b'["stream","next_offset"]'
 
@@ -338,20 +339,13 @@ class BatchProcessor:
                            after=None if after is None else after.txn)
 
     def _pin_config(self, txn: Transaction, partition: int) -> None:
-        """The settings derived state depends on are fixed per partition state, as per embedded state."""
-        wanted = self.step.pinned()
-        raw: bytes | None = txn.get(CONFIG_KEY)
-        if raw is None:
-            txn.put(CONFIG_KEY, orjson.dumps(wanted))
-            return
-        stored = orjson.loads(raw)
-        for name, value in wanted.items():
-            if stored.get(name, value) != value:
-                raise ConfigMismatchError(
-                    f"the state of {self.step.source} partition {partition} was built with "
-                    f"{name}={stored[name]}, not {value}; "
-                    "keep the setting, or rebuild all derived state with a new --app-id (docs/kafka.md)"
-                )
+        """The header of the partition's state, as per embedded state (``stateheader``): its row layout
+        and the settings derived state depends on; stamped through the batch, so the changelog has it."""
+        where = f"the state of {self.step.source} partition {partition}"
+        rows = check_layout(txn.get, where, _REBUILD)
+        rows.update(check_pinned(txn.get, self.step.pinned(), where, _REBUILD))
+        for row_key, value in rows.items():
+            txn.put(row_key, value)
 
     async def _plan(
         self, entries: Sequence[Entry], batches: dict[int, _PartitionBatch], through: Mapping[int, int] | None = None

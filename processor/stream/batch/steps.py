@@ -33,7 +33,8 @@ from typing import Any, Final
 import orjson
 
 from ....topics.names import TopicNames
-from ...engine import Engine, EngineConfig
+from ...engine import Engine
+from ...engineconfig import EngineConfig
 from ...patterns import PatternTracker, is_recurred
 from ...records import Emitted, Origin
 from ...scopesummary import StatisticsCache, changed_rows

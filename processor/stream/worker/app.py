@@ -32,7 +32,7 @@ import faust
 from aiokafka.errors import MessageSizeTooLargeError
 
 from ....topics.names import PATTERNS_TABLE_NAME, TABLE_NAME
-from ...engine import EngineConfig
+from ...engineconfig import EngineConfig
 from ...exceptions import RecurrenceError
 from ...gcpolicy import FullCollections, freeze_startup_objects
 from ...websecurity import handler_args

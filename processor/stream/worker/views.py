@@ -56,7 +56,8 @@ import aiohttp
 import orjson
 from aiokafka.partitioner import murmur2
 
-from ...engine import Engine, EngineConfig
+from ...engine import Engine
+from ...engineconfig import EngineConfig
 from ...explain import Explainer, NotFoundError, identity_kind
 from ...httpapi import Server, dead_letters_body, merge_revisions, narrow, patterns_body
 from ...patterns import listing, listing_order
