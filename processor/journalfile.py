@@ -125,6 +125,9 @@ def check_journal(journal: str) -> os.stat_result | None:
         raise JournalError(f"cannot read journal {shown(journal)}: {error.strerror or error}") from error
     if stat.S_ISDIR(info.st_mode):
         raise JournalError(f"cannot read journal {shown(journal)}: it is a directory")
+    if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode) or stat.S_ISSOCK(info.st_mode):
+        # A file or a pipe (``<(zcat j.gz)``) is read; /dev/zero would be read forever.
+        raise JournalError(f"cannot read journal {shown(journal)}: it is a device; pass a file, a pipe or -")
     return info
 
 

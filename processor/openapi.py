@@ -113,7 +113,10 @@ def document(server: Server, routes: Sequence[tuple[str, bool]], token: bool = F
             {"200": {"description": "the explanation", "content": {
                 "application/json": {"schema": _ref(Explanation)},
                 "text/plain": {"schema": {"type": "string"}}}},
-             "400": _error("bad parameter"), "404": _error("no such record or revision"), **unavailable},
+             "400": _error("bad parameter"), "404": _error("no such record or revision"),
+             "409": _error("what the state indexed is not what the ledger, topic or journal holds (replaced, "
+                           "edited, cut): the state's files must be restored or the state rebuilt"),
+             **unavailable},
             explain_params,
         ),
         "/dead-letters": _get(

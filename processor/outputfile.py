@@ -93,6 +93,20 @@ def _open(path: Path, force: bool, append: bool) -> int:
     return fd
 
 
+def check_output(path: str | None, force: bool) -> None:
+    """Refuse ``--out`` before any work (an existing file without ``force``, anything but a regular file)."""
+    if path in (None, "-"):
+        return
+    try:
+        mode = os.stat(str(path)).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(mode):
+        raise not_regular(str(path), "--out", mode)
+    if not force:
+        raise SettingsError(f"--out {shown(str(path))} exists; pass --force to overwrite it, or choose another path")
+
+
 @contextmanager
 def output(path: str | None, force: bool, follow: bool = False) -> Iterator[Writable]:
     """Where the records go: stdout (no path, or ``-``), else the file (refused if it exists, unless ``force``)."""

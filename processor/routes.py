@@ -22,6 +22,7 @@ from typing import Any, Final, Literal, Protocol
 import orjson
 from aiohttp import web
 
+from .exceptions import UnusableError
 from .explain import NotFoundError
 from .httpapi import JSON, Server, error_body, explain_body, explain_format, parse_top, ui_file
 from .openapi import document
@@ -93,9 +94,14 @@ def json_response(value: Any, status: int = 200) -> web.Response:
     return web.Response(body=orjson.dumps(value), status=status, content_type=JSON)
 
 
+#: The longest error message a response carries (each echoed id is already cut to ``printable.ECHO_LIMIT``).
+MAX_ERROR: Final = 800
+
+
 def error_response(status: int, message: str) -> web.Response:
     headers = {"Retry-After": "1"} if status == 503 else None
-    return web.Response(body=error_body(message), status=status, content_type=JSON, headers=headers)
+    shown = message if len(message) <= MAX_ERROR else message[:MAX_ERROR] + "…"
+    return web.Response(body=error_body(shown), status=status, content_type=JSON, headers=headers)
 
 
 async def _answer(work: Awaitable[Any], respond: Callable[[Any], web.StreamResponse]) -> web.StreamResponse:
@@ -104,6 +110,10 @@ async def _answer(work: Awaitable[Any], respond: Callable[[Any], web.StreamRespo
         return respond(await work)
     except NotFoundError as missing:
         return error_response(404, str(missing))
+    except UnusableError as unusable:
+        # What the state points at is not what it wrote (a ledger, topic or journal replaced, edited, cut;
+        # a file swapped for a device): the CLI's exit 2, as a conflict with the state.
+        return error_response(409, str(unusable))
     except Unavailable as unavailable:
         return error_response(503, str(unavailable))
     except Relayed as relayed:

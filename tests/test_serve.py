@@ -8,6 +8,7 @@ document against the live server; the page is loaded in headless Chromium.
 """
 
 import asyncio
+import os
 import subprocess
 import threading
 import urllib.error
@@ -28,9 +29,11 @@ from recurrence.processor.serve import EmbeddedReadSurface, application
 from recurrence.processor.store.rocksdb import RocksStore
 from recurrence.processor.stream.localrun import free_port, recurrence_command, wait_for
 from recurrence.processor.synthetic import JournalSpec, generate
+from recurrence.processor.webtoken import TOKEN_ENV
 from recurrence.schemas.readsurface import DeadLetterCounts, Explanation, PatternSuggestions
 from tests.apicheck import failures
 from tests.browser import SCREENSHOTS, expected_pattern_rows, expected_readings, page_readings
+from tests.hostile import TOKEN
 from tests.tools import REPO
 
 EXAMPLE = REPO / "examples" / "rfc-minimum.jsonl"
@@ -41,7 +44,10 @@ class Served:
         self.url, self.state, self.ledger = url, state, ledger
 
     def get(self, path: str, accept: str | None = None) -> tuple[int, str, bytes]:
-        request = urllib.request.Request(self.url + path, headers={"Accept": accept} if accept else {})
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        if accept:
+            headers["Accept"] = accept
+        request = urllib.request.Request(self.url + path, headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=15) as response:
                 return response.status, response.headers["Content-Type"], response.read()
@@ -72,8 +78,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     subprocess.run([*recurrence_command(), "replay", str(journal), "--state", str(state), "--out", str(ledger)],
                    check=True, capture_output=True, timeout=120)
     port = free_port()
+    # With a token: every check below goes through the guard (tests/test_serve_security.py tests the guard).
     server = subprocess.Popen([*recurrence_command(), "serve", "--state", str(state), "--port", str(port)],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, TOKEN_ENV: TOKEN})
     try:
         url = f"http://127.0.0.1:{port}"
         running = Served(url, state, ledger)
@@ -159,7 +166,9 @@ def test_the_page_and_the_document_are_served(served: Served) -> None:
 
 
 def test_the_page_shows_what_recurrence_stats_says(served: Served) -> None:
-    shown = page_readings(served.url + "/ui", SCREENSHOTS / "ui-embedded.png")
+    # The server has a token the URL does not carry: the page asks for it once, then shows everything.
+    shown = page_readings(served.url + "/ui", SCREENSHOTS / "ui-embedded.png", ask_token=TOKEN)
+    assert not shown["csp_violations"], shown["csp_violations"]
     stats = orjson.loads(served.cli("stats", "--top", "50"))
     want = expected_readings(stats)
     assert shown["scopes"] == want["scopes"]
@@ -183,7 +192,7 @@ def test_the_page_shows_what_recurrence_stats_says(served: Served) -> None:
 
 
 def test_the_openapi_document_holds_against_the_server(served: Served) -> None:
-    found, ran = failures(served.url)
+    found, ran = failures(served.url, token=TOKEN)
     assert set(ran) == set(served.json("/openapi.json")["paths"]) - {"/openapi.json"}
     assert not found, "\n\n".join(found)
 

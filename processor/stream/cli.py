@@ -20,7 +20,7 @@ from typing import IO, Any, Final
 import orjson
 
 from ..exceptions import EXIT_OK, BrokerError, TopicDriftError, UnusableError
-from ..outputfile import Writable, output
+from ..outputfile import Writable, check_output, output
 from .clients.brokers import APPLY_HINT, quiet_client_logs
 from .cliflags import NAMING, add_config_argument, add_model_arguments, load
 from .settings import KafkaConnection, StreamSettings, TopicLayout, WorkerOptions
@@ -97,6 +97,7 @@ def _cmd_ledger_dump(args: argparse.Namespace) -> int:
 
     if args.follow and args.until_caught_up:
         raise UnusableError("--follow and --until-caught-up exclude each other (--follow already waits)")
+    check_output(args.out, args.force)  # before the broker is asked (and before --until-caught-up waits)
     settings = _settings(args)
     topics = topics_for_kinds(settings.topics, args.kinds)
     if args.until_caught_up:
@@ -120,6 +121,7 @@ def _cmd_ledger_dump(args: argparse.Namespace) -> int:
 def _cmd_statistics_dump(args: argparse.Namespace) -> int:
     from .clients.dump import read_statistics  # noqa: PLC0415
 
+    check_output(args.out, args.force)  # before the broker is asked
     settings = _settings(args)
     statistics = asyncio.run(read_statistics(settings.kafka, settings.topics.statistics))
     with output(args.out, args.force) as out:

@@ -186,8 +186,11 @@ class Worker:
             return None
 
     def get(self, path: str, timeout: float = 15.0) -> tuple[int, Any]:
+        """GET ``path``, with the deployment's web token when it has one."""
+        token = self.deployment.extra_env.get("RECURRENCE_HTTP_TOKEN")
+        request = urllib.request.Request(self.url + path, headers={"Authorization": f"Bearer {token}"} if token else {})
         try:
-            with urllib.request.urlopen(self.url + path, timeout=timeout) as response:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
                 body = response.read()
                 return response.status, body
         except urllib.error.HTTPError as error:
