@@ -39,17 +39,19 @@ from .exceptions import (
     EXIT_UNUSABLE,
     Interrupted,
     RecurrenceError,
+    SettingsError,
     StateDirError,
     UnusableError,
 )
 from .explain import IDS_ARE, Explainer, NotFoundError, render
 from .journalfile import shown
 from .patterns import listing
-from .printable import escape_log_arguments, printable, printable_json
+from .printable import escape_log_arguments, printable, printable_json, printable_lines
 from .state import State
 from .store.base import Transaction
 from .store.rocksdb import RocksStore
 from .synthetic import JournalSpec, generate
+from .whatif import MAX_THRESHOLD, parse_thresholds
 
 log = logging.getLogger("recurrence.cli")
 
@@ -155,29 +157,60 @@ def _cmd_patterns(args: argparse.Namespace) -> int:
     if not rows:
         print(f"no signature has recurred in {config.pattern_scopes} or more scopes yet")
     for row in rows:
-        more = "+" if row["more_than_listed"] else ""
+        more = "+" if row["scopes_more_than_listed"] else ""
         mark = "suggested" if row["suggested"] else "below the threshold"
-        print(f"{row['scope_count']}{more} scopes, {row['recurrences']} recurrences ({mark}): {row['signature_key']!r}")
-        print(printable(f"    scopes: {', '.join(row['scopes'])}"))
+        print(f"{row['scope_count']}{more} scopes, {row['recurrences']:,} recurrences ({mark}): "
+              f"{row['signature_key']!r}")
+        print(printable(f"    scopes: {_summarized(row['scopes'], row['scopes_more_than_listed'], 8)}"))
         revisions = [
             f"{r['scope_id']}:{r['artifact_ref']['family']}/{r['artifact_ref']['artifact_id']}"
             f"@{r['artifact_ref']['revision']}"
             for r in row["revisions"]
         ]
-        print(printable(f"    revisions: {', '.join(revisions)}"))
+        print(printable(f"    revisions: {_summarized(revisions, row['revisions_more_than_listed'], 3)}"))
     return EXIT_OK
+
+
+def _summarized(items: list[str], more: bool, shown: int) -> str:
+    """A pattern's list on one line: at most ``shown`` items, then how many more (``--json`` has them all)."""
+    if len(items) <= shown and not more:
+        return ", ".join(items)
+    summary = f"{', '.join(items[:shown])} … {len(items) - shown} more (--json lists them)"
+    return summary + (f"; beyond these {len(items)}, more were seen" if more else "")
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     # aiohttp is loaded only by the command that serves.
+    from .follow import follow_state  # noqa: PLC0415
     from .serve import EmbeddedReadSurface, serve  # noqa: PLC0415
     from .webtoken import Access, load_token  # noqa: PLC0415
 
     access = Access(load_token(Path(args.http_token_file) if args.http_token_file else None))
-    with _state(Path(args.state), must_exist=True, read_only=True) as store:
-        archive = open_archive(store, Path(args.out) if args.out else None,
-                               Path(args.journal) if args.journal else None)
-        serve(EmbeddedReadSurface(store, archive), args.host, args.port, access)
+    ledger = Path(args.out) if args.out else None
+    journal = Path(args.journal) if args.journal else None
+    follower = follow_state(Path(args.state))
+    try:
+        open_archive(follower.view, ledger, journal)  # refused at start: not the state's ledger, a device
+        surface = EmbeddedReadSurface(follower.view, ledger, journal, mark=follower.mark, following=True)
+        serve(surface, args.host, args.port, access, follower)
+    finally:
+        follower.close()
+    return EXIT_OK
+
+
+def _cmd_tune(args: argparse.Namespace) -> int:
+    from .tune import table, tune  # noqa: PLC0415 - only this command needs it
+
+    try:
+        thresholds = parse_thresholds(args.thresholds)
+    except ValueError as bad:
+        raise SettingsError(f"--thresholds: {bad}") from None
+    body, summary = tune(args.journal, thresholds, batch_size=args.batch)
+    print(summary.line(), file=sys.stderr)
+    if args.json:
+        sys.stdout.buffer.write(printable_json(orjson.dumps(body)) + b"\n")
+    else:
+        sys.stdout.write(printable_lines(table(body)))
     return EXIT_OK
 
 
@@ -210,6 +243,24 @@ def _add_replay(commands: "argparse._SubParsersAction[argparse.ArgumentParser]")
         "--batch", type=positive_int, default=DEFAULT_BATCH, help="entries per durable commit (default %(default)s)"
     )
     p.set_defaults(func=_cmd_replay)
+
+
+def _add_tune(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    p = commands.add_parser(
+        "tune", help="what-if: the review load a replay at each threshold would produce (a dry run, writes nothing)"
+    )
+    p.add_argument("journal", help="journal .jsonl file, a pipe, or - for stdin")
+    p.add_argument(
+        "--thresholds",
+        default="2,3,4,5",
+        metavar="K,K,...",
+        help=f"review thresholds to compare, 1..{MAX_THRESHOLD}, one row each in the order given (default %(default)s)",
+    )
+    p.add_argument("--json", action="store_true", help="print the contract's JSON (section 5) instead of a table")
+    p.add_argument(
+        "--batch", type=positive_int, default=DEFAULT_BATCH, help="entries per in-memory commit (default %(default)s)"
+    )
+    p.set_defaults(func=_cmd_tune)
 
 
 def _add_stats(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -328,7 +379,7 @@ class _VersionAction(argparse.Action):
 
 # Commands that need nothing from the Kafka side: parsing their command line skips importing it
 # (pydantic-settings, asyncio, ...), a tenth of a second off every embedded run.
-EMBEDDED_COMMANDS = frozenset({"replay", "stats", "generate", "explain", "patterns", "serve"})
+EMBEDDED_COMMANDS = frozenset({"replay", "stats", "tune", "generate", "explain", "patterns", "serve"})
 
 
 def build_parser(with_stream: bool = True) -> argparse.ArgumentParser:
@@ -341,6 +392,7 @@ def build_parser(with_stream: bool = True) -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     _add_replay(commands)
     _add_stats(commands)
+    _add_tune(commands)
     _add_generate(commands)
     _add_explain(commands)
     _add_patterns(commands)

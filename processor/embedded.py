@@ -67,6 +67,9 @@ TAIL_BYTES: Final = 64 * 1024
 # Runner rows, beside the engine's: keys no engine namespace uses.
 LEDGER_KEY: Final = key("ledger")
 JOURNAL_KEY: Final = key("journal")
+# When the last batch committed (the writer's clock, milliseconds since the epoch): what a follower
+# shows as "written at" (``recurrence serve``, processor/follow.py), never read by the engine.
+WRITTEN_KEY: Final = key("written")
 _DIAGNOSED: Final = "dl"
 
 _REBUILD: Final = (
@@ -484,7 +487,11 @@ class _Batch:
             self.ledger.append(b"".join(self.pending))
         mark = self.ledger.sync()
         self.txn.prepare()
-        rows: dict[bytes, bytes | None] = {LEDGER_KEY: mark.encode(), JOURNAL_KEY: checkpoint.encode()}
+        rows: dict[bytes, bytes | None] = {
+            LEDGER_KEY: mark.encode(),
+            JOURNAL_KEY: checkpoint.encode(),
+            WRITTEN_KEY: b"%d" % (time.time_ns() // 1_000_000),
+        }
         rows.update(self.diagnosed)
         try:
             self.txn.flush(rows)

@@ -32,10 +32,11 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
+import orjson
 from aiohttp import web
 
 from .httpapi import JSON, error_body
-from .printable import printable
+from .printable import echoed, printable
 from .webtoken import TOKEN_ENV, Access
 
 #: The longest request line (method, path and query) either server reads; longer is a 400 from aiohttp.
@@ -137,10 +138,11 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Lookup = Callable[[Handler], Any]
 
 
-def guard(access: Access, quiet: QuietLog, route_of: Lookup) -> Any:
+def guard(access: Access, quiet: QuietLog, route_of: Lookup, paths: list[str]) -> Any:
     """The middleware: the token for every route that is not public, JSON refusals, no traceback per request.
 
-    ``route_of`` gives the table's ``Route`` of a matched handler (None: not a table route)."""
+    ``route_of`` gives the table's ``Route`` of a matched handler (None: not a table route); a path that is
+    none of ``paths`` is a 404 that lists them (once the token, if any, was given)."""
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -156,7 +158,10 @@ def guard(access: Access, quiet: QuietLog, route_of: Lookup) -> Any:
                 allowed = refusal.headers.get("Allow", "GET") if refusal is not None else "GET"
                 return _error(405, f"method {printable(request.method)[:32]} is not served here; only GET",
                               {"Allow": allowed})
-            return _error(404, "no such path (the paths are listed in /openapi.json)")
+            return web.Response(
+                body=orjson.dumps({"error": f"no such path: {echoed(request.path)}", "paths": paths}),
+                status=404, content_type=JSON,
+            )
         try:
             return await handler(request)
         except web.HTTPException:

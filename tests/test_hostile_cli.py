@@ -125,12 +125,11 @@ def test_serve_answers_409_where_the_cli_exits_2(big: tuple[Path, Path, Path], t
     cut = tmp_path / "cut.jsonl"
     cut.write_bytes(data[:1000])
     refused(run("serve", "--state", str(state), "--out", str(cut), "--port", "1"), "fewer than")
-    from recurrence.processor.embedded import open_archive
     from recurrence.processor.serve import EmbeddedReadSurface, application
 
     store = RocksStore.open(state, read_only=True)
     try:
-        app = application(EmbeddedReadSurface(store, open_archive(store, edited)))
+        app = application(EmbeddedReadSurface(store, edited))
         statuses = _ask(app, [f"/explain/{identity}", f"/explain/{identity}?format=json"])
     finally:
         store.close()

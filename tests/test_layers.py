@@ -30,6 +30,7 @@ CORE = [
     "recurrence.processor.exceptions",
     "recurrence.processor.store.base",
     "recurrence.processor.store.memory",
+    "recurrence.processor.whatif",
 ]
 BACKENDS = ("rocksdict", "faust", "aiokafka", "mode", "aiohttp", "yarl", "prometheus_client")
 RUNNERS = ("recurrence.processor.embedded", "recurrence.processor.stream", "recurrence.processor.cli")

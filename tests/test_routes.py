@@ -38,7 +38,7 @@ def test_serve_serves_the_route_table() -> None:
 def test_the_document_lists_exactly_the_table(server: Server) -> None:
     routes = [(r.documented, r.public) for r in routes_of(server)]
     assert list(document(server, routes)["paths"]) == [path for path, _ in routes]
-    assert ("/metrics" in document(server, routes)["paths"]) == (server == "worker")
+    assert {"/metrics", "/progress"} <= set(document(server, routes)["paths"])
 
 
 def test_the_worker_maps_refusals_as_serve_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

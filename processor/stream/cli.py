@@ -19,9 +19,11 @@ from typing import IO, Any, Final
 
 import orjson
 
+from ..cliargs import non_negative_int
 from ..exceptions import EXIT_OK, BrokerError, TopicDriftError, UnusableError
 from ..outputfile import Writable, check_output, output
 from .clients.brokers import APPLY_HINT, quiet_client_logs
+from .clients.dumpformat import DEFAULT_FORMAT
 from .cliflags import NAMING, add_config_argument, add_model_arguments, load
 from .settings import KafkaConnection, StreamSettings, TopicLayout, WorkerOptions
 
@@ -78,14 +80,14 @@ def _cmd_publish(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-async def _follow(reader: Any, out: Writable) -> None:
+async def _follow(reader: Any, out: Writable, render: Any) -> None:
     # Ctrl-C and SIGTERM end a follow normally (exit 0), like kcat -C.
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     try:
-        await reader.follow(out, stop)
+        await reader.follow(out, stop, render)
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
@@ -93,11 +95,14 @@ async def _follow(reader: Any, out: Writable) -> None:
 
 def _cmd_ledger_dump(args: argparse.Namespace) -> int:
     from .clients.dump import OutputReader, topics_for_kinds  # noqa: PLC0415
+    from .clients.dumpformat import StartOffset, compile_format  # noqa: PLC0415
     from .clients.status import wait_caught_up  # noqa: PLC0415
 
     if args.follow and args.until_caught_up:
         raise UnusableError("--follow and --until-caught-up exclude each other (--follow already waits)")
     check_output(args.out, args.force)  # before the broker is asked (and before --until-caught-up waits)
+    start = StartOffset.parse(args.offset)
+    render = compile_format(args.format)
     settings = _settings(args)
     topics = topics_for_kinds(settings.topics, args.kinds)
     if args.until_caught_up:
@@ -106,13 +111,13 @@ def _cmd_ledger_dump(args: argparse.Namespace) -> int:
         )
         print(f"recurrence ledger-dump: group {progress.group} caught up ({sum(p.end for p in progress.partitions)} "
               f"journal entries)", file=sys.stderr)
-    reader = OutputReader(settings.kafka, topics, dedupe=not args.no_dedupe)
+    reader = OutputReader(settings.kafka, topics, dedupe=not args.no_dedupe, start=start, partition=args.partition)
     with output(args.out, args.force, follow=args.follow) as out:
         if args.follow:
-            asyncio.run(_follow(reader, out))
+            asyncio.run(_follow(reader, out, render))
         else:
-            for value in asyncio.run(reader.read()):
-                out.write(value + b"\n")
+            for dumped in asyncio.run(reader.read_dumped()):
+                out.write(render(dumped))
             out.flush()
     print(reader.summary.line(), file=sys.stderr)
     return EXIT_OK
@@ -174,9 +179,9 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 
     import faust  # noqa: PLC0415
 
-    from .worker.app import RecurrenceService  # noqa: PLC0415
+    from .worker.app import build_worker  # noqa: PLC0415
 
-    service = RecurrenceService(settings)
+    service = build_worker(settings)
     worker = faust.Worker(service.app, loglevel=settings.worker.loglevel, quiet=True, redirect_stdouts=False)
     worker.execute_from_commandline()
     return EXIT_OK  # pragma: no cover - execute_from_commandline always raises SystemExit
@@ -225,6 +230,21 @@ def register(commands: Any) -> None:
         "record kinds such as observations or admissions accepted; default the ledger: all but patterns)",
     )
     g.add_argument("--no-dedupe", action="store_true", help="write every raw record, duplicates included")
+    g.add_argument(
+        "--offset", "-o", default="beginning", metavar="beginning|end|N|-N",
+        help="where each partition is read from, as kcat -o: beginning (default), end (with --follow: only new "
+        "records), an offset N, or -N for the last N records of each partition",
+    )
+    g.add_argument(
+        "--partition", "-p", type=non_negative_int, metavar="N",
+        help="read only partition N of each chosen topic (default all)",
+    )
+    g.add_argument(
+        "--format", "-F", default=DEFAULT_FORMAT, metavar="FORMAT",
+        help="how each record is written, as kcat -f: %%s record, %%S its length, %%k key, %%K key length, "
+        "%%t topic, %%p partition, %%o offset, %%T timestamp (ms), %%h headers, %%%% and \\n \\t \\r \\\\ "
+        "(default %(default)s: the embedded ledger's bytes)",
+    )
     g.add_argument(
         "--follow", "-f", action="store_true",
         help="after the existing records, keep writing new distinct ones as they arrive until Ctrl-C (exit 0)",

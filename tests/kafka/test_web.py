@@ -36,11 +36,19 @@ from recurrence.processor.store.base import Transaction
 from recurrence.processor.store.memory import MemoryStore
 from recurrence.processor.stream.localrun import free_port, recurrence_command
 from recurrence.processor.synthetic import JournalSpec, generate
+from recurrence.processor.tune import tune
 from recurrence.processor.webtoken import TOKEN_ENV
 from recurrence.schemas.constants import DEFAULT_PATTERN_SCOPES
-from recurrence.schemas.readsurface import Explanation, PatternSuggestions
+from recurrence.schemas.readsurface import Explanation, PatternSuggestions, ThresholdWhatIf
 from tests.apicheck import failures
-from tests.browser import SCREENSHOTS, expected_pattern_rows, expected_readings, page_readings
+from tests.browser import (
+    SCREENSHOTS,
+    expected_pattern_rows,
+    expected_readings,
+    expected_tune,
+    page_readings,
+    tune_readings,
+)
 from tests.hostile import TOKEN, check_hostile_requests, check_token_guard, request
 
 from .harness import REPO, Deployment, Worker, dedupe, wait_for, write_journal
@@ -58,6 +66,7 @@ class Cluster:
         self.deployment, self.workers = deployment, workers
         self.explainer = Explainer(State(Transaction(store)), FileArchive(store, ledger, journal))
         self.store = store
+        self.journal = journal
         self.records = [orjson.loads(line) for line in ledger.read_bytes().splitlines() if line.strip()]
 
     def explain(self, worker: Worker, identity: str, query: str = "format=json") -> dict[str, Any]:
@@ -199,6 +208,33 @@ def test_the_worker_page_shows_what_statistics_say(cluster: Cluster) -> None:
     assert shown["dead_letters"] == dict(Counter(r["error"] for r in cluster.records if r["record"] == "dead_letter"))
     assert list(shown["pattern_rows"].items()) == list(expected_pattern_rows(patterns).items())
     assert shown["explanation"].startswith("revision ")
+
+
+def test_tune_on_either_worker_is_recurrence_tune_of_the_journal(cluster: Cluster) -> None:
+    # The worker's state tables keep the same shadow counters, through the same engine.
+    want = tune(str(cluster.journal), range(1, 11))[0]["thresholds"]
+    assert any(row["review_proposals"] for row in want)
+    for worker in cluster.workers:
+        status, body = worker.get_json("/tune")
+        assert status == 200, body
+        ThresholdWhatIf.model_validate(body)
+        assert body["review_threshold"] == 3 and body["incomplete_scopes"] == []
+        assert body["thresholds"] == want
+    # Each worker's own answer (?local=1) holds the scopes of its partitions: together every scope, once.
+    local = [worker.get_json("/tune?local=1&thresholds=3") for worker in cluster.workers]
+    scopes = [row["scope_id"] for _, body in local for row in body["thresholds"][0]["by_scope"]]
+    assert sorted(scopes) == [row["scope_id"] for row in want[0]["by_scope"]]
+    assert all(body["thresholds"][0]["by_scope"] for _, body in local), "both workers own scopes: merged"
+
+
+def test_the_worker_page_draws_the_tune_chart(cluster: Cluster) -> None:
+    worker = cluster.workers[0]
+    shown = tune_readings(f"{worker.url}/ui#token={TOKEN}", SCREENSHOTS / "tune-chart-worker.png")
+    status, body = worker.get_json("/tune")
+    assert status == 200
+    want = expected_tune(body)
+    assert shown["bars"] == want["bars"] and shown["table"] == want["table"]
+    assert shown["marked"] == want["marked"] == [3]
 
 
 # -- a stranger's requests, a second worker, a cut file (issue 26) --------------------------------------------
