@@ -247,7 +247,8 @@ class WorkerOptions(SettingsModel):
     model_config = SettingsConfigDict(env_prefix="RECURRENCE_")
 
     datadir: Path = Field(
-        Path(DEFAULT_DATADIR), description="local state directory, one per worker process (RocksDB locks it)",
+        Path(DEFAULT_DATADIR),
+        description="local state directory, one per worker process (locked: a second worker on it exits 2)",
         json_schema_extra=flag(metavar="PATH"),
     )
     web_host: str = Field("127.0.0.1", min_length=1, description="web bind address",
