@@ -52,9 +52,12 @@ def parse_thresholds(text: str) -> list[int]:
     for item in items:
         if not item.isdecimal() or not item.isascii():
             raise ValueError(f"{item!r} is not a whole number; give integers such as 2,3,4,5")
-        value = int(item)
+        # Not int() of a huge string first: past 4,300 digits that is an error of its own.
+        digits = item.lstrip("0") or "0"
+        value = int(digits) if len(digits) <= len(str(MAX_THRESHOLD)) else MAX_THRESHOLD + 1
         if not 1 <= value <= MAX_THRESHOLD:
-            raise ValueError(f"{value} is outside 1..{MAX_THRESHOLD} (the streaks the counters tell apart)")
+            shown = item if len(item) <= 12 else item[:12] + "…"
+            raise ValueError(f"{shown} is outside 1..{MAX_THRESHOLD} (the streaks the counters tell apart)")
         thresholds.append(value)
     return thresholds
 

@@ -178,7 +178,7 @@ def test_a_state_replayed_without_counters_says_which_scopes_they_miss() -> None
 @pytest.mark.parametrize(
     "text",
     ["", " ", "2,,3", "a", "0", "-1", "2.5", "1e2", f"{SHADOW_STREAKS + 1}", "\uff13", "2;3",
-     ",".join(["3"] * (SHADOW_STREAKS + 1))],
+     ",".join(["3"] * (SHADOW_STREAKS + 1)), "9" * 5000, "0" * 5000],
 )
 def test_bad_thresholds_are_refused_with_one_line(text: str, tmp_path: Path) -> None:
     with pytest.raises(ValueError):
@@ -194,6 +194,7 @@ def test_bad_thresholds_are_refused_with_one_line(text: str, tmp_path: Path) -> 
 def test_thresholds_keep_the_order_given() -> None:
     assert parse_thresholds(" 5, 2,3 ") == [5, 2, 3]
     assert parse_thresholds("3,3") == [3, 3]  # a row per value given
+    assert parse_thresholds("0003," + "0" * 5000 + "7") == [3, 7]
     assert parse_thresholds(str(SHADOW_STREAKS)) == [SHADOW_STREAKS]
 
 

@@ -13,7 +13,10 @@ from typing import Any
 import orjson
 import pytest
 
+from recurrence.processor.state import State
+from recurrence.processor.store.base import Transaction
 from recurrence.processor.synthetic import JournalSpec, generate
+from recurrence.processor.whatif import chart_thresholds, rows, scope_shadows, served
 
 from .harness import REPO, Deployment, Oracle, Worker, dedupe, quote, wait_for, write_journal
 
@@ -45,6 +48,10 @@ def check_statistics(workers: list[Worker], oracle: Oracle, scopes: list[str]) -
                 assert status == 200, (scope, body)
                 assert body == oracle.statistics(scope, top)[0]
         assert worker.get_json("/scopes/no-such-scope/statistics")[0] == 404
+        # The shadow counters went through the same batches, redeliveries and restores as the groups.
+        scopes_seen, short = scope_shadows(State(Transaction(oracle.store)))
+        assert short == []
+        assert worker.get_json("/tune") == (200, served(3, [], rows(scopes_seen, chart_thresholds(3))))
         assert worker.get_json("/statistics?top=-1")[0] == 400
         assert worker.get_json("/statistics?top=many")[0] == 400
 
