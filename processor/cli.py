@@ -3,9 +3,10 @@
 Exit codes (``exit_code`` is the one mapping from exceptions to codes):
 0 success, even when entries went to dead letters; 2 the run could not
 proceed (unreadable journal, unusable state directory, a ledger that is not
-the state's, a full disk, bad arguments); 130/143 stopped by SIGINT/SIGTERM
-(what was durable stays; run again to resume); 1 an unexpected internal
-error (a bug: it prints a traceback).
+the state's, a full disk, bad arguments); 4 ``verify`` found the outputs
+different from the ledger; 130/143 stopped by SIGINT/SIGTERM (what was
+durable stays; run again to resume); 1 an unexpected internal error (a bug:
+it prints a traceback).
 """
 
 import argparse
@@ -38,6 +39,7 @@ from .exceptions import (
     EXIT_INTERRUPTED,
     EXIT_UNUSABLE,
     Interrupted,
+    OutputsDifferError,
     RecurrenceError,
     SettingsError,
     StateDirError,
@@ -51,6 +53,7 @@ from .state import State
 from .store.base import Transaction
 from .store.rocksdb import RocksStore
 from .synthetic import JournalSpec, generate
+from .verify import compare, read_records
 from .whatif import MAX_THRESHOLD, parse_thresholds
 
 log = logging.getLogger("recurrence.cli")
@@ -78,7 +81,7 @@ def _state(path: Path, must_exist: bool = False, read_only: bool = False) -> Ite
         raise StateDirError(f"cannot close the state {shown(path)}: {error}") from error
 
 
-def _report(summary: RunSummary) -> None:
+def _report(summary: RunSummary, journal: str) -> None:
     if summary.truncated_bytes:
         print(
             f"recurrence replay: recovered the ledger ({summary.truncated_bytes} uncommitted bytes regenerated)",
@@ -97,6 +100,11 @@ def _report(summary: RunSummary) -> None:
             file=sys.stderr,
         )
     print(summary.line(), file=sys.stderr)
+    warning = summary.nothing_applied()
+    if warning is not None:
+        source = "the input" if journal == "-" else shown(journal)
+        print(f"recurrence replay: warning: {warning}: is {source} a journal (JSON entries, one per line)?",
+              file=sys.stderr)
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
@@ -113,9 +121,9 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     # Reported once the handlers are restored and the state is closed: a further signal is then an
     # ordinary interrupt, never a half-written report.
     if stopped is not None:
-        _report(stopped.summary)
+        _report(stopped.summary, args.journal)
         raise stopped
-    _report(summary)
+    _report(summary, args.journal)
     return EXIT_OK
 
 
@@ -231,6 +239,22 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_verify(args: argparse.Namespace) -> int:
+    if args.ledger == "-" and args.outputs == "-":
+        raise UnusableError("--ledger and --outputs cannot both be - (stdin): give one of them as a file")
+    result = compare(ledger=read_records(args.ledger, "--ledger"), outputs=read_records(args.outputs, "--outputs"))
+    if args.json:
+        sys.stdout.buffer.write(orjson.dumps(result.as_json(), option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        print("\n".join(result.lines()))
+    sys.stdout.flush()
+    if not result.equal:
+        raise OutputsDifferError(
+            f"the outputs differ from the ledger in {len(result.differing)} of {result.scopes} scopes"
+        )
+    return EXIT_OK
+
+
 def _add_replay(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     p = commands.add_parser("replay", help="run the engine embedded over a .jsonl journal")
     p.add_argument("journal", help="journal .jsonl file, a pipe (e.g. <(zcat j.gz)), or - for stdin")
@@ -343,6 +367,20 @@ def _add_serve(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     p.set_defaults(func=_cmd_serve)
 
 
+def _add_verify(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    p = commands.add_parser(
+        "verify",
+        help="do a Kafka deployment's outputs equal an embedded replay's ledger? (exit 0 equal, 4 different)",
+        description="Compare the output topics (as `recurrence ledger-dump --out` wrote them) with the ledger "
+        "of `recurrence replay` over the same journal: deduplicated by record id, scope by scope, in order; "
+        "dead letters without origin and dead_letter_id. Exit 0 equal, 4 different, 2 cannot compare.",
+    )
+    p.add_argument("--ledger", required=True, help="the ledger `recurrence replay --out` wrote (- for stdin)")
+    p.add_argument("--outputs", required=True, help="the outputs `recurrence ledger-dump --out` wrote (- for stdin)")
+    p.add_argument("--json", action="store_true", help="print the comparison as JSON (every differing scope)")
+    p.set_defaults(func=_cmd_verify)
+
+
 class CommandParser(argparse.ArgumentParser):
     """An ArgumentParser that remembers its subcommand groups (argparse keeps them private)."""
 
@@ -379,7 +417,7 @@ class _VersionAction(argparse.Action):
 
 # Commands that need nothing from the Kafka side: parsing their command line skips importing it
 # (pydantic-settings, asyncio, ...), a tenth of a second off every embedded run.
-EMBEDDED_COMMANDS = frozenset({"replay", "stats", "tune", "generate", "explain", "patterns", "serve"})
+EMBEDDED_COMMANDS = frozenset({"replay", "stats", "tune", "generate", "explain", "patterns", "serve", "verify"})
 
 
 def build_parser(with_stream: bool = True) -> argparse.ArgumentParser:
@@ -397,6 +435,7 @@ def build_parser(with_stream: bool = True) -> argparse.ArgumentParser:
     _add_explain(commands)
     _add_patterns(commands)
     _add_serve(commands)
+    _add_verify(commands)
     if not with_stream:
         _verbose_everywhere(commands)
         return parser

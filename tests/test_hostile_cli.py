@@ -20,9 +20,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from devkit.localrun import recurrence_command
 from recurrence.processor.embedded import TAIL_BYTES
 from recurrence.processor.store.rocksdb import RocksStore
-from recurrence.processor.stream.localrun import recurrence_command
 from recurrence.processor.synthetic import JournalSpec, generate
 from tests.tools import REPO
 

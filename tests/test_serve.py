@@ -23,13 +23,13 @@ import orjson
 import pytest
 from aiohttp import web
 
+from devkit.localrun import free_port, recurrence_command, wait_for
 from recurrence.processor.deadletters import CODES
 from recurrence.processor.embedded import open_state
 from recurrence.processor.follow import state_mark
 from recurrence.processor.routes import Ask
 from recurrence.processor.serve import EmbeddedReadSurface, application
 from recurrence.processor.store.rocksdb import RocksStore
-from recurrence.processor.stream.localrun import free_port, recurrence_command, wait_for
 from recurrence.processor.synthetic import JournalSpec, generate
 from recurrence.processor.webtoken import TOKEN_ENV
 from recurrence.schemas.readsurface import (

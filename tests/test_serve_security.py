@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from recurrence.processor.stream.localrun import free_port, recurrence_command, wait_for
+from devkit.localrun import free_port, recurrence_command, wait_for
 from tests.hostile import PUBLIC, TOKEN, check_hostile_requests, check_token_guard, request
 from tests.tools import REPO
 

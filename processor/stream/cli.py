@@ -106,9 +106,9 @@ def _cmd_ledger_dump(args: argparse.Namespace) -> int:
     settings = _settings(args)
     topics = topics_for_kinds(settings.topics, args.kinds)
     if args.until_caught_up:
-        progress = asyncio.run(
-            wait_caught_up(settings.kafka, settings.topics.journal, settings.group_id, args.max_wait)
-        )
+        # Pattern suggestions come from the patterns agent, behind the journal by the repartition topic.
+        inputs = [settings.topics.journal, *([settings.topics.recurred] if settings.topics.patterns in topics else [])]
+        progress = asyncio.run(wait_caught_up(settings.kafka, inputs, settings.group_id, args.max_wait))
         print(f"recurrence ledger-dump: group {progress.group} caught up ({sum(p.end for p in progress.partitions)} "
               f"journal entries)", file=sys.stderr)
     reader = OutputReader(settings.kafka, topics, dedupe=not args.no_dedupe, start=start, partition=args.partition)
@@ -139,7 +139,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
     from .clients.status import group_progress  # noqa: PLC0415
 
     settings = _settings(args)
-    progress = asyncio.run(group_progress(settings.kafka, settings.topics.journal, settings.group_id))
+    inputs = [settings.topics.journal, settings.topics.recurred]
+    progress = asyncio.run(group_progress(settings.kafka, inputs, settings.group_id))
     if args.json:
         sys.stdout.buffer.write(orjson.dumps(progress.as_json()) + b"\n")
     else:
@@ -251,7 +252,8 @@ def register(commands: Any) -> None:
     )
     g.add_argument(
         "--until-caught-up", action="store_true",
-        help="first wait until the worker group's committed journal offsets reach the journal's end offsets",
+        help="first wait until the worker group's committed journal offsets reach the journal's end offsets "
+        "(with --kinds patterns, then the repartition topic's too)",
     )
     g.add_argument(
         "--max-wait", type=float, default=DEFAULT_MAX_WAIT, metavar="SECONDS",
@@ -267,7 +269,9 @@ def register(commands: Any) -> None:
     p.add_argument("--force", action="store_true", help="overwrite an existing --out file")
     p.set_defaults(func=_cmd_statistics_dump)
 
-    p = commands.add_parser("status", help="per journal partition: end offset, the group's committed offset, lag")
+    p = commands.add_parser(
+        "status", help="per input partition (journal, repartition topic): end offset, the group's committed offset, lag"
+    )
     _common(p)
     p.add_argument("--json", action="store_true", help="one JSON object instead of the table")
     p.set_defaults(func=_cmd_status)

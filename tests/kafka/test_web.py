@@ -26,6 +26,8 @@ from typing import Any
 import orjson
 import pytest
 
+from devkit.deployment import Deployment, Worker, owned_partitions, write_journal
+from devkit.localrun import REPO, free_port, recurrence_command, wait_for
 from recurrence.processor.archive import FileArchive
 from recurrence.processor.embedded import replay, statistics
 from recurrence.processor.explain import Explainer
@@ -34,9 +36,9 @@ from recurrence.processor.recordindex import dead_letter_counts
 from recurrence.processor.state import State
 from recurrence.processor.store.base import Transaction
 from recurrence.processor.store.memory import MemoryStore
-from recurrence.processor.stream.localrun import free_port, recurrence_command
 from recurrence.processor.synthetic import JournalSpec, generate
 from recurrence.processor.tune import tune
+from recurrence.processor.verify import distinct
 from recurrence.processor.webtoken import TOKEN_ENV
 from recurrence.schemas.constants import DEFAULT_PATTERN_SCOPES
 from recurrence.schemas.readsurface import Explanation, PatternSuggestions, ThresholdWhatIf
@@ -50,11 +52,6 @@ from tests.browser import (
     tune_readings,
 )
 from tests.hostile import TOKEN, check_hostile_requests, check_token_guard, request
-
-from .harness import REPO, Deployment, Worker, dedupe, wait_for, write_journal
-from .test_workers import _split
-
-pytestmark = pytest.mark.kafka
 
 EXAMPLE = REPO / "examples" / "rfc-minimum.jsonl"
 _ORIGIN = re.compile(r"journal line \d+|[\w.-]+\[\d+\]@\d+")
@@ -89,11 +86,11 @@ def cluster(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> I
     try:
         deployment.apply_topics()
         workers = [deployment.worker("w1").start(), deployment.worker("w2").start()]
-        wait_for(lambda: _split(workers, deployment.partitions), 120, 0.2, "both workers to own partitions")
+        wait_for(lambda: owned_partitions(workers, deployment.partitions), 120, 0.2, "both workers to own partitions")
         deployment.publish(journal)
         expected = len(ledger.read_bytes().splitlines())
-        wait_for(lambda: len(dedupe(deployment.outputs())) == expected, 180, 0.5, "every output record")
-        wait_for(lambda: _split(workers, deployment.partitions), 60, 0.2, "a stable split")
+        wait_for(lambda: len(distinct(deployment.outputs())) == expected, 180, 0.5, "every output record")
+        wait_for(lambda: owned_partitions(workers, deployment.partitions), 60, 0.2, "a stable split")
         yield Cluster(deployment, workers, store, ledger, journal)
     finally:
         deployment.close()
@@ -144,7 +141,7 @@ def test_explain_on_any_worker_equals_the_embedded_explanation(cluster: Cluster)
 
 
 def test_dead_letters_are_explained_and_counted(cluster: Cluster) -> None:
-    dumped = [orjson.loads(r) for r in dedupe(cluster.deployment.outputs())]
+    dumped = [orjson.loads(r) for r in distinct(cluster.deployment.outputs())]
     dead = [r for r in dumped if r["record"] == "dead_letter"]
     assert dead
     for record in dead[:4]:
@@ -277,7 +274,7 @@ def test_a_second_worker_on_a_data_folder_in_use_exits_2_at_once_and_the_first_i
     cluster: Cluster,
 ) -> None:
     first = cluster.workers[0]
-    split = _split(cluster.workers, cluster.deployment.partitions)
+    split = owned_partitions(cluster.workers, cluster.deployment.partitions)
     assert split is not None and first.proc is not None
     rebalances = _rebalances(first)
     second = Worker(cluster.deployment, "w1-again", free_port(), first.datadir).start()
@@ -290,7 +287,7 @@ def test_a_second_worker_on_a_data_folder_in_use_exits_2_at_once_and_the_first_i
     assert len(said) == 1 and str(first.datadir) in said[0] and f"pid {first.proc.pid}" in said[0], said
     time.sleep(3)  # a join would have started a rebalance by now
     assert _rebalances(first) == rebalances
-    assert _split(cluster.workers, cluster.deployment.partitions) == split
+    assert owned_partitions(cluster.workers, cluster.deployment.partitions) == split
 
 
 def test_ledger_dump_follow_stops_when_its_file_is_cut(cluster: Cluster, tmp_path: Path) -> None:

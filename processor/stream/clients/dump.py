@@ -36,10 +36,10 @@ from typing import Any, Final
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from ....schemas.canonical import digest
 from ....topics.names import TopicNames
 from ...exceptions import SettingsError
 from ...outputfile import Writable
+from ...verify import record_id as derived_record_id
 from ..batch.types import ID_HEADER, SOURCE_HEADER
 from ..settings import KafkaConnection
 from .brokers import bounded, committed_reader, require_topics, started
@@ -83,15 +83,7 @@ def record_id(value: bytes, headers: Sequence[tuple[str, bytes]] | None = None) 
     for name, raw in headers or ():
         if name == ID_HEADER:
             return raw.decode()
-    record = orjson.loads(value)
-    kind = record.get("record") if isinstance(record, dict) else None
-    if kind == "observation":
-        return f"observation:{record['observation_id']}"
-    if kind == "match":
-        return f"match:{record['match_digest']}"
-    if kind == "dead_letter":
-        return f"dead_letter:{record['dead_letter_id']}"
-    return f"{kind}:{digest(record)}"
+    return derived_record_id(value)
 
 
 def _source(headers: Sequence[tuple[str, bytes]] | None) -> tuple[int, int, int] | None:
