@@ -49,7 +49,7 @@ from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
-from recurrence.processor.stream.localrun import free_port, recurrence_command, wait_for
+from devkit.localrun import free_port, recurrence_command, wait_for
 from recurrence.processor.synthetic import JournalSpec, write
 
 ROOT = Path(__file__).resolve().parent.parent

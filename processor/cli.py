@@ -3,9 +3,10 @@
 Exit codes (``exit_code`` is the one mapping from exceptions to codes):
 0 success, even when entries went to dead letters; 2 the run could not
 proceed (unreadable journal, unusable state directory, a ledger that is not
-the state's, a full disk, bad arguments); 130/143 stopped by SIGINT/SIGTERM
-(what was durable stays; run again to resume); 1 an unexpected internal
-error (a bug: it prints a traceback).
+the state's, a full disk, bad arguments); 4 ``verify`` found the outputs
+different from the ledger; 130/143 stopped by SIGINT/SIGTERM (what was
+durable stays; run again to resume); 1 an unexpected internal error (a bug:
+it prints a traceback).
 """
 
 import argparse
@@ -19,7 +20,6 @@ from typing import Any
 import orjson
 
 from ..schemas.constants import DEFAULT_TOP_REVISIONS
-from .archive import FileArchive
 from .cliargs import EXIT_OK, non_negative_int, port_number, positive_int, ratio
 from .embedded import (
     DEFAULT_BATCH,
@@ -28,6 +28,7 @@ from .embedded import (
     StopSignals,
     bind_config,
     check_paths,
+    open_archive,
     open_state,
     replay,
     statistics,
@@ -38,18 +39,21 @@ from .exceptions import (
     EXIT_INTERRUPTED,
     EXIT_UNUSABLE,
     Interrupted,
+    OutputsDifferError,
     RecurrenceError,
     SettingsError,
     StateDirError,
     UnusableError,
 )
-from .explain import Explainer, NotFoundError, render
+from .explain import IDS_ARE, Explainer, NotFoundError, render
 from .journalfile import shown
 from .patterns import listing
+from .printable import escape_log_arguments, printable, printable_json, printable_lines
 from .state import State
 from .store.base import Transaction
 from .store.rocksdb import RocksStore
 from .synthetic import JournalSpec, generate
+from .verify import compare, read_records
 from .whatif import MAX_THRESHOLD, parse_thresholds
 
 log = logging.getLogger("recurrence.cli")
@@ -77,7 +81,7 @@ def _state(path: Path, must_exist: bool = False, read_only: bool = False) -> Ite
         raise StateDirError(f"cannot close the state {shown(path)}: {error}") from error
 
 
-def _report(summary: RunSummary) -> None:
+def _report(summary: RunSummary, journal: str) -> None:
     if summary.truncated_bytes:
         print(
             f"recurrence replay: recovered the ledger ({summary.truncated_bytes} uncommitted bytes regenerated)",
@@ -96,6 +100,11 @@ def _report(summary: RunSummary) -> None:
             file=sys.stderr,
         )
     print(summary.line(), file=sys.stderr)
+    warning = summary.nothing_applied()
+    if warning is not None:
+        source = "the input" if journal == "-" else shown(journal)
+        print(f"recurrence replay: warning: {warning}: is {source} a journal (JSON entries, one per line)?",
+              file=sys.stderr)
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
@@ -112,34 +121,35 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     # Reported once the handlers are restored and the state is closed: a further signal is then an
     # ordinary interrupt, never a half-written report.
     if stopped is not None:
-        _report(stopped.summary)
+        _report(stopped.summary, args.journal)
         raise stopped
-    _report(summary)
+    _report(summary, args.journal)
     return EXIT_OK
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
     with _state(Path(args.state), must_exist=True, read_only=True) as store:
         result = statistics(store, args.scope, args.top)
-    sys.stdout.buffer.write(orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
+    _print_json(result, orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
     return EXIT_OK
+
+
+def _print_json(value: Any, option: int = orjson.OPT_INDENT_2) -> None:
+    """JSON on stdout; control characters from the journal as escapes (``printable_json``)."""
+    sys.stdout.buffer.write(printable_json(orjson.dumps(value, option=option)) + b"\n")
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
     with _state(Path(args.state), must_exist=True, read_only=True) as store:
-        archive = FileArchive(
-            store,
-            Path(args.out) if args.out else None,
-            Path(args.journal) if args.journal else None,
-        )
+        archive = open_archive(store, Path(args.out) if args.out else None,
+                               Path(args.journal) if args.journal else None)
         explainer = Explainer(State(Transaction(store)), archive)
         try:
             result = explainer.explain(args.id)
         except NotFoundError as missing:
-            raise UnusableError(f"{missing}; ids are observation_id, match_digest, dead_letter_id or "
-                                "family/artifact_id@revision") from None
+            raise UnusableError(str(missing) if IDS_ARE in str(missing) else f"{missing}; {IDS_ARE}") from None
     if args.json:
-        sys.stdout.buffer.write(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
+        _print_json(result)
     else:
         sys.stdout.write(render(result))
     return EXIT_OK
@@ -150,7 +160,7 @@ def _cmd_patterns(args: argparse.Namespace) -> int:
         config = bind_config(store, None)
         rows = listing(Transaction(store), config.pattern_scopes, suggested_only=not args.all)
     if args.json:
-        sys.stdout.buffer.write(orjson.dumps(rows, option=orjson.OPT_INDENT_2) + b"\n")
+        _print_json(rows)
         return EXIT_OK
     if not rows:
         print(f"no signature has recurred in {config.pattern_scopes} or more scopes yet")
@@ -159,13 +169,13 @@ def _cmd_patterns(args: argparse.Namespace) -> int:
         mark = "suggested" if row["suggested"] else "below the threshold"
         print(f"{row['scope_count']}{more} scopes, {row['recurrences']:,} recurrences ({mark}): "
               f"{row['signature_key']!r}")
-        print(f"    scopes: {_summarized(row['scopes'], row['scopes_more_than_listed'], 8)}")
+        print(printable(f"    scopes: {_summarized(row['scopes'], row['scopes_more_than_listed'], 8)}"))
         revisions = [
             f"{r['scope_id']}:{r['artifact_ref']['family']}/{r['artifact_ref']['artifact_id']}"
             f"@{r['artifact_ref']['revision']}"
             for r in row["revisions"]
         ]
-        print(f"    revisions: {_summarized(revisions, row['revisions_more_than_listed'], 3)}")
+        print(printable(f"    revisions: {_summarized(revisions, row['revisions_more_than_listed'], 3)}"))
     return EXIT_OK
 
 
@@ -181,17 +191,16 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     # aiohttp is loaded only by the command that serves.
     from .follow import follow_state  # noqa: PLC0415
     from .serve import EmbeddedReadSurface, serve  # noqa: PLC0415
+    from .webtoken import Access, load_token  # noqa: PLC0415
 
+    access = Access(load_token(Path(args.http_token_file) if args.http_token_file else None))
+    ledger = Path(args.out) if args.out else None
+    journal = Path(args.journal) if args.journal else None
     follower = follow_state(Path(args.state))
     try:
-        surface = EmbeddedReadSurface(
-            follower.view,
-            Path(args.out) if args.out else None,
-            Path(args.journal) if args.journal else None,
-            mark=follower.mark,
-            following=True,
-        )
-        serve(surface, args.host, args.port, follower)
+        open_archive(follower.view, ledger, journal)  # refused at start: not the state's ledger, a device
+        surface = EmbeddedReadSurface(follower.view, ledger, journal, mark=follower.mark, following=True)
+        serve(surface, args.host, args.port, access, follower)
     finally:
         follower.close()
     return EXIT_OK
@@ -207,9 +216,9 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     body, summary = tune(args.journal, thresholds, batch_size=args.batch)
     print(summary.line(), file=sys.stderr)
     if args.json:
-        sys.stdout.buffer.write(orjson.dumps(body) + b"\n")
+        sys.stdout.buffer.write(printable_json(orjson.dumps(body)) + b"\n")
     else:
-        sys.stdout.write(table(body))
+        sys.stdout.write(printable_lines(table(body)))
     return EXIT_OK
 
 
@@ -227,6 +236,22 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     for line in generate(spec):
         out.write(line + b"\n")
     out.flush()
+    return EXIT_OK
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    if args.ledger == "-" and args.outputs == "-":
+        raise UnusableError("--ledger and --outputs cannot both be - (stdin): give one of them as a file")
+    result = compare(ledger=read_records(args.ledger, "--ledger"), outputs=read_records(args.outputs, "--outputs"))
+    if args.json:
+        sys.stdout.buffer.write(orjson.dumps(result.as_json(), option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        print("\n".join(result.lines()))
+    sys.stdout.flush()
+    if not result.equal:
+        raise OutputsDifferError(
+            f"the outputs differ from the ledger in {len(result.differing)} of {result.scopes} scopes"
+        )
     return EXIT_OK
 
 
@@ -336,7 +361,24 @@ def _add_serve(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     p.add_argument("--port", type=port_number, default=6067, help="port (default %(default)s)")
     p.add_argument("--out", help="the ledger file, for /explain (default: the one the state last wrote)")
     p.add_argument("--journal", help="the journal file, for /explain (default: the one the state last read)")
+    p.add_argument("--http-token-file", metavar="PATH",
+                   help="file holding the bearer token every data path asks for (default: RECURRENCE_HTTP_TOKEN; "
+                   "neither: no token, for a loopback --host)")
     p.set_defaults(func=_cmd_serve)
+
+
+def _add_verify(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    p = commands.add_parser(
+        "verify",
+        help="do a Kafka deployment's outputs equal an embedded replay's ledger? (exit 0 equal, 4 different)",
+        description="Compare the output topics (as `recurrence ledger-dump --out` wrote them) with the ledger "
+        "of `recurrence replay` over the same journal: deduplicated by record id, scope by scope, in order; "
+        "dead letters without origin and dead_letter_id. Exit 0 equal, 4 different, 2 cannot compare.",
+    )
+    p.add_argument("--ledger", required=True, help="the ledger `recurrence replay --out` wrote (- for stdin)")
+    p.add_argument("--outputs", required=True, help="the outputs `recurrence ledger-dump --out` wrote (- for stdin)")
+    p.add_argument("--json", action="store_true", help="print the comparison as JSON (every differing scope)")
+    p.set_defaults(func=_cmd_verify)
 
 
 class CommandParser(argparse.ArgumentParser):
@@ -375,7 +417,7 @@ class _VersionAction(argparse.Action):
 
 # Commands that need nothing from the Kafka side: parsing their command line skips importing it
 # (pydantic-settings, asyncio, ...), a tenth of a second off every embedded run.
-EMBEDDED_COMMANDS = frozenset({"replay", "stats", "tune", "generate", "explain", "patterns", "serve"})
+EMBEDDED_COMMANDS = frozenset({"replay", "stats", "tune", "generate", "explain", "patterns", "serve", "verify"})
 
 
 def build_parser(with_stream: bool = True) -> argparse.ArgumentParser:
@@ -393,6 +435,7 @@ def build_parser(with_stream: bool = True) -> argparse.ArgumentParser:
     _add_explain(commands)
     _add_patterns(commands)
     _add_serve(commands)
+    _add_verify(commands)
     if not with_stream:
         _verbose_everywhere(commands)
         return parser
@@ -446,12 +489,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    escape_log_arguments()
     try:
         code: int = args.func(args)
     except (RecurrenceError, OSError, KeyboardInterrupt) as error:
         message = _message(error)
         if message is not None:
-            print(f"recurrence {args.command}: {message}", file=sys.stderr)
+            print(f"recurrence {args.command}: {printable(message)}", file=sys.stderr)
         return exit_code(error)
     return code
 

@@ -34,6 +34,7 @@ def chromium(width: int = 1280, height: int = 1300) -> Iterator[Any]:
     for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
                      f"--window-size={width},{height}"):
         options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(driver_path), options=options)
     try:
         yield driver
@@ -47,11 +48,20 @@ def wait(driver: Any, condition: Any, timeout: float = PAGE_TIMEOUT) -> Any:
     return WebDriverWait(driver, timeout, poll_frequency=0.1).until(condition)
 
 
-def open_page(driver: Any, url: str) -> None:
-    """Load the page and wait until it has drawn everything (its sparklines arrive with their own requests)."""
+def open_page(driver: Any, url: str, ask_token: str | None = None) -> None:
+    """Load the page and wait until it has drawn everything (its sparklines arrive with their own requests).
+
+    With ``ask_token`` the server asks for a token the URL does not carry: the page must ask for it exactly once
+    (a prompt, answered with it), however many of its requests were refused."""
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
 
     driver.get(url)
+    if ask_token is not None:
+        wait(driver, expected_conditions.alert_is_present())
+        prompt = driver.switch_to.alert
+        prompt.send_keys(ask_token)
+        prompt.accept()  # a second prompt would stop the waits below (an unexpected alert)
     wait(driver, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-loaded"))
     assert driver.find_element(By.TAG_NAME, "body").get_attribute("data-loaded") == "true", \
         driver.find_element(By.ID, "status").text
@@ -65,18 +75,30 @@ def number(cell: Any) -> int:
     return value
 
 
-def table_numbers(driver: Any) -> dict[str, Any]:
-    """The scopes table's and the totals' numbers."""
-    from selenium.webdriver.common.by import By
+# Read in one script run: the page may draw itself again (a live update) between two WebDriver commands.
+_NUMBERS = """
+const cell = (c) => [c.getAttribute("data-value"), c.textContent];
+return {
+  scopes: [...document.querySelectorAll("#scopes td[data-field]")]
+    .map((c) => [c.getAttribute("data-scope"), c.getAttribute("data-field"), ...cell(c)]),
+  totals: [...document.querySelectorAll("#totals [data-total]")].map((c) => [c.getAttribute("data-total"), ...cell(c)]),
+};
+"""
 
+
+def _checked(value: str, text: str) -> int:
+    number = int(value)
+    assert text == f"{number:,}", (text, number)
+    return number
+
+
+def table_numbers(driver: Any) -> dict[str, Any]:
+    """The scopes table's and the totals' numbers (exact values, their text checked to be thousands separated)."""
+    found = driver.execute_script(_NUMBERS)
     scopes: dict[str, dict[str, int]] = {}
-    for cell in driver.find_elements(By.CSS_SELECTOR, "#scopes td[data-field]"):
-        scope = cell.get_attribute("data-scope")
-        field = cell.get_attribute("data-field")
-        assert scope is not None and field is not None
-        scopes.setdefault(scope, {})[field] = number(cell)
-    totals = {cell.get_attribute("data-total"): number(cell)
-              for cell in driver.find_elements(By.CSS_SELECTOR, "#totals [data-total]")}
+    for scope, field, value, text in found["scopes"]:
+        scopes.setdefault(scope, {})[field] = _checked(value, text)
+    totals = {name: _checked(value, text) for name, value, text in found["totals"]}
     return {"scopes": scopes, "totals": totals}
 
 
@@ -100,12 +122,15 @@ def open_explanation(driver: Any, row: Any) -> str:
     return text
 
 
-def page_readings(url: str, screenshot: Path) -> dict[str, Any]:
-    """Load the page, wait until it has drawn everything, save a screenshot; the numbers it shows."""
+def page_readings(url: str, screenshot: Path, ask_token: str | None = None) -> dict[str, Any]:
+    """Load the page, wait until it has drawn everything, save a screenshot; the numbers it shows.
+
+    ``ask_token``: as ``open_page``. A token in the URL's fragment must leave the address bar. The browser's
+    console is read for Content-Security-Policy violations."""
     from selenium.webdriver.common.by import By
 
     with chromium() as driver:
-        open_page(driver, url)
+        open_page(driver, url, ask_token)
         numbers = table_numbers(driver)
         dead_letters = {cell.get_attribute("data-code"): number(cell)
                         for cell in driver.find_elements(By.CSS_SELECTOR, "#dead-letters td[data-code]")}
@@ -140,7 +165,9 @@ def page_readings(url: str, screenshot: Path) -> dict[str, Any]:
         height = int(driver.execute_script("return document.documentElement.scrollHeight"))
         driver.set_window_size(1280, max(1300, height + 120))
         driver.save_screenshot(str(screenshot))
+        console = [entry["message"] for entry in driver.get_log("browser")]
         return {**numbers, "dead_letters": dead_letters, "review": review, "review_chosen": review_chosen,
+                "address": driver.current_url, "csp_violations": [m for m in console if "Content Security Policy" in m],
                 "sparks": sparks, "patterns": patterns, "pattern_rows": pattern_rows, "chosen": chosen,
                 "explanation": explanation, "partitions": partitions,
                 "status": driver.find_element(By.ID, "status").text,

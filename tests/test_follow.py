@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from devkit.localrun import recurrence_command
 from recurrence.processor.embedded import open_state, replay, statistics
 from recurrence.processor.exceptions import StateDirError
 from recurrence.processor.follow import Follower, StateMark, files_signature, follow, follow_state, state_mark
 from recurrence.processor.store.base import StateStore
 from recurrence.processor.store.memory import MemoryStore
 from recurrence.processor.store.rocksdb import RocksStore
-from recurrence.processor.stream.localrun import recurrence_command
 from recurrence.processor.synthetic import JournalSpec, generate
 
 

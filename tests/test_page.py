@@ -18,13 +18,12 @@ from typing import Any
 import orjson
 import pytest
 
-from recurrence.processor.stream.localrun import free_port, recurrence_command, wait_for
+from devkit.localrun import free_port, recurrence_command, wait_for
 from recurrence.processor.synthetic import JournalSpec, generate
 from tests.browser import (
     SCREENSHOTS,
     chromium,
     expected_readings,
-    number,
     open_explanation,
     open_page,
     table_numbers,
@@ -112,9 +111,13 @@ def _chosen(driver: Any) -> str:
 
 
 def _column(driver: Any, field: str) -> list[int]:
-    from selenium.webdriver.common.by import By
-
-    return [number(cell) for cell in driver.find_elements(By.CSS_SELECTOR, f'#scopes td[data-field="{field}"]')]
+    """One column of the scopes table, top to bottom (read in one script run: a live update may redraw it)."""
+    cells = driver.execute_script(
+        "return [...document.querySelectorAll(arguments[0])].map((c) => [c.getAttribute('data-value'), c.textContent])",
+        f'#scopes td[data-field="{field}"]')
+    values = [int(value) for value, _ in cells]
+    assert [text for _, text in cells] == [f"{value:,}" for value in values]
+    return values
 
 
 def _scopes_shown(driver: Any) -> list[str]:
@@ -298,7 +301,9 @@ def test_the_page_follows_a_replay_that_appends(tmp_path: Path) -> None:
             writer = _replay(journal, state, ledger, batch=200)
             assert writer.wait(timeout=300) == 0, writer.stderr
             ended = time.monotonic()
-            wait(driver, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-line") == str(len(lines)))
+            # drawn for the last line (the header says it first, the tables once they are drawn)
+            wait(driver, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-shown-line")
+                 == str(len(lines)))
             wait(driver, lambda d: all(c.text != "…" for c in d.find_elements(By.CSS_SELECTOR, "td[data-spark]")))
             followed = time.monotonic() - ended
             after = table_numbers(driver)

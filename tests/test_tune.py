@@ -19,13 +19,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from devkit.localrun import recurrence_command
 from recurrence.processor.embedded import replay, statistics
 from recurrence.processor.engineconfig import EngineConfig
 from recurrence.processor.state import SHADOW_STREAKS, State
 from recurrence.processor.store.base import Transaction
 from recurrence.processor.store.memory import MemoryStore
 from recurrence.processor.store.rocksdb import RocksStore
-from recurrence.processor.stream.localrun import recurrence_command
 from recurrence.processor.synthetic import JournalSpec, generate
 from recurrence.processor.tune import table, tune
 from recurrence.processor.whatif import parse_thresholds, scope_shadows, what_if

@@ -46,9 +46,45 @@ function el(tag, attrs, ...children) {
   return node;
 }
 
-// Every request of the page goes through here (one place for headers the server may ask for).
-function request(path, options) {
-  return fetch(path, { cache: "no-store", ...(options || {}) });
+// The server's bearer token, when it has one (RECURRENCE_HTTP_TOKEN): taken from the URL fragment
+// (/ui#token=...), which never leaves the browser, and removed from the address bar; else asked for once,
+// when a request is refused (401). Kept for this tab only (sessionStorage) and sent with every request.
+const TOKEN_KEY = "recurrence-token";
+let asking = null; // the one question in flight, shared by every request refused at the same time
+
+function takeTokenFromFragment() {
+  const fragment = new URLSearchParams(location.hash.slice(1));
+  const token = fragment.get("token");
+  if (!token) return;
+  sessionStorage.setItem(TOKEN_KEY, token);
+  fragment.delete("token");
+  const rest = fragment.toString();
+  history.replaceState(null, "", location.pathname + location.search + (rest ? `#${rest}` : ""));
+}
+
+function askToken(refused) {
+  if (sessionStorage.getItem(TOKEN_KEY) !== refused) return Promise.resolve(true); // already asked and answered
+  if (!asking) {
+    asking = new Promise((resolve) => setTimeout(() => {
+      const entered = window.prompt("This server asks for its access token (RECURRENCE_HTTP_TOKEN):");
+      if (entered) sessionStorage.setItem(TOKEN_KEY, entered.trim());
+      asking = null;
+      resolve(Boolean(entered));
+    }, 0));
+  }
+  return asking;
+}
+
+// Every request of the page goes through here: the token, no HTTP cache (the page sends its own
+// If-None-Match where it wants a 304), and the question for a token when the server refuses without one.
+async function request(path, options) {
+  for (;;) {
+    const token = sessionStorage.getItem(TOKEN_KEY);
+    const headers = { ...((options && options.headers) || {}) };
+    if (token) headers.Authorization = `Bearer ${token}`;
+    const response = await fetch(path, { cache: "no-store", ...(options || {}), headers });
+    if (response.status !== 401 || !(await askToken(token))) return response;
+  }
 }
 
 async function getJSON(path) {
@@ -205,8 +241,7 @@ class Grid {
     const pre = el("pre", { class: "explanation" }, text === null ? "loading…" : text);
     return el("tr", { class: "explanation-row", "data-explains": key },
       el("td", { colSpan: width }, el("div", { class: "explanation-head" },
-        el("span", { class: "mono" }, id + (scope ? ` in ${scope}` : "")),
-        el("a", { href: explainPath(id, scope, "text"), target: "_blank", rel: "noopener" }, "as text")), pre));
+        el("span", { class: "mono" }, id + (scope ? ` in ${scope}` : ""))), pre));
   }
 
   async toggle(row, key) {
@@ -282,7 +317,7 @@ function svgEl(tag, attrs, text) {
 function niceStep(most) {
   const rough = Math.max(1, most) / 4;
   const power = 10 ** Math.floor(Math.log10(rough));
-  return [1, 2, 5, 10].map((m) => m * power).find((step) => step >= rough);
+  return Math.max(1, [1, 2, 5, 10].map((m) => m * power).find((step) => step >= rough));  // counts: whole ticks
 }
 
 function tuneChart(body) {
@@ -788,4 +823,5 @@ async function cycle() {
   setTimeout(cycle, POLL_MS);
 }
 
+takeTokenFromFragment();
 cycle();

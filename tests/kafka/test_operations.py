@@ -19,14 +19,13 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer
 
+from devkit.deployment import Deployment, write_journal
+from devkit.localrun import REPO, recurrence_command, wait_for
+from devkit.oracle import Oracle
 from recurrence.processor.stream.settings import StreamSettings
 from recurrence.processor.synthetic import JournalSpec, generate
 from recurrence.topics.definitions import topic_specs
 from tests.tools import find
-
-from .harness import REPO, Deployment, Oracle, recurrence_command, wait_for, write_journal
-
-pytestmark = pytest.mark.kafka
 
 RFC_EXAMPLE = REPO / "examples" / "rfc-minimum.jsonl"
 
@@ -49,10 +48,17 @@ def test_quick_start_waits_for_the_worker_and_tails_like_kcat(deployment: Deploy
         assert "caught up" in result.stderr
         assert dump.read_bytes() == b"".join(record + b"\n" for record in oracle.records)
 
+        # The journal is done; the patterns agent may still be on the repartition topic (2 recurred).
+        deployment.wait_drained(60)
         status = deployment.run("status")
         assert status.stdout.splitlines()[-1].split()[-1] == "0", status.stdout
         as_json = orjson.loads(deployment.run("status", "--json").stdout)
         assert as_json["lag"] == 0 and sum(p["end"] for p in as_json["partitions"]) == 10
+        journal, repartition = as_json["inputs"]
+        assert (journal["topic"], repartition["topic"]) == (deployment.topics.journal, deployment.topics.recurred)
+        assert journal["partitions"] == as_json["partitions"]
+        assert sum(p["end"] for p in repartition["partitions"]) == 2 == sum(p["committed"] or 0
+                                                                             for p in repartition["partitions"])
 
     finally:
         time.sleep(2.0)  # the follower polls every 0.5 s
