@@ -51,7 +51,7 @@ from tests.browser import (
     page_readings,
     tune_readings,
 )
-from tests.hostile import TOKEN, check_hostile_requests, check_token_guard, request
+from tests.hostile import TOKEN, check_hostile_requests, check_token_guard, report, request
 
 EXAMPLE = REPO / "examples" / "rfc-minimum.jsonl"
 _ORIGIN = re.compile(r"journal line \d+|[\w.-]+\[\d+\]@\d+")
@@ -256,6 +256,7 @@ def test_hostile_requests_to_a_worker_are_refused_with_a_4xx_and_little_log(clus
     for _ in range(2):
         seen = check_hostile_requests(worker.url)
     assert seen["GET /explain/experience%2FE7@18446744073709551616 (token)"] == 404
+    print(f"\n[hostile: worker]\n{report(seen)}")
     logged = worker.log_path.read_bytes()[len(before):].decode(errors="replace")
     assert "Traceback" not in logged and "\x1b" not in logged
     refusals = [line for line in logged.splitlines() if "recurrence.web" in line]
