@@ -164,7 +164,7 @@ def check_hostile_requests(url: str) -> dict[str, int]:
     for path in HOSTILE_PATHS:
         for token in (None, TOKEN):
             answer = request(url, path, token)
-            label = f"GET {path[:60]}{'…' if len(path) > 60 else ''} ({'token' if token else 'no token'})"
+            label = f"GET {path[:100]}{'…' if len(path) > 100 else ''} ({'token' if token else 'no token'})"
             seen[label] = answer.status
             assert answer.status < 500, (label, answer.status, answer.body[:300])
             assert_secured(answer, label)
