@@ -22,9 +22,9 @@ import orjson
 import pytest
 from aiohttp import web
 
+from recurrence.processor.embedded import open_state
 from recurrence.processor.routes import Ask
 from recurrence.processor.serve import EmbeddedReadSurface, application
-from recurrence.processor.store.rocksdb import RocksStore
 from recurrence.processor.stream.localrun import free_port, recurrence_command, wait_for
 from recurrence.processor.synthetic import JournalSpec, generate
 from recurrence.schemas.readsurface import DeadLetterCounts, Explanation, PatternSuggestions
@@ -192,7 +192,7 @@ def test_the_api_check_finds_an_answer_the_document_does_not_describe(served: Se
         async def dead_letters(self, ask: Ask) -> dict[str, Any]:
             return {"total": "many", "by_code": {}}
 
-    store = RocksStore.open(served.state, read_only=True)
+    store = open_state(served.state)
     app = application(Wrong(store, served.ledger))
     port = free_port()
     runner = web.AppRunner(app)

@@ -24,7 +24,8 @@ from typing import Any
 import orjson
 
 from recurrence.processor.embedded import replay, statistics
-from recurrence.processor.store.memory import MemoryStore
+from recurrence.processor.statedir import MemoryState
+from recurrence.processor.store.base import StateStore
 from recurrence.processor.stream.clients.dump import read_records, record_id
 from recurrence.processor.stream.localrun import REPO, free_port, recurrence_command, wait_for
 from recurrence.processor.stream.settings import KafkaConnection
@@ -101,13 +102,14 @@ class Oracle:
     """The embedded runner over the same journal: its ledger and its state for statistics."""
 
     records: list[bytes]
-    store: MemoryStore
+    store: StateStore
 
     @classmethod
     def run(cls, journal: Path, workdir: Path) -> "Oracle":
-        store = MemoryStore()
+        state = MemoryState()
         out = workdir / f"oracle-{uuid.uuid4().hex[:8]}.jsonl"
-        replay(str(journal), store, out)
+        replay(str(journal), state, out)
+        store = state.view()
         records = [line.rstrip(b"\n") for line in out.read_bytes().splitlines() if line.strip()]
         return cls(records, store)
 
