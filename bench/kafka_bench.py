@@ -50,10 +50,10 @@ from partition_balance import balance, scope_counts
 from proccpu import cpu_seconds
 from prometheus_client.parser import text_string_to_metric_families
 
+from recurrence.processor.partitioning import scope_key
 from recurrence.processor.stream.batch.types import SOURCE_HEADER
 from recurrence.processor.stream.clients.dump import read_records, record_id
 from recurrence.processor.stream.clients.faustcompat import kafka_client
-from recurrence.processor.stream.clients.publish import scope_key
 from recurrence.processor.stream.localrun import LocalBroker, free_port, recurrence_command, wait_for
 from recurrence.processor.stream.settings import KafkaConnection
 from recurrence.processor.synthetic import JournalSpec, write

@@ -87,7 +87,13 @@ def _report(summary: RunSummary) -> None:
             f"({summary.resumed.offset:,} bytes already applied)",
             file=sys.stderr,
         )
-    elif summary.replayed_whole:
+    if summary.caught_up:
+        print(
+            f"recurrence replay: read {summary.caught_up} lines again for partitions a crash left behind the ledger "
+            "(applied to them only; nothing written twice)",
+            file=sys.stderr,
+        )
+    if summary.replayed_whole:
         print(
             "recurrence replay: the journal does not start with the part already applied; "
             "replayed it whole (nothing already written is written again)",

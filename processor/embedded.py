@@ -29,7 +29,7 @@ import time
 from collections.abc import Iterator
 from contextlib import closing, contextmanager, suppress
 from dataclasses import dataclass
-from itertools import chain, islice
+from itertools import islice
 from pathlib import Path
 from typing import IO, Any, Final
 
@@ -464,8 +464,17 @@ def _resume(
     return _Start(epoch + 1, 0, not clean)
 
 
-def _window(reader: Iterator[tuple[int, bytes]], size: int) -> list[tuple[int, bytes]]:
-    return list(islice(reader, size))
+def _weights(journal: str, offset: int, router: Router) -> dict[int, int]:
+    """Lines per partition among the next ``ASSIGN_WINDOW`` lines of a journal file (read apart)."""
+    weights: dict[int, int] = {}
+    with suppress(OSError), open(journal, "rb") as handle:
+        handle.seek(offset)
+        for line in islice(handle, ASSIGN_WINDOW):
+            entry = line.rstrip(b"\r\n")
+            if entry:
+                partition = router.partition(entry)
+                weights[partition] = weights.get(partition, 0) + 1
+    return weights
 
 
 def replay(
@@ -548,18 +557,9 @@ def _replay(
         lines: Iterator[tuple[int, bytes]] = iter(reader)
         shards: list[ShardClient]
         if workers:
-            # Partitions go to processes by their share of the journal's first lines (heaviest first onto
-            # the lightest), read ahead for that; a pipe is not waited on: round robin.
-            weights: dict[int, int] = {}
-            if reader.total_bytes is not None:
-                try:
-                    head = _window(lines, ASSIGN_WINDOW)
-                except StopNow:
-                    return False
-                for _, entry in head:
-                    partition = router.partition(entry)
-                    weights[partition] = weights.get(partition, 0) + 1
-                lines = chain(head, lines)
+            # Partitions go to processes by their share of the journal's next lines (heaviest first onto
+            # the lightest); a pipe cannot be read twice: round robin.
+            weights = _weights(journal, reader.read_bytes, router) if reader.total_bytes is not None else {}
             owned = [parts for parts in assign(weights, count, len(workers)) if parts]
             for extra in workers[len(owned) :]:
                 extra.close()
@@ -572,29 +572,44 @@ def _replay(
             owned = [list(range(count))]
             shards = [LocalShard()]
             owner = [0] * count
-        for shard, parts in zip(shards, owned, strict=True):
-            shard.open(state, config, None if isinstance(shard, LocalShard) else parts, existing, start.sync_first)
-        summary.processes = len(shards)
-        progress = Progress(reader.total_bytes, progress_stream, reader.read_bytes, len(shards))
-        writer = Writer(main, ledger, config, summary, LEDGER_KEY, JOURNAL_KEY)
-        epoch_row = {EPOCH_KEY: b"%d" % start.epoch}
-        run = Run(reader, router, shards, owner, writer, summary, progress, batch_size, start.epoch,
-                  start.catch_up_through, lambda: dict(epoch_row))
         try:
-            completed = run.run(lines, stop)
-            run.finish()
-            # Every partition is durable at the checkpoint: the next run need not look at them.
-            raw = main.get(JOURNAL_KEY)
-            main.apply({CLEAN_KEY: _clean_mark(start.epoch, None if raw is None else Checkpoint.decode(raw))})
-        finally:
-            summary.blank_lines = reader.blank_lines
-            progress.update(summary.entries, reader.read_bytes, force=True)
-            progress.close()
+            return _run(state, config, batch_size, progress_stream, stop, reader, lines, main, ledger, summary,
+                        start, router, shards, owned, owner, existing)
+        except BaseException:
+            for shard in shards:
+                shard.abort()
+            raise
+
+
+def _run(
+    state: "StateDir | MemoryState", config: EngineConfig, batch_size: int, progress_stream: IO[str] | None,
+    stop: StopSignals, reader: JournalReader, lines: Iterator[tuple[int, bytes]], main: StateStore, ledger: Ledger,
+    summary: RunSummary, start: "_Start", router: Router, shards: list[ShardClient], owned: list[list[int]],
+    owner: list[int], existing: list[int],
+) -> bool:
+    for shard, parts in zip(shards, owned, strict=True):
+        shard.open(state, config, None if isinstance(shard, LocalShard) else parts, existing, start.sync_first)
+    summary.processes = len(shards)
+    progress = Progress(reader.total_bytes, progress_stream, reader.read_bytes, len(shards))
+    writer = Writer(main, ledger, config, summary, LEDGER_KEY, JOURNAL_KEY)
+    epoch_row = {EPOCH_KEY: b"%d" % start.epoch}
+    run = Run(reader, router, shards, owner, writer, summary, progress, batch_size, start.epoch,
+              start.catch_up_through, lambda: dict(epoch_row))
+    try:
+        completed = run.run(lines, stop)
+        run.finish()
+        # Every partition is durable at the checkpoint: the next run need not look at them.
+        raw = main.get(JOURNAL_KEY)
+        main.apply({CLEAN_KEY: _clean_mark(start.epoch, None if raw is None else Checkpoint.decode(raw))})
+    finally:
+        summary.blank_lines = reader.blank_lines
+        progress.update(summary.entries, reader.read_bytes, force=True)
+        progress.close()
     return completed
 
 
-#: Lines read ahead to weigh partitions before they are given to worker processes.
-ASSIGN_WINDOW: Final = 20_000
+#: Lines read (apart) to weigh partitions before they are given to worker processes.
+ASSIGN_WINDOW: Final = 5_000
 
 
 # -- read side -----------------------------------------------------------------------------

@@ -156,6 +156,15 @@ class Shard:
 
     def commit(self, through: int) -> None:
         """The coordinator committed every batch up to ``through``: flush them, in order."""
+        try:
+            self._commit(through)
+        except StateDirError as error:
+            raise StateDirError(
+                f"{error}; the ledger and its batch are committed, this partition is behind them: free space (or "
+                "fix the disk) and run again to resume (it catches up)"
+            ) from error
+
+    def _commit(self, through: int) -> None:
         done = [p for p in self._pending if p.spec.number <= through]
         if not done:
             return

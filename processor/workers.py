@@ -115,8 +115,11 @@ class LocalShard:
             if committed is not None:
                 shard.commit(committed)
             shard.sync()
-        finally:
-            shard.close()
+        except BaseException:
+            with contextlib.suppress(Exception):  # a failing disk may refuse the close too: keep the first error
+                shard.close()
+            raise
+        shard.close()
 
     def abort(self) -> None:
         shard, self.shard = self.shard, None
@@ -166,13 +169,30 @@ def _worker_main(inbox: Connection, outbox: Connection) -> int:
                     if committed is not None:
                         shard.commit(committed)
                     shard.sync()
-                finally:
-                    shard.close()
+                except BaseException:
+                    with contextlib.suppress(Exception):
+                        shard.close()
+                    raise
+                shard.close()
             outbox.send_bytes(pickle.dumps(("closed",), protocol=pickle.HIGHEST_PROTOCOL))
             return 0
         else:  # pragma: no cover - the coordinator sends only the kinds above
             raise AssertionError(f"unknown message {kind!r}")
         outbox.send_bytes(pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _exit_code(error: BaseException) -> int:
+    """As the command line maps it (``cli.exit_code``): a refusal or an unusable path is 2, the rest a bug."""
+    if isinstance(error, exceptions.RecurrenceError):
+        return error.exit_code
+    return exceptions.EXIT_UNUSABLE if isinstance(error, OSError) else exceptions.EXIT_FAILED
+
+
+def _message(error: BaseException) -> str:
+    if isinstance(error, OSError) and not isinstance(error, exceptions.RecurrenceError):
+        where = f": {error.filename}" if error.filename else ""
+        return f"{error.strerror or error}{where}"
+    return str(error)
 
 
 def _run_worker(parent: int, inbox: Connection, outbox: Connection) -> None:
@@ -185,10 +205,7 @@ def _run_worker(parent: int, inbox: Connection, outbox: Connection) -> None:
         code = _worker_main(inbox, outbox)
     except BaseException as error:
         with contextlib.suppress(Exception):
-            report = (
-                "error", type(error).__name__, str(error),
-                getattr(error, "exit_code", exceptions.EXIT_FAILED), traceback.format_exc(),
-            )
+            report = ("error", type(error).__name__, _message(error), _exit_code(error), traceback.format_exc())
             outbox.send_bytes(pickle.dumps(report, protocol=pickle.HIGHEST_PROTOCOL))
         code = 1
     finally:
@@ -254,8 +271,10 @@ class RemoteShard:
             _, name, message, code, trace = reply
             self._reap()
             kind_of = getattr(exceptions, name, None)
-            if code == exceptions.EXIT_UNUSABLE and isinstance(kind_of, type) and issubclass(kind_of, UnusableError):
-                raise kind_of(message)
+            if code == exceptions.EXIT_UNUSABLE:
+                if isinstance(kind_of, type) and issubclass(kind_of, UnusableError):
+                    raise kind_of(message)
+                raise UnusableError(message)  # an OSError: a path or a disk
             raise WorkerFailedError(f"worker {self.index} failed:\n{trace}")
         status = self._reap()
         how = f"was killed by signal {-status}" if status is not None and status < 0 else f"exited ({status})"

@@ -18,6 +18,7 @@ import pytest
 
 from recurrence.processor.embedded import replay
 from recurrence.processor.engineconfig import EngineConfig
+from recurrence.processor.partitioning import partition_for
 from recurrence.processor.patterns import listing, suggestion
 from recurrence.processor.statedir import MemoryState
 from recurrence.processor.store.base import Transaction
@@ -25,7 +26,7 @@ from recurrence.processor.stream.batch.metrics import Metrics
 from recurrence.processor.stream.batch.processing import BatchProcessor
 from recurrence.processor.stream.batch.steps import PatternStep
 from recurrence.processor.stream.batch.types import ID_HEADER, Entry
-from recurrence.processor.stream.worker.views import NotReadyError, PatternTable, ReadSurface, partition_for
+from recurrence.processor.stream.worker.views import NotReadyError, PatternTable, ReadSurface
 from recurrence.processor.synthetic import JournalSpec, generate
 from recurrence.schemas.constants import DEFAULT_PATTERN_SCOPES
 

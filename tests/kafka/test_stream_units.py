@@ -19,6 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from recurrence.processor.engineconfig import EngineConfig
+from recurrence.processor.partitioning import partition_for, scope_key
 from recurrence.processor.recordindex import dead_letter_counts, record_key
 from recurrence.processor.store.base import Transaction
 from recurrence.processor.store.memory import MemoryStore
@@ -26,12 +27,10 @@ from recurrence.processor.stream.batch import changeset
 from recurrence.processor.stream.batch.processing import PIPELINE_DEPTH, POSITION_KEY, BatchProcessor
 from recurrence.processor.stream.batch.types import ID_HEADER, SOURCE_HEADER, ChangelogRecord, Entry
 from recurrence.processor.stream.clients.dump import record_id
-from recurrence.processor.stream.clients.publish import scope_key
 from recurrence.processor.stream.clients.topicsapply import _describe_drift
 from recurrence.processor.stream.settings import StreamSettings
 from recurrence.processor.stream.worker.sink import _Batches
 from recurrence.processor.stream.worker.snapshots import MAX_AGE
-from recurrence.processor.stream.worker.views import partition_for
 from recurrence.processor.synthetic import JournalSpec, generate
 from recurrence.topics.definitions import JOURNAL_MAX_RECORD_BYTES, OUTPUT_MAX_RECORD_BYTES, topic_specs
 
