@@ -18,11 +18,13 @@ help:
 	@echo "make kafka-up / kafka-down   a single-node KRaft broker on 127.0.0.1"
 	@echo "make tools      promtool and kubeconform into .cache/bin, Debian's chromium (tests that need them skip without)"
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml dev/pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required")'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -q --upgrade pip
 	@$(PY) -m pip install -q -e '.[test]'
+	@# The tests' and benchmarks' shared kit (dev/devkit): in the venv, never in the product's wheel.
+	@$(PY) -m pip install -q -e dev
 	@touch $(STAMP)
 
 venv: $(STAMP)
@@ -37,7 +39,7 @@ run: $(STAMP)
 	@echo "the same on a page: $(VENV)/bin/recurrence serve --state $(OUT)/state, then open http://127.0.0.1:6067/ui"
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check processor schemas topics tests bench src
+	$(VENV)/bin/ruff check processor schemas topics tests bench src dev
 	$(VENV)/bin/mypy
 
 test: $(STAMP) lint tools

@@ -2,7 +2,8 @@
 
 A seeded synthetic journal of 2N entries is split in two halves (positions per
 scope keep increasing across the split). With fresh topics (unique prefix and
-app id), a fresh datadir and ONE ``recurrence worker`` subprocess:
+app id), a fresh datadir and ONE ``recurrence worker`` subprocess (driven by
+``devkit.deployment``, as the Kafka tests drive theirs):
 
 1. throughput: publish the first N entries and time publish start -> every
    entry applied (the sum of the worker's ``recurrence_journal_position``
@@ -13,7 +14,7 @@ app id), a fresh datadir and ONE ``recurrence worker`` subprocess:
    restart -> ready (``/health``) and restart -> caught up;
 3. correctness: the output topics, deduplicated by record id, equal the
    embedded runner's ledger (``recurrence replay`` on the same journal) per
-   scope and in order; raw duplicates are reported.
+   scope and in order (``recurrence verify``'s rule); raw duplicates are reported.
 
 Uses ``KAFKA_BOOTSTRAP_SERVERS`` when set, else ``bash deploy/kafka/kafka.sh up``
 (and ``down`` at the end, only if it started the broker). One JSON line per
@@ -31,32 +32,28 @@ import platform
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import orjson
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from benchdoc import update_doc  # bench/ is the script's directory, so first on sys.path
 from partition_balance import balance, scope_counts
 from proccpu import cpu_seconds
 from prometheus_client.parser import text_string_to_metric_families
 
+from devkit.deployment import Deployment, Worker, owned_partitions
+from devkit.localrun import LocalBroker, wait_for
+from devkit.oracle import embedded_ledger
 from recurrence.processor.partitioning import scope_key
 from recurrence.processor.stream.batch.types import SOURCE_HEADER
-from recurrence.processor.stream.clients.dump import read_records, record_id
-from recurrence.processor.stream.clients.faustcompat import kafka_client
-from recurrence.processor.stream.localrun import LocalBroker, free_port, recurrence_command, wait_for
-from recurrence.processor.stream.settings import KafkaConnection
 from recurrence.processor.synthetic import JournalSpec, write
+from recurrence.processor.verify import compare as verify
 
 ROOT = Path(__file__).resolve().parent.parent
 PUBLISH_LINGER_MS = 5
@@ -68,240 +65,27 @@ def emit(phase: str, **values: Any) -> dict[str, Any]:
     return line
 
 
-# -- broker ----------------------------------------------------------------------------------
-
-
-# -- one deployment (topics, worker) ---------------------------------------------------------
-
-
-class Deployment:
-    """Topics under one prefix and ONE worker process; ``sibling`` adds another worker to the group."""
-
-    def __init__(
-        self, bootstrap: str, workdir: Path, partitions: int, guarantee: str, prefix: str = "", name: str = "w1"
-    ) -> None:
-        self.bootstrap = bootstrap
-        self.workdir = workdir
-        self.prefix = prefix or f"bench{uuid.uuid4().hex[:10]}"
-        self.name = name
-        self.partitions = partitions
-        self.guarantee = guarantee
-        self.datadir = workdir / f"{self.prefix}-{name}-data"
-        self.port = free_port()
-        self.log = workdir / f"{self.prefix}-{name}.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.starts = 0
-
-    def env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update(
-            KAFKA_BOOTSTRAP_SERVERS=self.bootstrap,
-            RECURRENCE_TOPIC_PREFIX=self.prefix,
-            RECURRENCE_APP_ID=self.prefix,
-            RECURRENCE_PARTITIONS=str(self.partitions),
-            PYTHONUNBUFFERED="1",
-        )
-        return env
-
-    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            [*recurrence_command(), *args], check=False, env=self.env(), capture_output=True, text=True, timeout=600
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"recurrence {' '.join(args)} exited {done.returncode}:\n{done.stderr[-3000:]}")
-        return done
-
-    def publish(self, journal: Path) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(
-            [*recurrence_command(), "publish", str(journal)],
-            env=self.env(),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-
-    # worker
-
-    def start(self) -> None:
-        assert not self.alive(), "worker already running"
-        self.starts += 1
-        with self.log.open("ab") as log:
-            log.write(f"\n===== start #{self.starts} at {time.time():.3f} =====\n".encode())
-            log.flush()
-            self.proc = subprocess.Popen(
-                [
-                    *recurrence_command(),
-                    "worker",
-                    "--datadir",
-                    str(self.datadir),
-                    "--web-port",
-                    str(self.port),
-                    "--instance-id",
-                    f"{self.prefix}-{self.name}",
-                    "--processing-guarantee",
-                    self.guarantee,
-                ],
-                env=self.env(),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.workdir,
-                start_new_session=True,
-            )
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def signal(self, number: int) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, number)
-
-    def kill9(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=30)
-
-    def _check_alive(self) -> None:
-        if self.proc is not None and self.proc.poll() is not None:
-            tail = self.log.read_text(errors="replace")[-3000:]
-            raise RuntimeError(f"worker exited with {self.proc.returncode}:\n{tail}")
-
-    def get(self, path: str) -> bytes | None:
-        """The body, also of an error status (``/health`` answers 503 with its report while lagging)."""
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=10) as response:
-                body: bytes = response.read()
-                return body
-        except urllib.error.HTTPError as error:
-            answer: bytes = error.read()
-            return answer
-        except OSError:
-            return None
-
-    def ready(self) -> bool:
-        self._check_alive()
-        body = self.get("/health")
-        if not body:
-            return False
-        report = orjson.loads(body)
-        return bool(
-            report.get("status") == "ok"
-            and report.get("ready_partitions")
-            and report["ready_partitions"] == report.get("partitions")
-            and len(report["partitions"]) == self.partitions
-        )
-
-    def sibling(self, name: str) -> "Deployment":
-        return Deployment(self.bootstrap, self.workdir, self.partitions, self.guarantee, self.prefix, name)
-
-    def ready_partitions(self) -> set[int]:
-        """The partitions this worker serves (empty while it is not ready)."""
-        self._check_alive()
-        body = self.get("/health")
-        report = orjson.loads(body) if body else {}
-        if report.get("status") != "ok" or report.get("ready_partitions") != report.get("partitions"):
-            return set()
-        return set(report["partitions"])
-
-    def positions(self) -> dict[int, int]:
-        """The durable journal position per partition in the worker's state (empty while not answering).
-
-        Read from ``/health``, not ``/metrics``: rendering the Prometheus text costs the worker a few
-        milliseconds, which polled 20 times a second was ~5% of the worker's time under measurement.
-        """
-        self._check_alive()
-        body = self.get("/health")
-        report = orjson.loads(body) if body else {}
-        return {int(partition): int(position) for partition, position in report.get("positions", {}).items()}
-
-    def applied(self) -> int | None:
-        """Sum of the durable journal positions in the worker's state (None while not answering)."""
-        found = self.positions()
-        return sum(found.values()) if found else None
-
-    def wait_applied(self, target: int, timeout: float) -> None:
-        wait_for(lambda: (self.applied() or 0) >= target, timeout, what=f"{target} journal entries applied")
-
-    # topics
-
-    @property
-    def connection(self) -> KafkaConnection:
-        return KafkaConnection(bootstrap_servers=self.bootstrap)
-
-    def journal_end(self) -> int:
-        async def ends() -> int:
-            consumer = AIOKafkaConsumer(**self.connection.aiokafka_kwargs(), group_id=None)
-            await consumer.start()
-            try:
-                topic = f"{self.prefix}.journal"
-                partitions = consumer.partitions_for_topic(topic)
-                if partitions is None:
-                    await kafka_client(consumer).force_metadata_update()
-                    partitions = consumer.partitions_for_topic(topic)
-                if not partitions:
-                    raise LookupError(f"topic {topic} does not exist")
-                tps = [TopicPartition(topic, p) for p in sorted(partitions)]
-                consumer.assign(tps)
-                return sum((await consumer.end_offsets(tps)).values())
-            finally:
-                await consumer.stop()
-
-        return asyncio.run(ends())
-
-    def outputs(self) -> tuple[list[bytes], int]:
-        names = [f"{self.prefix}.ledger", f"{self.prefix}.review", f"{self.prefix}.dead-letters"]
-        records, summary = asyncio.run(read_records(self.connection, names, dedupe=True))
-        return records, summary.raw_records
-
-
 # -- comparison --------------------------------------------------------------------------------
 
 
-def comparable(value: bytes) -> bytes:
-    """A dead letter without its origin and id: a file line embedded, a topic offset on Kafka."""
-    record = orjson.loads(value)
-    if record.get("record") != "dead_letter":
-        return value
-    record.pop("origin", None)
-    record.pop("dead_letter_id", None)
-    return orjson.dumps(record)
-
-
-def by_scope(records: Iterable[bytes]) -> dict[str | None, list[bytes]]:
-    """Records deduplicated by id, grouped by scope, in order, dead letters comparable across runners."""
-    seen: set[str] = set()
-    grouped: dict[str | None, list[bytes]] = defaultdict(list)
-    for value in records:
-        ident = record_id(value)
-        if ident not in seen:
-            seen.add(ident)
-            grouped[orjson.loads(value).get("scope_id")].append(comparable(value))
-    return dict(grouped)
-
-
 def compare(got: list[bytes], want: list[bytes]) -> dict[str, Any]:
-    g, w = by_scope(got), by_scope(want)
-    differing = [str(s) for s in sorted(set(g) | set(w), key=str) if g.get(s) != w.get(s)]
+    """``recurrence verify``'s rule: the outputs (``got``) against the embedded ledger (``want``)."""
+    result = verify(ledger=want, outputs=got)
     return {
-        "equal": not differing,
+        "equal": result.equal,
         # the embedded ledger itself repeats some records (identical dead letters for identical garbage lines)
-        "oracle_raw_records": len(want),
-        "distinct_records": sum(len(v) for v in g.values()),
-        "oracle_records": sum(len(v) for v in w.values()),
-        "scopes_differing": differing[:10],
+        "oracle_raw_records": result.ledger_records,
+        "distinct_records": result.outputs_distinct,
+        "oracle_records": result.ledger_distinct,
+        "scopes_differing": [str(d.scope_id) for d in result.differing[:10]],
     }
 
 
-def oracle(journal: Path, workdir: Path) -> tuple[list[bytes], float]:
-    """The embedded runner's ledger for ``journal`` (every record, dead letters included) and its seconds."""
-    state, out = workdir / f"oracle-state-{journal.stem}", workdir / f"oracle-{journal.stem}.jsonl"
-    started = time.perf_counter()
-    subprocess.run(
-        [*recurrence_command(), "replay", str(journal), "--state", str(state), "--out", str(out)],
-        check=True,
-        capture_output=True,
-    )
-    seconds = time.perf_counter() - started
-    return [line for line in out.read_bytes().splitlines() if line.strip()], seconds
+def one_worker(bootstrap: str, workdir: Path, partitions: int, guarantee: str) -> tuple[Deployment, Worker]:
+    """Fresh topics (their own prefix, so their own group) and one worker with a stable instance id."""
+    deployment = Deployment(bootstrap, workdir, prefix=f"bench{uuid.uuid4().hex[:10]}", partitions=partitions,
+                            guarantee=guarantee)
+    return deployment, deployment.worker("w1", "--instance-id", f"{deployment.prefix}-w1")
 
 
 # -- worker vs embedded, one run -------------------------------------------------------------------
@@ -350,28 +134,21 @@ def group_rate(
     timeout: float,
 ) -> dict[str, Any]:
     """Fresh topics, ``workers`` workers ready and sharing the partitions, then publish start -> all applied."""
-    first = Deployment(bootstrap, workdir, partitions, guarantee)
-    group = [first] + [first.sibling(f"w{i + 1}") for i in range(1, workers)]
+    deployment, first = one_worker(bootstrap, workdir, partitions, guarantee)
+    group = [first] + [deployment.worker(f"w{i + 1}", "--instance-id", f"{deployment.prefix}-w{i + 1}")
+                       for i in range(1, workers)]
     try:
-        first.run("topics", "apply")
+        deployment.apply_topics()
         for worker in group:
             worker.start()
-
-        def split() -> bool:
-            owned = [w.ready_partitions() for w in group]
-            return all(owned) and sum(len(o) for o in owned) == partitions and set().union(*owned) == set(
-                range(partitions)
-            )
-
-        wait_for(split, 180, what=f"{workers} worker(s) to share {partitions} partitions")
+        wait_for(lambda: owned_partitions(group, partitions), 180,
+                 what=f"{workers} worker(s) to share {partitions} partitions")
         # The publisher is slower than a worker: publish while the workers are paused (well within
         # the session timeout), then time resume -> every entry durable in the state.
         for worker in group:
             worker.signal(signal.SIGSTOP)
         try:
-            publisher = first.publish(journal)
-            if publisher.wait(timeout=600) != 0:
-                raise RuntimeError(f"publish failed: {publisher.stderr.read().decode() if publisher.stderr else ''}")
+            deployment.publish(journal)
         finally:
             for worker in group:
                 worker.signal(signal.SIGCONT)
@@ -379,7 +156,7 @@ def group_rate(
         broker_pid = listener_pid(bootstrap)
         cpu_before = cpu_by_pid([*workers_pids, broker_pid] if broker_pid else workers_pids)
         t0 = time.perf_counter()
-        end = first.journal_end()
+        end = deployment.journal_end()
 
         def applied() -> bool:
             merged: dict[int, int] = {}
@@ -394,14 +171,13 @@ def group_rate(
         # the broker, when it runs here (goal 5's CPU bound, ``comparison``).
         worker_cores = cores(workers_pids, cpu_before, seconds)
         broker_cores = cores([broker_pid], cpu_before, seconds) if broker_pid else None
-        got, raw = first.outputs()
+        got, summary = deployment.read_outputs()
         result = compare(got, want)
         return {"entries": end, "seconds": round(seconds, 2), "entries_per_s": round(end / seconds),
-                "raw_records": raw, "equal": result["equal"], "worker_cores": worker_cores,
+                "raw_records": summary.raw_records, "equal": result["equal"], "worker_cores": worker_cores,
                 "broker_cores": broker_cores}
     finally:
-        for worker in group:
-            worker.kill9()
+        deployment.close()
 
 
 def warm_up(bootstrap: str, args: argparse.Namespace, workdir: Path) -> None:
@@ -440,7 +216,7 @@ def comparison(bootstrap: str, args: argparse.Namespace, workdir: Path) -> dict[
     rounds: list[dict[str, Any]] = []
     for number in range(args.rounds):
         (workdir / f"embedded-{number}").mkdir()
-        records, seconds = oracle(journal, workdir / f"embedded-{number}")
+        records, seconds = embedded_ledger(journal, workdir / f"embedded-{number}")
         want = want or records
         runs: dict[str, Any] = {"embedded": {"entries_per_s": round(args.entries / seconds)}}
         for guarantee in ("at_least_once", "exactly_once"):
@@ -521,7 +297,9 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-async def offered_load(d: Deployment, lines: list[bytes], rate: float, warmup: float, timeout: float) -> dict[str, Any]:
+async def offered_load(
+    d: Deployment, worker: Worker, lines: list[bytes], rate: float, warmup: float, timeout: float
+) -> dict[str, Any]:
     """Publish ``lines`` at ``rate`` entries/s while reading the outputs; latency per entry with an output.
 
     An entry's latency is from the moment the publisher hands it to its producer to the moment
@@ -531,7 +309,7 @@ async def offered_load(d: Deployment, lines: list[bytes], rate: float, warmup: f
     have no latency to measure.
     """
     connection = d.connection
-    outputs = [f"{d.prefix}.ledger", f"{d.prefix}.review", f"{d.prefix}.dead-letters"]
+    outputs = list(d.topics.outputs())
     # The publisher lingers 5 ms, Kafka's producer default since 4.0 (KIP-1030), and the linger counts in
     # each entry's latency. With no linger every entry was a produce request of its own (2,500 a second):
     # a quarter of this process's CPU went to socket writes and the broker served them too, on the two
@@ -579,10 +357,10 @@ async def offered_load(d: Deployment, lines: list[bytes], rate: float, warmup: f
             if ahead > 0.001:
                 await asyncio.sleep(ahead)
             if warm is None and time.monotonic() - began >= warmup:  # the worker's histograms from here on
-                warm = asyncio.ensure_future(asyncio.to_thread(histograms, d))
+                warm = asyncio.ensure_future(asyncio.to_thread(histograms, worker))
             key = scope_key(line)
             sent_at.append(time.monotonic())
-            pending.append(await producer.send(f"{d.prefix}.journal", value=line, key=key,
+            pending.append(await producer.send(d.topics.journal, value=line, key=key,
                                                partition=0 if key is None else None))
         published = time.monotonic() - began
         # Not ``gather``: over every send of the run its callbacks ran in one turn of this loop, which held
@@ -590,14 +368,14 @@ async def offered_load(d: Deployment, lines: list[bytes], rate: float, warmup: f
         metadata = [await future for future in pending]  # a done future's await takes no loop turn
         end = len(metadata)
         deadline = time.monotonic() + timeout
-        while (await asyncio.to_thread(d.applied) or 0) < end:
+        while (await asyncio.to_thread(worker.applied) or 0) < end:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{end} journal entries not applied within {timeout} s")
             await asyncio.sleep(0.2)
         await asyncio.sleep(1.0)  # the last outputs reach the reader
         done.set()
         await reader
-        profile = worker_profile(await warm if warm is not None else {}, await asyncio.to_thread(histograms, d))
+        profile = worker_profile(await warm if warm is not None else {}, await asyncio.to_thread(histograms, worker))
     finally:
         await consumer.stop()
         await producer.stop()
@@ -632,9 +410,12 @@ def quantile_bound(buckets: list[tuple[float, float]], q: float) -> float:
 Histograms = dict[str, dict[str, Any]]
 
 
-def histograms(d: Deployment) -> Histograms:
+def histograms(worker: Worker) -> Histograms:
     """The worker's latency-related histograms from /metrics: series name -> buckets, sum, count."""
-    body = d.get("/metrics") or b""
+    try:
+        _, body = worker.get("/metrics")
+    except OSError:
+        body = b""
     found: Histograms = defaultdict(lambda: {"buckets": {}, "sum": 0.0, "count": 0.0})
     for family in text_string_to_metric_families(body.decode()):
         if family.type != "histogram" or not family.name.startswith(("recurrence_batch", "recurrence_event_loop",
@@ -681,14 +462,13 @@ def latency(bootstrap: str, workdir: Path, args: argparse.Namespace, guarantee: 
         str(journal),
     )
     lines = [line for line in journal.read_bytes().splitlines() if line.strip()]
-    d = Deployment(bootstrap, workdir, args.partitions, guarantee)
+    d, worker = one_worker(bootstrap, workdir, args.partitions, guarantee)
     try:
-        d.run("topics", "apply")
-        d.start()
-        wait_for(d.ready, 180, what="the worker to be ready")
-        return asyncio.run(offered_load(d, lines, rate, args.latency_warmup, args.timeout))
+        d.apply_topics()
+        worker.start().wait_ready(180, partitions=d.partitions)
+        return asyncio.run(offered_load(d, worker, lines, rate, args.latency_warmup, args.timeout))
     finally:
-        d.kill9()
+        d.close()
 
 
 def latency_table(rows: dict[str, Any]) -> str:
@@ -767,8 +547,8 @@ def bench(bootstrap: str, args: argparse.Namespace, workdir: Path) -> dict[str, 
     first.write_bytes(b"".join(lines[:n]))
     second.write_bytes(b"".join(lines[n:]))
 
-    want_first, embedded_seconds = oracle(first, workdir)
-    want_full, _ = oracle(full, workdir)
+    want_first, embedded_seconds = embedded_ledger(first, workdir)
+    want_full, _ = embedded_ledger(full, workdir)
     phases: dict[str, Any] = {}
     phases["embedded"] = emit(
         "embedded",
@@ -778,24 +558,21 @@ def bench(bootstrap: str, args: argparse.Namespace, workdir: Path) -> dict[str, 
         note="recurrence replay on the first half, process start included (reference)",
     )
 
-    d = Deployment(bootstrap, workdir, args.partitions, args.processing_guarantee)
+    d, worker = one_worker(bootstrap, workdir, args.partitions, args.processing_guarantee)
     try:
-        d.run("topics", "apply")
+        d.apply_topics()
         started = time.perf_counter()
-        d.start()
-        wait_for(d.ready, 120, what="the worker to be ready")
+        worker.start().wait_ready(120, partitions=d.partitions)
         startup = time.perf_counter() - started
 
         # 1. throughput
         t0 = time.perf_counter()
-        publisher = d.publish(first)
-        if publisher.wait(timeout=600) != 0:
-            raise RuntimeError(f"publish failed: {publisher.stderr.read().decode() if publisher.stderr else ''}")
+        d.publish(first)
         published = time.perf_counter() - t0
         end1 = d.journal_end()
-        d.wait_applied(end1, args.timeout)
+        worker.wait_applied(end1, args.timeout)
         seconds = time.perf_counter() - t0
-        got, raw = d.outputs()
+        got, summary = d.read_outputs()
         phases["throughput"] = emit(
             "throughput",
             guarantee=d.guarantee,
@@ -804,26 +581,25 @@ def bench(bootstrap: str, args: argparse.Namespace, workdir: Path) -> dict[str, 
             publish_s=round(published, 2),
             seconds=round(seconds, 2),
             entries_per_s=round(end1 / seconds),
-            raw_records=raw,
+            raw_records=summary.raw_records,
             **compare(got, want_first),
         )
 
         # 2. recovery
         t1 = time.perf_counter()
-        publisher = d.publish(second)
-        d.wait_applied(end1 + n // 2, args.timeout)
-        before_kill = d.applied() or 0
+        publisher = d.publish_in_background(second)
+        worker.wait_applied(end1 + n // 2, args.timeout)
+        before_kill = worker.applied() or 0
         pre_kill_s = time.perf_counter() - t1
-        d.kill9()
+        worker.kill9()
         killed = time.perf_counter()
         if publisher.wait(timeout=600) != 0:
             raise RuntimeError(f"publish failed: {publisher.stderr.read().decode() if publisher.stderr else ''}")
         end2 = d.journal_end()
         restarted = time.perf_counter()
-        d.start()
-        wait_for(d.ready, 180, what="the restarted worker to be ready")
+        worker.start().wait_ready(180, partitions=d.partitions)
         ready_s = time.perf_counter() - restarted
-        d.wait_applied(end2, args.timeout)
+        worker.wait_applied(end2, args.timeout)
         caught_up_s = time.perf_counter() - restarted
         phases["recovery"] = emit(
             "recovery",
@@ -837,7 +613,8 @@ def bench(bootstrap: str, args: argparse.Namespace, workdir: Path) -> dict[str, 
         )
 
         # 3. correctness over the whole journal
-        got, raw = d.outputs()
+        got, summary = d.read_outputs()
+        raw = summary.raw_records
         result = compare(got, want_full)
         phases["correctness"] = emit(
             "correctness",
@@ -849,9 +626,9 @@ def bench(bootstrap: str, args: argparse.Namespace, workdir: Path) -> dict[str, 
             **result,
         )
         if not result["equal"]:
-            print(f"worker log: {d.log}", file=sys.stderr)
+            print(f"worker log: {worker.log_path}", file=sys.stderr)
     finally:
-        d.kill9()
+        d.close()
         if args.keep:
             print(f"kept {workdir}", file=sys.stderr)
     return {

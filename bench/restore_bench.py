@@ -8,7 +8,13 @@ topics and ONE ``recurrence worker`` (4 partitions, at_least_once):
    300 s / 1000 change sets, and at its clean stop), which runs them all,
    then stops (SIGTERM);
 2. tail: publish N/10 more; a worker with shipping off runs them and stops, so
-   the changelog holds a tail after the last snapshot, as after a crash;
+   the changelog holds a tail after the last snapshot, as after a crash.
+   Each of the two stops only once every input of the group is drained: the
+   journal *and* the repartition topic the patterns agent reads (committed
+   offsets at the end offsets, ``devkit.deployment.Deployment.wait_drained``).
+   A state read while the patterns agent is behind is not the state a restore
+   must reproduce (a restored worker would finish the repartition topic and
+   hold more pattern rows than the state it replaced);
 3. with snapshots: delete the data directory, start a worker, time start ->
    ready (``/readyz`` 200 on every partition); read what it loaded and replayed
    from ``/metrics``;
@@ -43,24 +49,20 @@ import os
 import platform
 import re
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from benchdoc import update_doc  # bench/ is the script's directory, so first on sys.path
 from rocksdict import AccessType, Options, Rdict
 
-from recurrence.processor.stream.localrun import LocalBroker, free_port, recurrence_command, wait_for
+from devkit.deployment import Deployment
+from devkit.localrun import LocalBroker, wait_for
 from recurrence.processor.synthetic import JournalSpec, write
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,107 +75,29 @@ def emit(phase: str, **values: Any) -> dict[str, Any]:
     return line
 
 
-class Bench:
-    def __init__(self, bootstrap: str, workdir: Path) -> None:
-        self.bootstrap = bootstrap
-        self.workdir = workdir
-        self.prefix = f"rb{uuid.uuid4().hex[:10]}"
-        self.datadir = workdir / f"{self.prefix}-data"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.port = 0
+# The restores are timed to ready on every partition, with the whole backlog still to come.
+READY_ANYWAY = ("--ready-max-lag", "1000000000")
+SHIPPING_OFF = ("--snapshot-interval", "0", "--snapshot-batches", "0")
 
-    def env(self) -> dict[str, str]:
-        return {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": self.bootstrap, "RECURRENCE_TOPIC_PREFIX": self.prefix,
-                "RECURRENCE_PARTITIONS": str(PARTITIONS), "PYTHONUNBUFFERED": "1"}
 
-    def run(self, *args: str) -> None:
-        subprocess.run([*recurrence_command(), *args], check=True, env=self.env(), capture_output=True, timeout=3600)
+async def _drop_topic(bootstrap: str, topic: str) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.delete_topics([topic])
+    finally:
+        await admin.close()
 
-    def start(self, *extra: str) -> float:
-        self.port = free_port()
-        log = (self.workdir / f"{self.prefix}-worker.log").open("ab")
-        started = time.monotonic()
-        self.proc = subprocess.Popen(
-            [*recurrence_command(), "worker", "--datadir", str(self.datadir), "--web-port", str(self.port),
-             "--ready-max-lag", "1000000000", *extra],
-            env=self.env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )
-        log.close()
-        return started
 
-    def stop(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=600)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+def drop_snapshots(d: Deployment) -> None:
+    """Delete the snapshots topic and create it again, empty."""
+    asyncio.run(_drop_topic(d.bootstrap, d.topics.snapshots))
 
-    def get(self, path: str) -> tuple[int, bytes]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=10) as response:
-                return response.status, response.read()
-        except urllib.error.HTTPError as error:
-            return error.code, error.read()
-        except OSError:
-            return 0, b""
+    # Topic deletion completes asynchronously: apply until the topic is back, empty.
+    def applied() -> bool:
+        return d.run("topics", "apply", check=False).returncode == 0 and d.topic_end(d.topics.snapshots) == 0
 
-    def metrics(self) -> dict[str, float]:
-        _, body = self.get("/metrics")
-        values: dict[str, float] = {}
-        for line in body.decode().splitlines():
-            if line and not line.startswith("#"):
-                name, _, value = line.rpartition(" ")
-                values[name] = float(value)
-        return values
-
-    def positions(self) -> dict[str, float]:
-        return {k: v for k, v in self.metrics().items() if k.startswith("recurrence_journal_position{")}
-
-    def wait_ready(self, timeout: float = 3600) -> None:
-        def ready() -> bool:
-            assert self.proc is not None and self.proc.poll() is None, "the worker exited"
-            status, body = self.get("/readyz")
-            if status != 200:
-                return False
-            report = json.loads(body)
-            return bool(report["partitions"]) and report["ready_partitions"] == report["partitions"]
-
-        wait_for(ready, timeout, 0.1, "the worker to be ready")
-
-    def wait_caught_up(self, journal_end: int, timeout: float = 7200) -> None:
-        wait_for(lambda: sum(self.positions().values()) >= journal_end, timeout, 0.5, "every entry applied")
-
-    async def _ends(self, topic: str) -> int:
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None)
-        await consumer.start()
-        try:
-            tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-            return int(sum((await consumer.end_offsets(tps)).values()))
-        finally:
-            await consumer.stop()
-
-    def ends(self, topic: str) -> int:
-        return asyncio.run(self._ends(topic))
-
-    async def _drop_snapshots(self) -> None:
-        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
-        await admin.start()
-        try:
-            await admin.delete_topics([f"{self.prefix}-snapshots"])
-        finally:
-            await admin.close()
-
-    def drop_snapshots(self) -> None:
-        asyncio.run(self._drop_snapshots())
-        # Topic deletion completes asynchronously: apply until the topic is back, empty.
-        wait_for(self._apply_ok, 120, 1.0, "the snapshots topic to be created again")
-
-    def _apply_ok(self) -> bool:
-        result = subprocess.run([*recurrence_command(), "topics", "apply"], check=False, env=self.env(),
-                                capture_output=True, timeout=120)
-        return result.returncode == 0 and self.ends(f"{self.prefix}-snapshots") == 0
+    wait_for(applied, 120, 1.0, "the snapshots topic to be created again")
 
 
 def state_digest(datadir: Path) -> dict[str, Any]:
@@ -242,43 +166,48 @@ def measure(bootstrap: str, workdir: Path, entries: int, lock: str | None) -> di
     spec = JournalSpec(entries=entries + tail_entries, scopes=50, seed=42, experiences_per_scope=40, recent_window=50)
     history_file, tail_file = split_journal(spec, workdir, entries)
 
-    bench = Bench(bootstrap, workdir)
-    bench.run("topics", "apply")
+    d = Deployment(bootstrap, workdir, prefix=f"rb{uuid.uuid4().hex[:10]}", partitions=PARTITIONS)
+    # One disk and one log across every run: the same name.
+    history, quiet = d.worker("worker", *READY_ANYWAY), d.worker("worker", *READY_ANYWAY, *SHIPPING_OFF)
+    d.apply_topics()
     # The worker runs while the journal is published (the publisher is the slower one), so it
     # takes normal batches: a worker started on a large backlog may read it in one catch-up batch.
-    started = bench.start()
-    bench.wait_ready()
-    bench.run("publish", str(history_file))
-    bench.wait_caught_up(entries)
+    started = time.monotonic()
+    history.start().wait_ready(3600, partitions=PARTITIONS)
+    d.publish(history_file, timeout=3600)
+    history.wait_applied(entries, 7200)
     processed = time.monotonic() - started
-    bench.stop()
+    # Only a state that has applied every input is the one to compare with: journal positions at
+    # the end say nothing of the patterns agent, still working off the repartition topic.
+    d.wait_drained(7200)
+    history.stop(600)
     emit("history", entries=entries, seconds=round(processed, 1))
 
-    bench.run("publish", str(tail_file))
-    bench.start("--snapshot-interval", "0", "--snapshot-batches", "0")
-    bench.wait_caught_up(entries + tail_entries)
-    bench.stop()
-    changelog = bench.ends(f"{bench.prefix}-state-changelog") + bench.ends(f"{bench.prefix}-patterns-changelog")
-    snapshot_records = bench.ends(f"{bench.prefix}-snapshots")
-    lost = state_digest(bench.datadir)  # what the disk held before it was lost
+    d.publish(tail_file, timeout=3600)
+    quiet.start().wait_applied(entries + tail_entries, 7200)
+    d.wait_drained(7200)
+    quiet.stop(600)
+    changelog = d.topic_end(d.topics.changelog) + d.topic_end(d.topics.patterns_changelog)
+    snapshot_records = d.topic_end(d.topics.snapshots)
+    lost = state_digest(quiet.datadir)  # what the disk held before it was lost
     emit("state", entries=entries, rows=lost["rows"], bytes=lost["bytes"])
 
     results: dict[str, Any] = {"entries": entries, "tail_entries": tail_entries, "changelog_records": changelog,
                                "state_rows": lost["rows"], "state_bytes": lost["bytes"],
-                               "snapshots": last_snapshots(workdir / f"{bench.prefix}-worker.log")}
+                               "snapshots": last_snapshots(quiet.log_path)}
     digests = {}
     with bench_lock(lock):
         for label in ("with", "without"):
             if label == "without":
-                bench.drop_snapshots()
-            shutil.rmtree(bench.datadir)
-            started = bench.start("--snapshot-interval", "0", "--snapshot-batches", "0")
-            bench.wait_ready()
+                drop_snapshots(d)
+            shutil.rmtree(quiet.datadir)
+            started = time.monotonic()
+            quiet.start().wait_ready(3600, partitions=PARTITIONS)
             seconds = time.monotonic() - started
-            metrics = bench.metrics()
-            positions = sum(bench.positions().values())
-            bench.stop()
-            digests[label] = state_digest(bench.datadir)
+            metrics = quiet.metrics()
+            positions = quiet.applied()
+            quiet.stop(600)
+            digests[label] = state_digest(quiet.datadir)
             results[label] = {
                 "seconds": round(seconds, 2),
                 "snapshots_loaded": metrics.get("recurrence_snapshots_restored_total", 0),
@@ -289,12 +218,13 @@ def measure(bootstrap: str, workdir: Path, entries: int, lock: str | None) -> di
                 "state_equals_lost": digests[label]["databases"] == lost["databases"],
             }
             emit(f"restore {label} snapshots", entries=entries, **results[label])
+    d.close()
     if results["with"]["journal_positions"] != results["without"]["journal_positions"]:
         raise SystemExit(f"the two restores ended at different journal positions: {results}")
     if not (results["with"]["state_equals_lost"] and results["without"]["state_equals_lost"]):
         raise SystemExit(f"a restored state differs from the lost one: {lost} {digests}")
     results["snapshot_records"] = snapshot_records
-    shutil.rmtree(bench.datadir, ignore_errors=True)
+    shutil.rmtree(quiet.datadir, ignore_errors=True)
     return results
 
 

@@ -3,9 +3,10 @@
 Exit codes (``exit_code`` is the one mapping from exceptions to codes):
 0 success, even when entries went to dead letters; 2 the run could not
 proceed (unreadable journal, unusable state directory, a ledger that is not
-the state's, a full disk, bad arguments); 130/143 stopped by SIGINT/SIGTERM
-(what was durable stays; run again to resume); 1 an unexpected internal
-error (a bug: it prints a traceback).
+the state's, a full disk, bad arguments); 4 ``verify`` found the outputs
+different from the ledger; 130/143 stopped by SIGINT/SIGTERM (what was
+durable stays; run again to resume); 1 an unexpected internal error (a bug:
+it prints a traceback).
 """
 
 import argparse
@@ -38,7 +39,9 @@ from .exceptions import (
     EXIT_INTERRUPTED,
     EXIT_UNUSABLE,
     Interrupted,
+    OutputsDifferError,
     RecurrenceError,
+    SettingsError,
     StateDirError,
     UnusableError,
 )
@@ -49,6 +52,8 @@ from .state import State
 from .statedir import DEFAULT_PARTITIONS, MAX_PARTITIONS
 from .store.base import StateStore, Transaction
 from .synthetic import JournalSpec, generate
+from .verify import compare, read_records
+from .whatif import MAX_THRESHOLD, parse_thresholds
 
 log = logging.getLogger("recurrence.cli")
 
@@ -75,7 +80,7 @@ def _state(path: Path, must_exist: bool = False, read_only: bool = False) -> Ite
         raise StateDirError(f"cannot close the state {shown(path)}: {error}") from error
 
 
-def _report(summary: RunSummary) -> None:
+def _report(summary: RunSummary, journal: str) -> None:
     if summary.truncated_bytes:
         print(
             f"recurrence replay: recovered the ledger ({summary.truncated_bytes} uncommitted bytes regenerated)",
@@ -100,6 +105,11 @@ def _report(summary: RunSummary) -> None:
             file=sys.stderr,
         )
     print(summary.line(), file=sys.stderr)
+    warning = summary.nothing_applied()
+    if warning is not None:
+        source = "the input" if journal == "-" else shown(journal)
+        print(f"recurrence replay: warning: {warning}: is {source} a journal (JSON entries, one per line)?",
+              file=sys.stderr)
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
@@ -117,9 +127,9 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     # Reported once the handlers are restored and the state is closed: a further signal is then an
     # ordinary interrupt, never a half-written report.
     if stopped is not None:
-        _report(stopped.summary)
+        _report(stopped.summary, args.journal)
         raise stopped
-    _report(summary)
+    _report(summary, args.journal)
     return EXIT_OK
 
 
@@ -160,28 +170,61 @@ def _cmd_patterns(args: argparse.Namespace) -> int:
     if not rows:
         print(f"no signature has recurred in {config.pattern_scopes} or more scopes yet")
     for row in rows:
-        more = "+" if row["more_than_listed"] else ""
+        more = "+" if row["scopes_more_than_listed"] else ""
         mark = "suggested" if row["suggested"] else "below the threshold"
-        print(f"{row['scope_count']}{more} scopes, {row['recurrences']} recurrences ({mark}): {row['signature_key']!r}")
-        print(f"    scopes: {', '.join(row['scopes'])}")
+        print(f"{row['scope_count']}{more} scopes, {row['recurrences']:,} recurrences ({mark}): "
+              f"{row['signature_key']!r}")
+        print(f"    scopes: {_summarized(row['scopes'], row['scopes_more_than_listed'], 8)}")
         revisions = [
             f"{r['scope_id']}:{r['artifact_ref']['family']}/{r['artifact_ref']['artifact_id']}"
             f"@{r['artifact_ref']['revision']}"
             for r in row["revisions"]
         ]
-        print(f"    revisions: {', '.join(revisions)}")
+        print(f"    revisions: {_summarized(revisions, row['revisions_more_than_listed'], 3)}")
     return EXIT_OK
+
+
+def _summarized(items: list[str], more: bool, shown: int) -> str:
+    """A pattern's list on one line: at most ``shown`` items, then how many more (``--json`` has them all)."""
+    if len(items) <= shown and not more:
+        return ", ".join(items)
+    summary = f"{', '.join(items[:shown])} … {len(items) - shown} more (--json lists them)"
+    return summary + (f"; beyond these {len(items)}, more were seen" if more else "")
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     # aiohttp is loaded only by the command that serves.
+    from .follow import follow_state  # noqa: PLC0415
     from .serve import EmbeddedReadSurface, serve  # noqa: PLC0415
 
-    with _state(Path(args.state), must_exist=True, read_only=True) as store:
+    follower = follow_state(Path(args.state))
+    try:
         surface = EmbeddedReadSurface(
-            store, Path(args.out) if args.out else None, Path(args.journal) if args.journal else None
+            follower.view,
+            Path(args.out) if args.out else None,
+            Path(args.journal) if args.journal else None,
+            mark=follower.mark,
+            following=True,
         )
-        serve(surface, args.host, args.port)
+        serve(surface, args.host, args.port, follower)
+    finally:
+        follower.close()
+    return EXIT_OK
+
+
+def _cmd_tune(args: argparse.Namespace) -> int:
+    from .tune import table, tune  # noqa: PLC0415 - only this command needs it
+
+    try:
+        thresholds = parse_thresholds(args.thresholds)
+    except ValueError as bad:
+        raise SettingsError(f"--thresholds: {bad}") from None
+    body, summary = tune(args.journal, thresholds, batch_size=args.batch)
+    print(summary.line(), file=sys.stderr)
+    if args.json:
+        sys.stdout.buffer.write(orjson.dumps(body) + b"\n")
+    else:
+        sys.stdout.write(table(body))
     return EXIT_OK
 
 
@@ -199,6 +242,22 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     for line in generate(spec):
         out.write(line + b"\n")
     out.flush()
+    return EXIT_OK
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    if args.ledger == "-" and args.outputs == "-":
+        raise UnusableError("--ledger and --outputs cannot both be - (stdin): give one of them as a file")
+    result = compare(ledger=read_records(args.ledger, "--ledger"), outputs=read_records(args.outputs, "--outputs"))
+    if args.json:
+        sys.stdout.buffer.write(orjson.dumps(result.as_json(), option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        print("\n".join(result.lines()))
+    sys.stdout.flush()
+    if not result.equal:
+        raise OutputsDifferError(
+            f"the outputs differ from the ledger in {len(result.differing)} of {result.scopes} scopes"
+        )
     return EXIT_OK
 
 
@@ -224,6 +283,24 @@ def _add_replay(commands: "argparse._SubParsersAction[argparse.ArgumentParser]")
         f"--jobs cannot use more processes than partitions; default {DEFAULT_PARTITIONS}, at most {MAX_PARTITIONS})",
     )
     p.set_defaults(func=_cmd_replay)
+
+
+def _add_tune(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    p = commands.add_parser(
+        "tune", help="what-if: the review load a replay at each threshold would produce (a dry run, writes nothing)"
+    )
+    p.add_argument("journal", help="journal .jsonl file, a pipe, or - for stdin")
+    p.add_argument(
+        "--thresholds",
+        default="2,3,4,5",
+        metavar="K,K,...",
+        help=f"review thresholds to compare, 1..{MAX_THRESHOLD}, one row each in the order given (default %(default)s)",
+    )
+    p.add_argument("--json", action="store_true", help="print the contract's JSON (section 5) instead of a table")
+    p.add_argument(
+        "--batch", type=positive_int, default=DEFAULT_BATCH, help="entries per in-memory commit (default %(default)s)"
+    )
+    p.set_defaults(func=_cmd_tune)
 
 
 def _add_stats(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -303,6 +380,20 @@ def _add_serve(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     p.set_defaults(func=_cmd_serve)
 
 
+def _add_verify(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    p = commands.add_parser(
+        "verify",
+        help="do a Kafka deployment's outputs equal an embedded replay's ledger? (exit 0 equal, 4 different)",
+        description="Compare the output topics (as `recurrence ledger-dump --out` wrote them) with the ledger "
+        "of `recurrence replay` over the same journal: deduplicated by record id, scope by scope, in order; "
+        "dead letters without origin and dead_letter_id. Exit 0 equal, 4 different, 2 cannot compare.",
+    )
+    p.add_argument("--ledger", required=True, help="the ledger `recurrence replay --out` wrote (- for stdin)")
+    p.add_argument("--outputs", required=True, help="the outputs `recurrence ledger-dump --out` wrote (- for stdin)")
+    p.add_argument("--json", action="store_true", help="print the comparison as JSON (every differing scope)")
+    p.set_defaults(func=_cmd_verify)
+
+
 class CommandParser(argparse.ArgumentParser):
     """An ArgumentParser that remembers its subcommand groups (argparse keeps them private)."""
 
@@ -339,7 +430,7 @@ class _VersionAction(argparse.Action):
 
 # Commands that need nothing from the Kafka side: parsing their command line skips importing it
 # (pydantic-settings, asyncio, ...), a tenth of a second off every embedded run.
-EMBEDDED_COMMANDS = frozenset({"replay", "stats", "generate", "explain", "patterns", "serve"})
+EMBEDDED_COMMANDS = frozenset({"replay", "stats", "tune", "generate", "explain", "patterns", "serve", "verify"})
 
 
 def build_parser(with_stream: bool = True) -> argparse.ArgumentParser:
@@ -352,10 +443,12 @@ def build_parser(with_stream: bool = True) -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     _add_replay(commands)
     _add_stats(commands)
+    _add_tune(commands)
     _add_generate(commands)
     _add_explain(commands)
     _add_patterns(commands)
     _add_serve(commands)
+    _add_verify(commands)
     if not with_stream:
         _verbose_everywhere(commands)
         return parser

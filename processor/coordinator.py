@@ -83,6 +83,21 @@ class RunSummary(Tally):
         )
 
 
+    def nothing_applied(self) -> str | None:
+        """When every entry was dead-lettered (a binary file, the wrong file): what the run ends with, else None.
+
+        Not an error (contract section 4: dead letters exit 0), but a run that applied nothing is
+        almost always the wrong input, and a summary line of counts is easy to read past.
+        """
+        dead = sum(self.dead_letters.values())
+        if not self.entries or dead + self.repeated_dead_letters < self.entries or set(self.records) - {"dead_letter"}:
+            return None
+        if not dead:
+            return f"every entry ({self.entries}) had been dead-lettered by an earlier run; nothing was applied"
+        code, count = max(self.dead_letters.items(), key=lambda item: (item[1], item[0]))
+        return f"every entry ({self.entries}) was dead-lettered, most as {code} ({count}); nothing was applied"
+
+
 class LedgerFile(Protocol):
     length: int
 

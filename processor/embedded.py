@@ -76,6 +76,9 @@ TAIL_BYTES: Final = 64 * 1024
 # Runner rows, beside the engine's: keys no engine namespace uses.
 LEDGER_KEY: Final = key("ledger")
 JOURNAL_KEY: Final = key("journal")
+# When the last batch committed (the writer's clock, milliseconds since the epoch): what a follower
+# shows as "written at" (``recurrence serve``, processor/follow.py), never read by the engine.
+WRITTEN_KEY: Final = key("written")
 
 _REBUILD: Final = (
     "restore the ledger file the state wrote, or rebuild: replay the journal into a fresh --state with a fresh --out"
@@ -592,9 +595,13 @@ def _run(
     summary.processes = len(shards)
     progress = Progress(reader.total_bytes, progress_stream, reader.read_bytes, len(shards))
     writer = Writer(main, ledger, config, summary, LEDGER_KEY, JOURNAL_KEY)
-    epoch_row = {EPOCH_KEY: b"%d" % start.epoch}
+    epoch = b"%d" % start.epoch
+
+    def rows() -> dict[bytes, bytes | None]:
+        return {EPOCH_KEY: epoch, WRITTEN_KEY: b"%d" % (time.time_ns() // 1_000_000)}
+
     run = Run(reader, router, shards, owner, writer, summary, progress, batch_size, start.epoch,
-              start.catch_up_through, lambda: dict(epoch_row))
+              start.catch_up_through, rows)
     try:
         completed = run.run(lines, stop)
         run.finish()

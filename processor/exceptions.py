@@ -14,6 +14,7 @@ EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1  # an unexpected internal error (a bug): report it
 EXIT_UNUSABLE: Final = 2  # the run cannot proceed: inputs, state, ledger, broker, settings
 EXIT_DRIFT: Final = 3  # topics exist but differ from their definitions
+EXIT_DIFFERENT: Final = 4  # ``recurrence verify``: the outputs differ from the ledger
 EXIT_BATCH_ABORTED: Final = 70  # a worker stopped mid-batch without acknowledging it; restart resumes
 EXIT_INTERRUPTED: Final = 130  # SIGINT: stopped cleanly, run again to resume
 EXIT_TERMINATED: Final = 143  # SIGTERM: stopped cleanly, run again to resume
@@ -59,6 +60,12 @@ class TopicDriftError(RecurrenceError):
     """Existing topics differ from their definitions."""
 
     exit_code: ClassVar[int] = EXIT_DRIFT
+
+
+class OutputsDifferError(RecurrenceError):
+    """``recurrence verify`` compared both sides and found a difference: a result, not a failure to run."""
+
+    exit_code: ClassVar[int] = EXIT_DIFFERENT
 
 
 class TransactionStateError(RecurrenceError):

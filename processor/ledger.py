@@ -26,9 +26,11 @@ from .matching import (
 )
 from .records import Emitted
 from .state import (
+    SHADOW_STREAKS,
     ArtifactKey,
     Group,
     ScopeMeta,
+    Shadow,
     SourceKey,
     State,
     StoredArtifact,
@@ -179,6 +181,7 @@ class OutcomeLedger:
         # Unlinked, only a matched candidate can get a record: visit just those (in ArtifactRef order,
         # as the frozen set is), not the whole of a large heads set.
         touched = frozen.candidates if link is not None else [targets[ref] for ref in sorted(targets)]
+        shadow: Shadow | None = None
         for cand in touched:
             verdict: Emitted | None = None
             avoided = False
@@ -206,7 +209,11 @@ class OutcomeLedger:
                     group.unknown += 1
             if verdict is not None:
                 out.append(verdict)
-                out.extend(self._apply_verdict(scope_id, meta, cand, group, avoided, outcome_ref, position))
+                if shadow is None:
+                    shadow = state.shadow_for_update(scope_id)  # one copy per Outcome, not per verdict
+                out.extend(
+                    self._apply_verdict(scope_id, meta, cand, group, shadow, avoided, outcome_ref, position)
+                )
         return out, bool(failures)
 
     def _apply_verdict(
@@ -215,6 +222,7 @@ class OutcomeLedger:
         meta: ScopeMeta,
         cand: Candidate,
         group: Group,
+        shadow: Shadow,
         avoided: bool,
         outcome_ref: SourceKey,
         position: int,
@@ -225,27 +233,39 @@ class OutcomeLedger:
         if avoided:
             meta.avoided += 1
             group.avoided += 1
+            shadow.avoided(group.streak)
             group.streak = 0
             group.streak_sources = []
             return []
         meta.recurred += 1
         group.recurred += 1
         group.streak += 1
+        streak = group.streak
         group.streak_sources = [*group.streak_sources, list(outcome_ref)][-MAX_CANDIDATE_EVIDENCE:]
-        if group.streak != self.review_threshold:
+        at_threshold = streak == self.review_threshold
+        # The shadow counters ask the proposal rule at every streak they tell apart, whatever the
+        # threshold: what a replay at that threshold would decide here (whatif).
+        blocked = self._blocked(scope_id, cand) if at_threshold or streak <= SHADOW_STREAKS else None
+        shadow.recurred(streak, blocked is None)
+        if not at_threshold:
             return []
-        return self._review_proposal(scope_id, cand, group, position)
-
-    def _review_proposal(self, scope_id: str, cand: Candidate, group: Group, position: int) -> list[Emitted]:
-        """RFC: only experience_content records propose a content revision, and only on the head."""
-        if cand.repair_surface != "experience_content":
-            group.crossed(position, f"no proposal: repair_surface {cand.repair_surface}")
-            return []
-        family, artifact_id, revision = cand.ref
-        if self.state.head(scope_id, family, artifact_id) != revision:
-            group.crossed(position, "no proposal: a newer revision is the head")
+        if blocked is not None:
+            group.crossed(position, f"no proposal: {blocked}")
             return []
         group.crossed(position, "proposed")
+        return self._review_proposal(scope_id, cand, group)
+
+    def _blocked(self, scope_id: str, cand: Candidate) -> str | None:
+        """RFC: only experience_content records propose a content revision, and only on the head; why a
+        streak reaching the threshold now would write no proposal (None: it would write one)."""
+        if cand.repair_surface != "experience_content":
+            return f"repair_surface {cand.repair_surface}"
+        family, artifact_id, revision = cand.ref
+        if self.state.head(scope_id, family, artifact_id) != revision:
+            return "a newer revision is the head"
+        return None
+
+    def _review_proposal(self, scope_id: str, cand: Candidate, group: Group) -> list[Emitted]:
         stored = self.state.artifact(scope_id, cand.ref)
         assert stored is not None and stored.content is not None
         proposal: dict[str, Any] = stored.content

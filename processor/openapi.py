@@ -21,12 +21,16 @@ from ..schemas.readsurface import (
     Explanation,
     PatternSuggestions,
     ProbeBody,
+    Progress,
+    ThresholdWhatIf,
 )
 from ..schemas.statistics import ScopeStatistics
 from .httpapi import MAX_TOP, UI_FILES, Server
+from .whatif import MAX_THRESHOLD, MAX_THRESHOLDS
 
 MODELS: Final[tuple[type[BaseModel], ...]] = (
-    ScopeStatistics, Explanation, DeadLetterCounts, PatternSuggestions, ProbeBody, ErrorBody,
+    ScopeStatistics, Explanation, DeadLetterCounts, PatternSuggestions, ThresholdWhatIf, ProbeBody, ErrorBody,
+    Progress,
 )
 _REF: Final = "#/components/schemas/{model}"
 
@@ -51,6 +55,16 @@ TOP: Final = {
     "name": "top", "in": "query", "required": False,
     "description": f"bound on top_revisions (default {DEFAULT_TOP_REVISIONS})",
     "schema": {"type": "integer", "minimum": 0, "maximum": MAX_TOP},
+}
+
+
+_THRESHOLD: Final = f"({MAX_THRESHOLD}|[1-9][0-9]?)"
+assert MAX_THRESHOLD == 100 and MAX_THRESHOLDS == 100, "the pattern below spells both limits"
+THRESHOLDS: Final = {
+    "name": "thresholds", "in": "query", "required": False,
+    "description": f"review thresholds to compare, comma-separated, 1..{MAX_THRESHOLD}, at most {MAX_THRESHOLDS}, "
+                   "one row each in this order (default: 1..10 and two past the state's own threshold)",
+    "schema": {"type": "string", "pattern": f"^{_THRESHOLD}(,{_THRESHOLD}){{0,{MAX_THRESHOLDS - 1}}}$"},
 }
 
 
@@ -123,6 +137,19 @@ def document(server: Server, routes: Sequence[tuple[str, bool]]) -> dict[str, An
             "cross-scope pattern rows (suggested and below the threshold), as `recurrence patterns --all --json`",
             {"200": _json(_ref(PatternSuggestions), "every pattern row, most scopes first"), **unavailable},
             local,
+        ),
+        "/progress": _get(
+            "how far the served state is (journal checkpoint and commit time; a worker's partitions, lag and "
+            "readiness), with an ETag: If-None-Match answers 304 while it has not moved",
+            {"200": _json(_ref(Progress), "how far"), "304": {"description": "not moved since the tag given"},
+             **unavailable},
+        ),
+        "/tune": _get(
+            "the review-threshold what-if of `recurrence tune --json` for the state served, from the shadow "
+            "counters its replay kept (contract section 5)",
+            {"200": _json(_ref(ThresholdWhatIf), "per threshold: the totals and every scope's counts"),
+             "400": _error("bad parameter"), **unavailable},
+            [THRESHOLDS, *local],
         ),
         "/livez": _get("liveness probe", probe),
         "/readyz": _get("readiness probe", probe),

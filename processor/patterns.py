@@ -50,18 +50,29 @@ class Pattern:
     revisions: list[list[Any]] = field(default_factory=list)  # [scope, family, artifact_id, revision], sorted
     recurrences: int = 0
     suggested: bool = False
-    more: bool = False  # a scope or revision beyond the listed ones was seen
+    more_scopes: bool = False  # a scope beyond the listed ones was seen
+    more_revisions: bool = False  # a revision beyond the listed ones was seen
 
     def encode(self) -> bytes:
-        return orjson.dumps([self.scopes, self.revisions, self.recurrences, self.suggested, self.more])
+        return orjson.dumps(
+            [self.scopes, self.revisions, self.recurrences, self.suggested, self.more_scopes, self.more_revisions]
+        )
 
     @classmethod
     def decode(cls, raw: bytes) -> "Pattern":
-        return cls(*orjson.loads(raw))
+        fields = orjson.loads(raw)
+        if len(fields) == 5:
+            # A row written before the two lists overflowed separately: one flag for both. A scope
+            # beyond the list is possible only once the list is full; the flag is then read as both
+            # (revisions are at least as many as scopes, so that list is full too).
+            scopes, revisions, recurrences, suggested, more = fields
+            return cls(scopes, revisions, recurrences, suggested,
+                       more and len(scopes) >= MAX_LISTED, more and len(revisions) >= MAX_LISTED)
+        return cls(*fields)
 
     def copy(self) -> "Pattern":
         return Pattern(list(self.scopes), [list(r) for r in self.revisions], self.recurrences, self.suggested,
-                       self.more)
+                       self.more_scopes, self.more_revisions)
 
 
 def suggestion(signature_key: str, min_scopes: int) -> Emitted:
@@ -98,13 +109,13 @@ class PatternTracker:
             if len(pattern.scopes) < MAX_LISTED:
                 pattern.scopes = sorted([*pattern.scopes, scope_id])
             else:
-                pattern.more = True
+                pattern.more_scopes = True
         revision = [scope_id, art["family"], art["artifact_id"], art["revision"]]
         if revision not in pattern.revisions:
             if len(pattern.revisions) < MAX_LISTED:
                 pattern.revisions = sorted([*pattern.revisions, revision])
             else:
-                pattern.more = True
+                pattern.more_revisions = True
         emitted = None
         if not pattern.suggested and len(pattern.scopes) >= self.min_scopes:
             pattern.suggested = True
@@ -130,7 +141,9 @@ def listing(txn: Transaction, min_scopes: int, suggested_only: bool = True) -> l
         {
             "signature_key": key,
             "scope_count": len(p.scopes),
-            "more_than_listed": p.more,
+            "more_than_listed": p.more_scopes or p.more_revisions,
+            "scopes_more_than_listed": p.more_scopes,
+            "revisions_more_than_listed": p.more_revisions,
             "scopes": p.scopes,
             "revisions": [{"scope_id": r[0], "artifact_ref": {"family": r[1], "artifact_id": r[2], "revision": r[3]}}
                           for r in p.revisions],

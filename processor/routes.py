@@ -11,9 +11,17 @@ its exception into a response; it holds no logic of either server.
 The table says, per path, whether it is ``public`` (served without the token:
 the probes and the page's static shell, which hold no data) and which servers
 have it; ``/openapi.json`` lists exactly the table's paths for its server
-(``openapi.document``), and a server answers nothing else.
+(``openapi.document``), and a server answers nothing else: any other path is
+a 404 that lists the paths there are (``add_not_found``).
+
+Conditional requests: ``/progress`` carries an entity tag (the state's mark on
+``serve``, a digest of the body on a worker) and answers ``304`` to a request
+whose ``If-None-Match`` names it, so the page can poll it every few seconds for
+next to nothing; where the surface knows its state's version (``serve``), the
+data paths carry a tag derived from it as well.
 """
 
+import hashlib
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -25,6 +33,7 @@ from aiohttp import web
 from .explain import NotFoundError
 from .httpapi import JSON, Server, error_body, explain_body, explain_format, parse_top, ui_file
 from .openapi import document
+from .whatif import parse_thresholds
 
 BOTH: Final[frozenset[Server]] = frozenset({"worker", "embedded"})
 WORKER: Final[frozenset[Server]] = frozenset({"worker"})
@@ -77,6 +86,14 @@ class Surface(Protocol):
 
     async def patterns(self, ask: Ask) -> dict[str, Any]: ...
 
+    async def progress(self, ask: Ask) -> dict[str, Any]:
+        """How far the served state is (``/progress``)."""
+
+    def version(self) -> str | None:
+        """An entity tag of the state as served (changes with every commit), or None when there is none."""
+    async def tune(self, thresholds: list[int] | None, ask: Ask) -> dict[str, Any]:
+        """The threshold what-if of the state served (None: the page's default thresholds)."""
+
     def check(self, kind: Literal["live", "ready"]) -> Probe:
         """A probe's answer."""
 
@@ -108,12 +125,45 @@ async def _answer(work: Awaitable[Any], respond: Callable[[Any], web.StreamRespo
         return json_response(relayed.body, relayed.status)
 
 
+def _tag(version: str, request: web.Request) -> str:
+    """The entity tag of this request's answer from this version of the state."""
+    return f'"{hashlib.sha256(f"{version} {request.path_qs}".encode()).hexdigest()[:32]}"'
+
+
+def _matches(request: web.Request, tag: str) -> bool:
+    wanted = request.headers.get("If-None-Match", "")
+    return any(candidate.strip().removeprefix("W/") in (tag, "*") for candidate in wanted.split(","))
+
+
+def _not_modified(tag: str) -> web.Response:
+    return web.Response(status=304, headers={"ETag": tag, "Cache-Control": "no-cache"})
+
+
+def _tagged(response: web.StreamResponse, tag: str) -> web.StreamResponse:
+    response.headers["ETag"] = tag
+    response.headers["Cache-Control"] = "no-cache"
+    return response
+
+
+async def _conditional(
+    request: web.Request, surface: Surface, work: Callable[[], Awaitable[Any]]
+) -> web.StreamResponse:
+    """``_answer``, tagged with the state's version when the surface knows it (304 when the client has it)."""
+    version = surface.version()
+    if version is None:
+        return await _answer(work(), json_response)
+    tag = _tag(version, request)
+    if _matches(request, tag):
+        return _not_modified(tag)
+    return await _answer(work(), lambda value: _tagged(json_response(value), tag))
+
+
 async def statistics(request: web.Request, surface: Surface) -> web.StreamResponse:
     try:
         top = parse_top(request.query)
     except ValueError as bad:
         return error_response(400, str(bad))
-    return await _answer(surface.statistics(top, Ask.of(request.query)), json_response)
+    return await _conditional(request, surface, lambda: surface.statistics(top, Ask.of(request.query)))
 
 
 async def scope_statistics(request: web.Request, surface: Surface) -> web.StreamResponse:
@@ -137,15 +187,47 @@ async def explain(request: web.Request, surface: Surface) -> web.StreamResponse:
         body, content_type = explain_body(result, fmt)
         return web.Response(body=body, headers={"Content-Type": content_type})
 
-    return await _answer(surface.explain(request.match_info["identity"], query.get("scope") or None, ask), respond)
+    async def work() -> dict[str, Any]:
+        try:
+            return await surface.explain(request.match_info["identity"], query.get("scope") or None, ask)
+        except Relayed as relayed:
+            # The scope's owner answered (asked for JSON): rendered here in the format this client asked for.
+            if relayed.status == 200 and isinstance(relayed.body, dict):
+                return relayed.body
+            raise
+
+    return await _answer(work(), respond)
 
 
 async def dead_letters(request: web.Request, surface: Surface) -> web.StreamResponse:
-    return await _answer(surface.dead_letters(Ask.of(request.query)), json_response)
+    return await _conditional(request, surface, lambda: surface.dead_letters(Ask.of(request.query)))
 
 
 async def patterns(request: web.Request, surface: Surface) -> web.StreamResponse:
-    return await _answer(surface.patterns(Ask.of(request.query)), json_response)
+    return await _conditional(request, surface, lambda: surface.patterns(Ask.of(request.query)))
+
+
+async def progress(request: web.Request, surface: Surface) -> web.StreamResponse:
+    """How far the state is; tagged with its version, or with a digest of the body where it has none."""
+    try:
+        body = await surface.progress(Ask.of(request.query))
+    except Unavailable as unavailable:
+        return error_response(503, str(unavailable))
+    raw = orjson.dumps(body)
+    version = surface.version()
+    tag = _tag(version, request) if version is not None else f'"{hashlib.sha256(raw).hexdigest()[:32]}"'
+    if _matches(request, tag):
+        return _not_modified(tag)
+    return _tagged(web.Response(body=raw, content_type=JSON), tag)
+
+
+async def tune(request: web.Request, surface: Surface) -> web.StreamResponse:
+    raw = request.query.get("thresholds")
+    try:
+        thresholds = parse_thresholds(raw) if raw else None
+    except ValueError as bad:
+        return error_response(400, f"thresholds: {bad}")
+    return await _answer(surface.tune(thresholds, Ask.of(request.query)), json_response)
 
 
 def _probe(kind: Literal["live", "ready"]) -> Handler:
@@ -205,10 +287,12 @@ ROUTES: Final[tuple[Route, ...]] = (
     Route("/explain/{identity:[\\s\\S]+}", "/explain/{id}", explain),
     Route("/dead-letters", "/dead-letters", dead_letters),
     Route("/patterns", "/patterns", patterns),
+    Route("/progress", "/progress", progress),
+    Route("/tune", "/tune", tune),
     Route("/livez", "/livez", _probe("live"), public=True),
     Route("/readyz", "/readyz", _probe("ready"), public=True),
     Route("/health", "/health", _probe("ready"), public=True),
-    Route("/metrics", "/metrics", metrics, servers=WORKER),
+    Route("/metrics", "/metrics", metrics),
     Route("/openapi.json", "/openapi.json", openapi),
     Route("/ui", "/ui", ui, public=True),
     Route("/ui/{name}", "/ui/{name}", ui, public=True),
@@ -234,3 +318,21 @@ def install(router: web.UrlDispatcher, surface: Surface) -> None:
             return handle
 
         router.add_get(route.pattern, bound(), allow_head=False)
+
+
+def add_not_found(app: web.Application, server: Server) -> None:
+    """A request for a path the table does not have: a 404 naming the paths there are (not aiohttp's text)."""
+    paths = [route.documented for route in routes_of(server)]
+
+    @web.middleware
+    async def not_found(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        if isinstance(request.match_info.http_exception, web.HTTPNotFound):
+            return web.Response(
+                body=orjson.dumps({"error": f"no such path: {request.path}", "paths": paths}),
+                status=404, content_type=JSON,
+            )
+        return await handler(request)
+
+    app.middlewares.append(not_found)

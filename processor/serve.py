@@ -3,12 +3,16 @@
 The same paths and bodies as a worker (docs/web.md): ``/statistics``,
 ``/scopes/{scope_id}/statistics``, ``/explain/{id}`` (over the state and the
 ledger and journal files, as ``recurrence explain``), ``/dead-letters``,
-``/patterns``, the probes, ``/openapi.json`` and the page at ``/ui``. The
-state is opened read-only, so it is the state as of the server's start: run
-``serve`` again after a replay to see what it added.
+``/patterns``, ``/tune``, ``/progress``, ``/metrics``, the probes,
+``/openapi.json`` and the page at ``/ui``. The state may be one a replay is
+writing: ``serve`` follows it (``follow``), each answer computed from one view
+of the state as of one committed batch, and answers computed for a view are
+kept until the next one replaces it.
 """
 
+import asyncio
 import logging
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -17,12 +21,15 @@ from aiohttp import web
 from .archive import FileArchive
 from .embedded import bind_config, statistics
 from .explain import Explainer, NotFoundError
+from .follow import Follower, StateMark, follow, state_mark
 from .httpapi import Server, dead_letters_body, narrow, patterns_body
 from .patterns import listing
 from .recordindex import dead_letter_counts
-from .routes import Ask, Probe, install
+from .routes import Ask, Probe, add_not_found, install
+from .servemetrics import CONTENT_TYPE, StateReadings, registry, render
 from .state import State
 from .store.base import StateStore, Transaction
+from .whatif import chart_thresholds, rows, scope_shadows, served
 
 log = logging.getLogger("recurrence.serve")
 
@@ -30,17 +37,47 @@ DEFAULT_PORT: Final = 6067
 
 
 class EmbeddedReadSurface:
-    """The read surface over one embedded state directory, its ledger and its journal."""
+    """The read surface over one embedded state, its ledger and its journal; ``replace`` moves it to a
+    newer view of the same state (what ``follow`` does while a replay writes)."""
 
     server: Server = "embedded"
+    # Statistics bodies kept per view, for this many ``top`` values at most.
+    CACHED: Final = 8
 
-    def __init__(self, store: StateStore, ledger: Path | None = None, journal: Path | None = None) -> None:
+    def __init__(self, store: StateStore, ledger: Path | None = None, journal: Path | None = None,
+                 mark: StateMark | None = None, following: bool = False) -> None:
+        self._ledger, self._journal = ledger, journal
+        self.following = following
+        self.views = 0
+        self.replace(store, state_mark(store) if mark is None else mark)
+        self._metrics = registry(StateReadings(
+            lambda: self.mark, self._dead_letter_counts, lambda: self._statistics_for(0), lambda: self.views))
+
+    def replace(self, store: StateStore, mark: StateMark) -> None:
         self.store = store
-        self.archive = FileArchive(store, ledger, journal)
+        self.mark = mark
+        self.archive = FileArchive(store, self._ledger, self._journal)
         self.config = bind_config(store, None)
+        self.views += 1
+        self._statistics: dict[int, list[dict[str, Any]]] = {}
+        self._dead_letters: dict[str, int] | None = None
+        self._patterns: dict[str, Any] | None = None
+
+    def _statistics_for(self, top: int) -> list[dict[str, Any]]:
+        found = self._statistics.get(top)
+        if found is None:
+            if len(self._statistics) >= self.CACHED:
+                self._statistics.clear()
+            found = self._statistics[top] = statistics(self.store, None, top)
+        return found
+
+    def _dead_letter_counts(self) -> dict[str, int]:
+        if self._dead_letters is None:
+            self._dead_letters = dead_letter_counts(Transaction(self.store))
+        return self._dead_letters
 
     async def statistics(self, top: int, ask: Ask) -> list[dict[str, Any]]:
-        return statistics(self.store, None, top)
+        return self._statistics_for(top)
 
     async def scope_statistics(self, scope_id: str, top: int, ask: Ask) -> dict[str, Any]:
         found = statistics(self.store, scope_id, top)
@@ -53,26 +90,50 @@ class EmbeddedReadSurface:
         return narrow(explainer.explain(identity), scope_id)
 
     async def dead_letters(self, ask: Ask) -> dict[str, Any]:
-        return dead_letters_body(dead_letter_counts(Transaction(self.store)))
+        return dead_letters_body(self._dead_letter_counts())
 
     async def patterns(self, ask: Ask) -> dict[str, Any]:
-        rows = listing(Transaction(self.store), self.config.pattern_scopes, suggested_only=False)
-        return patterns_body(rows, self.config.pattern_scopes)
+        if self._patterns is None:
+            rows = listing(Transaction(self.store), self.config.pattern_scopes, suggested_only=False)
+            self._patterns = patterns_body(rows, self.config.pattern_scopes)
+        return self._patterns
+
+    async def progress(self, ask: Ask) -> dict[str, Any]:
+        """How far the served view is: from the state, never the server's clock."""
+        return {"runner": "embedded", "following": self.following, **self.mark.body()}
+
+    def version(self) -> str:
+        return self.mark.etag
+
+    async def tune(self, thresholds: list[int] | None, ask: Ask) -> dict[str, Any]:
+        scopes, incomplete = scope_shadows(State(Transaction(self.store)))
+        configured = self.config.review_threshold
+        return served(configured, incomplete, rows(scopes, thresholds or chart_thresholds(configured)))
 
     def check(self, kind: Literal["live", "ready"]) -> Probe:
         return Probe(True, {"status": "ok", "reasons": []})
 
     def exposition(self) -> tuple[bytes, str]:
-        raise NotFoundError("serve has no metrics")  # not in its route table: never asked
+        return render(self._metrics), CONTENT_TYPE
 
 
 def application(surface: EmbeddedReadSurface) -> web.Application:
     app = web.Application()
     install(app.router, surface)
+    add_not_found(app, surface.server)
     return app
 
 
-def serve(surface: EmbeddedReadSurface, host: str, port: int) -> None:
-    """Serve until SIGINT or SIGTERM."""
+def serve(surface: EmbeddedReadSurface, host: str, port: int, follower: Follower | None = None) -> None:
+    """Serve until SIGINT or SIGTERM; with a ``follower``, each new view of the state as it comes."""
+    app = application(surface)
+    if follower is not None:
+
+        async def following(app: web.Application) -> AsyncIterator[None]:
+            task = asyncio.create_task(follow(follower, surface.replace))
+            yield
+            task.cancel()
+
+        app.cleanup_ctx.append(following)
     print(f"recurrence serve: http://{host}:{port}/ui (Ctrl-C to stop)", flush=True)
-    web.run_app(application(surface), host=host, port=port, print=None, access_log=None)
+    web.run_app(app, host=host, port=port, print=None, access_log=None)

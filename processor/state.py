@@ -235,6 +235,63 @@ class Group:
         self.crossings = [*self.crossings, [position, outcome]][-GROUP_CROSSINGS:]
 
 
+#: Streak values the shadow counters tell apart: a longer streak is counted as this one, so a scope's
+#: row stays bounded however long a group keeps recurring, and every threshold up to it is exact.
+SHADOW_STREAKS: Final = 100
+
+
+def _bump(histogram: list[int], value: int) -> None:
+    if len(histogram) <= value:
+        histogram.extend([0] * (value + 1 - len(histogram)))
+    histogram[value] += 1
+
+
+@dataclass(slots=True)
+class Shadow:
+    """A scope's shadow counters: the streak transitions of its groups, as histograms over the streak
+    value (index = value, clamped at ``SHADOW_STREAKS``), from which ``whatif`` answers what a replay at
+    any review threshold would have counted. Kept by the ledger at the verdicts, in both runners."""
+
+    # Terminal verdicts folded in: equal to the scope row's recurred + avoided exactly when the counters
+    # saw the scope's whole history (a state replayed before they existed did not).
+    verdicts: int = 0
+    # streaks[v]: groups whose terminal streak is v now (v >= 1).
+    streaks: list[int] = field(default_factory=list)
+    # peaks[v]: streaks an ``avoided`` verdict ended at v.
+    peaks: list[int] = field(default_factory=list)
+    # eligible[v]: times a streak reached v while a proposal could be written (surface, head).
+    eligible: list[int] = field(default_factory=list)
+
+    def encode(self) -> bytes:
+        return orjson.dumps([self.verdicts, self.streaks, self.peaks, self.eligible])
+
+    @classmethod
+    def decode(cls, raw: bytes) -> "Shadow":
+        return cls(*orjson.loads(raw))
+
+    def copy(self) -> "Shadow":
+        return Shadow(self.verdicts, self.streaks.copy(), self.peaks.copy(), self.eligible.copy())
+
+    def recurred(self, streak: int, eligible: bool) -> None:
+        """A group's streak went up to ``streak``; ``eligible``: a proposal could be written at it."""
+        self.verdicts += 1
+        if streak > SHADOW_STREAKS:
+            return  # the group already sits in the last slot
+        if streak > 1:
+            self.streaks[streak - 1] -= 1
+        _bump(self.streaks, streak)
+        if eligible:
+            _bump(self.eligible, streak)
+
+    def avoided(self, streak: int) -> None:
+        """An ``avoided`` verdict ended a group's streak of ``streak`` (0: there was none)."""
+        self.verdicts += 1
+        if streak:
+            slot = min(streak, SHADOW_STREAKS)
+            self.streaks[slot] -= 1
+            _bump(self.peaks, slot)
+
+
 def _int(raw: bytes | None) -> int | None:
     return None if raw is None else int(raw)
 
@@ -374,6 +431,19 @@ class State:
         if self.statistics_rows is not None:
             self.statistics_rows[row_key] = ("grp", scope_id, *ref, signature_key)
         return group
+
+    # -- Shadow counters (whatif) ------------------------------------------------------------
+    def shadow(self, scope_id: str) -> Shadow | None:
+        shadow: Shadow | None = self.txn.get(key("tune", scope_id), Shadow.decode)
+        return shadow
+
+    def shadow_for_update(self, scope_id: str) -> Shadow:
+        """A private copy of the scope's shadow counters, staged in the current entry."""
+        row_key = key("tune", scope_id)
+        current: Shadow | None = self.txn.get(row_key, Shadow.decode)
+        shadow = Shadow() if current is None else current.copy()
+        self.txn.put(row_key, shadow)
+        return shadow
 
     def groups(self, scope_id: str) -> Iterator[tuple[ArtifactKey, str, Group]]:
         for raw_key, group in self.txn.iterate_prefix(prefix("grp", scope_id), Group.decode):

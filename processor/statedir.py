@@ -24,6 +24,7 @@ earlier single-store layout (RocksDB files directly in STATE) is still read;
 import heapq
 import os
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Protocol
@@ -47,8 +48,8 @@ MAX_PARTITIONS: Final = 256
 
 #: Main-store rows: the runner's own, written in ledger order by the one process that writes the ledger.
 MAIN_NAMESPACES: Final = frozenset(
-    {"format", "config", "partitions", "epoch", "ledger", "journal", "ledger_path", "journal_path",
-     "rid", "dlc", "dl", "pat"}
+    {"format", "config", "partitions", "epoch", "clean", "written", "ledger", "journal", "ledger_path",
+     "journal_path", "rid", "dlc", "dl", "pat"}
 )
 PARTITIONS_KEY: Final = b'["partitions"]'
 EPOCH_KEY: Final = b'["epoch"]'
@@ -250,16 +251,25 @@ def partition_count(main: StateStore) -> int | None:
     return None if raw is None else int(raw)
 
 
-def open_view(root: Path) -> StateStore:
-    """The state for reading: a ``StateView``, or the single store of an earlier layout."""
+def open_view(root: Path, follower: bool = False) -> StateStore:
+    """The state for reading: a ``StateView``, or the single store of an earlier layout.
+
+    ``follower``: each store as a RocksDB secondary (``RocksStore.open_follower``), for a state a replay
+    may be writing."""
+    def opened(path: Path) -> RocksStore:
+        return RocksStore.open_follower(path) if follower else RocksStore.open(path, read_only=True)
+
     if is_single_store(root):
-        return RocksStore.open(root, read_only=True)
-    main = RocksStore.open(main_path(root), read_only=True)
+        return opened(root)
+    main = opened(main_path(root))
+    partitions: dict[int, StateStore] = {}
     try:
         count = partition_count(main)
-        stores = PartitionStores(root, read_only=True)
-        partitions = {p: stores.open(p) for p in existing_partitions(root)} if count else {}
+        for partition in existing_partitions(root) if count else []:
+            partitions[partition] = opened(partition_path(root, partition))
     except BaseException:
-        main.close()
+        for store in [*partitions.values(), main]:
+            with suppress(Exception):
+                store.close()
         raise
     return StateView(main, partitions, count or 1)

@@ -91,7 +91,12 @@ class PatternRevision(Value):
 class PatternRow(Value):
     signature_key: str
     scope_count: NonNegative
+    #: either list below has more than it shows (kept for the published shape; the next two say which)
     more_than_listed: bool
+    #: more than ``scope_count`` scopes: a scope beyond the listed ones was seen
+    scopes_more_than_listed: bool
+    #: a revision beyond the listed ones was seen
+    revisions_more_than_listed: bool
     scopes: list[str]
     revisions: list[PatternRevision]
     recurrences: NonNegative
@@ -110,3 +115,68 @@ class PatternSuggestions(Value):
     note: str | None = None
     min_scopes: NonNegative | None = None
     patterns: list[PatternRow]
+
+
+class JournalPoint(Value):
+    """How much of the journal a state applied: lines and bytes (the embedded runner's checkpoint)."""
+
+    line: NonNegative
+    offset: NonNegative
+
+
+class PartitionProgress(Value):
+    """One journal partition a worker owns: its recorded position, its lag, whether it is served."""
+
+    partition: NonNegative
+    position: NonNegative | None  # the next journal offset the partition's state recorded; None: nothing yet
+    lag: NonNegative | None  # high watermark - position; None: the high watermark is not known yet
+    ready: bool
+
+
+class Progress(Value):
+    """``/progress``: how far the served state is, from the state (never the server's or the browser's clock).
+
+    ``serve``: the journal checkpoint of the view it serves, the ledger's length and when that batch was
+    committed (the writer's clock), and whether it follows the state. A worker: its journal partitions with
+    their positions, lag and readiness, and the readiness verdict of ``/readyz``.
+    """
+
+    runner: Literal["embedded", "worker"]
+    following: bool | None = None
+    journal: JournalPoint | None = None
+    ledger_bytes: NonNegative | None = None
+    written_at: str | None = None
+    status: str | None = None
+    reasons: list[str] | None = None
+    partitions: list[PartitionProgress] | None = None
+    url: str | None = None
+    entries_processed: NonNegative | None = None
+class ScopeThresholdCounts(Value):
+    """One scope's what-if at one threshold (contract section 5, ``by_scope``)."""
+
+    scope_id: str
+    review_proposals: NonNegative
+    needing_review: NonNegative
+    flags: NonNegative
+    flags_then_avoided: NonNegative
+
+
+class ThresholdCounts(Value):
+    """What a replay at ``threshold`` would have produced (contract section 5): the totals, then per scope."""
+
+    threshold: Annotated[int, Field(ge=1)]
+    review_proposals: NonNegative
+    needing_review: NonNegative
+    flags: NonNegative
+    flags_then_avoided: NonNegative
+    by_scope: list[ScopeThresholdCounts]
+
+
+class ThresholdWhatIf(Value):
+    """``GET /tune``: ``recurrence tune --json``'s body for the state served, from the shadow counters the
+    replay kept, with the threshold the state runs with and the scopes whose counters missed part of their
+    history (replayed by a version that kept none: their counts are short until the state is rebuilt)."""
+
+    review_threshold: Annotated[int, Field(ge=1)]
+    incomplete_scopes: list[str]
+    thresholds: list[ThresholdCounts]

@@ -107,3 +107,70 @@ def expected_pattern_rows(listed: list[dict[str, Any]]) -> dict[str, str]:
     """What the page's pattern section must show for these rows (``recurrence patterns --all --json``)."""
     return {row["signature_key"]: "suggested" if row["suggested"] else f"below {row['min_scopes']} scopes"
             for row in listed}
+
+
+def tune_readings(url: str, screenshot: Path) -> dict[str, Any]:
+    """Load the page, wait for the what-if chart; what its bars, marker and table say, and a screenshot of it."""
+    chromium, driver_path = find("chromium"), find("chromedriver")
+    if chromium is None or driver_path is None:
+        pytest.skip("chromium and chromedriver are not installed: `make tools` installs Debian's chromium and "
+                    "chromium-driver (needs apt as root)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                     "--window-size=1280,1300"):
+        options.add_argument(argument)
+    driver = webdriver.Chrome(service=Service(driver_path), options=options)
+    try:
+        driver.get(url)
+        WebDriverWait(driver, PAGE_TIMEOUT).until(
+            lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-loaded")
+        )
+        assert driver.find_element(By.TAG_NAME, "body").get_attribute("data-loaded") == "true", \
+            driver.find_element(By.ID, "status").text
+        bars: dict[int, dict[str, int]] = {}
+        for bar in driver.find_elements(By.CSS_SELECTOR, "#tune-chart rect[data-series]"):
+            threshold, series = bar.get_attribute("data-threshold"), bar.get_attribute("data-series")
+            value, height = bar.get_attribute("data-value"), bar.get_attribute("height")
+            assert threshold is not None and series is not None and value is not None and height is not None
+            bars.setdefault(int(threshold), {})[series] = int(value)
+            # Drawn to scale: a bar of nothing has no height, any other has some.
+            assert (float(height) > 0) == (int(value) > 0), (threshold, series, value, height)
+        marked = [int(m.get_attribute("data-configured") or 0)
+                  for m in driver.find_elements(By.CSS_SELECTOR, "#tune-chart [data-configured]")]
+        table: dict[int, dict[str, str]] = {}
+        for row in driver.find_elements(By.CSS_SELECTOR, "#tune-table tr[data-tune]"):
+            cells = {c.get_attribute("data-field"): c.text
+                     for c in row.find_elements(By.CSS_SELECTOR, "td[data-field]")}
+            table[int(row.get_attribute("data-tune") or 0)] = {str(k): v for k, v in cells.items()}
+        section = driver.find_element(By.ID, "tune")
+        driver.execute_script("arguments[0].scrollIntoView()", section)
+        time.sleep(0.2)
+        screenshot.parent.mkdir(parents=True, exist_ok=True)
+        section.screenshot(str(screenshot))
+        return {"bars": bars, "marked": marked, "table": table,
+                "note": driver.find_element(By.ID, "tune-note").text,
+                "configured": driver.find_element(By.ID, "tune-configured").text}
+    finally:
+        driver.quit()
+
+
+def expected_tune(body: dict[str, Any]) -> dict[str, Any]:
+    """What the chart and its table must show for a ``/tune`` body."""
+    bars = {row["threshold"]: {"review_proposals": row["review_proposals"],
+                               "flags_then_avoided": row["flags_then_avoided"]} for row in body["thresholds"]}
+    table = {
+        row["threshold"]: {
+            **{name: f"{row[name]:,}"
+               for name in ("review_proposals", "needing_review", "flags", "flags_then_avoided")},
+            "premature": f"{100 * row['flags_then_avoided'] / row['flags']:.1f}%" if row["flags"] else "–",
+        }
+        for row in body["thresholds"]
+    }
+    marked = [body["review_threshold"]] if body["review_threshold"] in bars else []
+    return {"bars": bars, "table": table, "marked": marked}

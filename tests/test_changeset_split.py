@@ -20,21 +20,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from devkit.deployment import write_journal
+from devkit.oracle import Oracle
 from recurrence.processor.engineconfig import EngineConfig
 from recurrence.processor.stream.batch import changeset
 from recurrence.processor.stream.batch.processing import BatchProcessor
 from recurrence.processor.stream.batch.types import SOURCE_HEADER, ChangelogRecord
+from recurrence.processor.verify import compare
 
+from .batchfakes import TOPICS, Journal, Partitions, RecordingSink, entries_of, journal_lines
 from .faust_tables import BACKENDS, state_table_data, table_rows
-from .kafka.harness import Oracle, by_scope, write_journal
-from .kafka.test_stream_units import (
-    TOPICS,
-    Journal,
-    Partitions,
-    RecordingSink,
-    _entries,
-    _journal,
-)
 
 CAP = 700  # bytes per changelog record: a 25-entry batch's change set takes several
 
@@ -130,11 +125,11 @@ class CrashingSink(RecordingSink):
 def test_a_batch_processor_under_a_tiny_cap_splits_and_a_crash_mid_write_loses_nothing(
     store: Any, tmp_path: Path
 ) -> None:
-    lines = _journal(500, seed=21)
+    lines = journal_lines(500, seed=21)
     journal_file = tmp_path / "journal.jsonl"
     write_journal(journal_file, lines)
     oracle = Oracle.run(journal_file, tmp_path)
-    entries = _entries(lines, partitions=2)
+    entries = entries_of(lines, partitions=2)
     changelog: dict[int, list[bytes]] = {}
     state = Partitions()
     sinks: list[CrashingSink] = []
@@ -172,7 +167,7 @@ def test_a_batch_processor_under_a_tiny_cap_splits_and_a_crash_mid_write_loses_n
     assert all(len(v) <= CAP for values in changelog.values() for v in values)
     assert any(changeset.is_part(v) for values in changelog.values() for v in values)
     # Outputs: every record at least once, and deduplicated exactly the oracle's.
-    assert by_scope(_in_source_order(sinks)) == oracle.grouped
+    assert compare(ledger=oracle.records, outputs=_in_source_order(sinks)).equal
     # A restore from the changelog alone, in recovery batches that cut change sets anywhere.
     for partition, recs in records.items():
         for at in range(0, len(recs), 7):

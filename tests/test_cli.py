@@ -1,6 +1,7 @@
 """The commands acceptance suites call, end to end (contract section 4)."""
 
 import argparse
+import gzip
 import json
 import subprocess
 import sys
@@ -280,3 +281,37 @@ def test_generate_recent_window_cites_only_recent_entries() -> None:
 )
 def test_exit_codes_come_from_one_mapping(error: BaseException, code: int) -> None:
     assert exit_code(error) == code
+
+
+def _warning(result: subprocess.CompletedProcess[bytes]) -> list[str]:
+    return [line for line in result.stderr.decode().splitlines() if "warning:" in line]
+
+
+def test_a_replay_that_dead_lettered_every_entry_ends_with_a_warning_naming_the_top_code(tmp_path: Path) -> None:
+    # The wrong file: a gzip'ed journal (binary), and a ledger given where the journal goes.
+    compressed = tmp_path / "journal.jsonl.gz"
+    compressed.write_bytes(gzip.compress(EXAMPLE.read_bytes()))
+    done = replay(compressed, tmp_path / "s1", tmp_path / "l1.jsonl")
+    assert done.returncode == 0, done.stderr  # dead letters are not a failure (contract section 4)
+    (warning,) = _warning(done)
+    assert warning.startswith("recurrence replay: warning: every entry (") and "was dead-lettered, most as " in warning
+    top = json.loads((tmp_path / "l1.jsonl").read_text().splitlines()[0])["error"]
+    assert f"most as {top} (" in warning and str(compressed) in warning
+    assert done.stderr.decode().rstrip().endswith(warning)
+
+    assert replay(EXAMPLE, tmp_path / "s2", tmp_path / "ledger.jsonl").returncode == 0
+    wrong = replay(tmp_path / "ledger.jsonl", tmp_path / "s3", tmp_path / "l3.jsonl")
+    assert wrong.returncode == 0 and len(_warning(wrong)) == 1
+    codes = [json.loads(line)["error"] for line in (tmp_path / "l3.jsonl").read_text().splitlines()]
+    assert f"most as {max(set(codes), key=codes.count)} ({max(map(codes.count, codes))})" in _warning(wrong)[0]
+
+
+def test_a_replay_that_applied_something_has_no_warning(tmp_path: Path) -> None:
+    journal = tmp_path / "journal.jsonl"
+    write(JournalSpec(entries=300, scopes=4, seed=3, garbage_ratio=0.3), str(journal))
+    done = replay(journal, tmp_path / "state", tmp_path / "ledger.jsonl")
+    assert done.returncode == 0 and b"dead letters: " in done.stderr and _warning(done) == []
+    only_garbage = tmp_path / "garbage.jsonl"
+    only_garbage.write_bytes(b"not json\n" * 3)
+    again = replay(only_garbage, tmp_path / "state", tmp_path / "ledger.jsonl")  # same state: dead letters only
+    assert len(_warning(again)) == 1

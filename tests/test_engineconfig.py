@@ -22,8 +22,8 @@ from recurrence.processor.store.memory import MemoryStore
 from recurrence.processor.stream.batch.processing import BatchProcessor
 from recurrence.processor.stream.settings import WorkerOptions
 
+from .batchfakes import TOPICS, Journal, Partitions, RecordingSink, entries_of, journal_lines
 from .embedded_cli import one_line, replay, stats
-from .kafka.test_stream_units import TOPICS, Journal, Partitions, RecordingSink, _entries, _journal
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "rfc-minimum.jsonl"
@@ -89,8 +89,8 @@ def test_a_header_holding_a_value_out_of_range_is_refused_with_one_line() -> Non
 
 
 def _kafka_batch(state: Partitions) -> None:
-    lines = _journal(40, seed=2)
-    entries = _entries(lines, partitions=1)
+    lines = journal_lines(40, seed=2)
+    entries = entries_of(lines, partitions=1)
     sink = RecordingSink(state.log)
     processor = BatchProcessor(topics=TOPICS, state=state, sink=sink, source=Journal(entries), config=EngineConfig())
     asyncio.run(processor.process(entries))

@@ -4,7 +4,9 @@ schemas (the contract) <- the pure core (engine, ledger, state, store interface)
 <- the runners (embedded, stream) and the command line. Nothing in the core
 reaches a backend (rocksdict), the Kafka clients (faust, aiokafka, mode) or a
 runner, even indirectly; the stream path does not borrow from the embedded
-runner; benchmarks do not import tests. Imports inside functions count too.
+runner. Test and benchmark support (dev/devkit) sits below tests/ and bench/:
+neither it nor a benchmark imports tests, and the product imports none of
+them. Imports inside functions count too.
 """
 
 import ast
@@ -30,6 +32,7 @@ CORE = [
     "recurrence.processor.exceptions",
     "recurrence.processor.store.base",
     "recurrence.processor.store.memory",
+    "recurrence.processor.whatif",
 ]
 BACKENDS = ("rocksdict", "faust", "aiokafka", "mode", "aiohttp", "yarl", "prometheus_client")
 RUNNERS = ("recurrence.processor.embedded", "recurrence.processor.stream", "recurrence.processor.cli")
@@ -167,15 +170,48 @@ def test_the_record_index_is_core() -> None:
     assert _reaches("recurrence.processor.recordindex", BACKENDS + RUNNERS) == []
 
 
-def test_benchmarks_do_not_import_tests() -> None:
-    for path in (ROOT / "bench").rglob("*.py"):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        for node in ast.walk(tree):
-            names = (
-                [a.name for a in node.names] if isinstance(node, ast.Import)
-                else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
-            )
-            assert not any(n == "tests" or n.startswith("tests.") for n in names), path
+def _top_level_imports(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names.add((node.module or "").split(".")[0])
+    return names
+
+
+DEVKIT = sorted((ROOT / "dev" / "devkit").rglob("*.py"))
+BENCH = sorted((ROOT / "bench").rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", DEVKIT + BENCH, ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_dev_kit_and_the_benchmarks_do_not_import_tests(path: Path) -> None:
+    # What tests and benchmarks share lives in dev/devkit, below both: neither reaches into tests/.
+    assert "tests" not in _top_level_imports(path)
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_the_product_never_imports_the_dev_kit(name: str) -> None:
+    # devkit is not in the wheel: a product module that needed it would fail where it is installed.
+    assert _reaches(name, ("devkit", "tests", "bench")) == []
+
+
+TESTS = sorted((ROOT / "tests").rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", TESTS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_test_module_imports_another(path: Path) -> None:
+    # What several test modules share lives in a helper module (batchfakes, builders, kafka/workerchecks,
+    # ...) or in dev/devkit, never in a test module that another one imports.
+    borrowed = [
+        node.module for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[-1].startswith("test_")
+    ]
+    assert borrowed == []
+
+
+def test_the_benchmarks_drive_deployments_through_the_dev_kit() -> None:
+    assert DEVKIT and any("devkit" in _top_level_imports(path) for path in BENCH)
 
 
 def test_the_check_sees_the_core() -> None:

@@ -3,10 +3,11 @@
 import random
 from pathlib import Path
 
+import orjson
 import pytest
 
 from recurrence.processor.engineconfig import MAX_LISTED
-from recurrence.processor.patterns import PatternTracker, listing
+from recurrence.processor.patterns import Pattern, PatternTracker, listing
 from recurrence.processor.store.base import Transaction
 from recurrence.processor.store.memory import MemoryStore
 from recurrence.schemas.canonical import digest
@@ -63,13 +64,57 @@ def test_lists_are_bounded() -> None:
         tracker.observe(recurred(f"scope-{i:03d}", "k"))
     (row,) = listing(txn, 2)
     assert len(row["scopes"]) == MAX_LISTED and row["more_than_listed"] is True
+    assert row["scopes_more_than_listed"] is True and row["revisions_more_than_listed"] is True
     with pytest.raises(ValueError):
         PatternTracker(txn, min_scopes=MAX_LISTED + 1)
 
 
-def test_the_embedded_runner_tracks_patterns_from_the_ledger(tmp_path: Path) -> None:
-    import orjson
+def test_scopes_and_revisions_overflow_separately() -> None:
+    """50 scopes with two revisions each: the revision list overflows, the scope list does not (issue 28:
+    the page said "50+ scopes")."""
+    txn = Transaction(MemoryStore())
+    tracker = PatternTracker(txn, min_scopes=2)
+    for i in range(50):
+        for artifact in ("E1", "E2"):
+            tracker.observe(recurred(f"scope-{i:03d}", "k", artifact))
+    (row,) = listing(txn, 2)
+    assert row["scope_count"] == 50 and row["scopes_more_than_listed"] is False
+    assert len(row["revisions"]) == MAX_LISTED and row["revisions_more_than_listed"] is True
+    assert row["more_than_listed"] is True
 
+
+def test_a_row_written_with_one_overflow_flag_reads_as_before() -> None:
+    scopes = [f"s{i}" for i in range(50)]
+    revisions = [[f"s{i % 50}", "experience", f"E{i}", 1] for i in range(MAX_LISTED)]
+    old = Pattern.decode(orjson.dumps([scopes, revisions, 200, True, True]))
+    assert (old.more_scopes, old.more_revisions) == (False, True)
+    full = Pattern.decode(orjson.dumps([[f"s{i}" for i in range(MAX_LISTED)], revisions, 200, True, True]))
+    assert (full.more_scopes, full.more_revisions) == (True, True)
+    assert Pattern.decode(old.encode()) == old
+
+
+def test_the_text_form_summarizes_long_lists(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from recurrence.processor.cli import main
+    from recurrence.processor.store.rocksdb import RocksStore
+
+    state = tmp_path / "state"
+    store = RocksStore.open(state)
+    txn = Transaction(store)
+    tracker = PatternTracker(txn, min_scopes=3)
+    for i in range(50):
+        for artifact in ("E1", "E2"):
+            tracker.observe(recurred(f"scope-{i:03d}", "port already bound", artifact))
+    txn.commit()
+    store.close()
+    assert main(["patterns", "--state", str(state)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "50 scopes, 100 recurrences (suggested): 'port already bound'"
+    assert out[1].endswith("scope-007 … 42 more (--json lists them)")
+    assert out[2].endswith("… 61 more (--json lists them); beyond these 64, more were seen")
+    assert out[2].count("scope-") == 3
+
+
+def test_the_embedded_runner_tracks_patterns_from_the_ledger(tmp_path: Path) -> None:
     from recurrence.processor.embedded import replay
     from recurrence.processor.statedir import MemoryState
     from recurrence.processor.synthetic import JournalSpec, write

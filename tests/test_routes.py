@@ -16,7 +16,7 @@ from recurrence.processor.routes import ROUTE_KEY, Route, routes_of
 from recurrence.processor.serve import EmbeddedReadSurface, application
 from recurrence.processor.store.memory import MemoryStore
 from recurrence.processor.stream.settings import StreamSettings
-from recurrence.processor.stream.worker.app import create_app
+from recurrence.processor.stream.worker.build import create_app
 
 
 def _served(app: web.Application) -> list[tuple[str, Route | None]]:
@@ -38,4 +38,4 @@ def test_serve_serves_the_route_table() -> None:
 def test_the_document_lists_exactly_the_table(server: Server) -> None:
     routes = [(r.documented, r.public) for r in routes_of(server)]
     assert list(document(server, routes)["paths"]) == [path for path, _ in routes]
-    assert ("/metrics" in document(server, routes)["paths"]) == (server == "worker")
+    assert {"/metrics", "/progress"} <= set(document(server, routes)["paths"])

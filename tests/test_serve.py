@@ -22,30 +22,50 @@ import orjson
 import pytest
 from aiohttp import web
 
+from devkit.localrun import free_port, recurrence_command, wait_for
+from recurrence.processor.deadletters import CODES
 from recurrence.processor.embedded import open_state
+from recurrence.processor.follow import state_mark
 from recurrence.processor.routes import Ask
 from recurrence.processor.serve import EmbeddedReadSurface, application
-from recurrence.processor.stream.localrun import free_port, recurrence_command, wait_for
 from recurrence.processor.synthetic import JournalSpec, generate
-from recurrence.schemas.readsurface import DeadLetterCounts, Explanation, PatternSuggestions
+from recurrence.schemas.readsurface import (
+    DeadLetterCounts,
+    Explanation,
+    PatternSuggestions,
+    Progress,
+    ThresholdWhatIf,
+)
 from tests.apicheck import failures
-from tests.browser import SCREENSHOTS, expected_pattern_rows, expected_readings, page_readings
-from tests.tools import REPO
+from tests.browser import (
+    SCREENSHOTS,
+    expected_pattern_rows,
+    expected_readings,
+    expected_tune,
+    page_readings,
+    tune_readings,
+)
+from tests.tools import REPO, find
 
 EXAMPLE = REPO / "examples" / "rfc-minimum.jsonl"
 
 
 class Served:
-    def __init__(self, url: str, state: Path, ledger: Path) -> None:
-        self.url, self.state, self.ledger = url, state, ledger
+    def __init__(self, url: str, state: Path, ledger: Path, journal: Path) -> None:
+        self.url, self.state, self.ledger, self.journal = url, state, ledger, journal
 
     def get(self, path: str, accept: str | None = None) -> tuple[int, str, bytes]:
-        request = urllib.request.Request(self.url + path, headers={"Accept": accept} if accept else {})
+        status, headers, body = self.fetch(path, {"Accept": accept} if accept else {})
+        return status, headers.get("Content-Type", ""), body
+
+    def fetch(self, path: str, headers: dict[str, str]) -> tuple[int, Any, bytes]:
+        """Status, headers and body (a 304 included)."""
+        request = urllib.request.Request(self.url + path, headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=15) as response:
-                return response.status, response.headers["Content-Type"], response.read()
+                return response.status, response.headers, response.read()
         except urllib.error.HTTPError as error:
-            return error.code, error.headers["Content-Type"], error.read()
+            return error.code, error.headers, error.read()
 
     def json(self, path: str) -> Any:
         status, _, body = self.get(path)
@@ -56,6 +76,9 @@ class Served:
         result = subprocess.run([*recurrence_command(), *args, "--state", str(self.state)],
                                 check=True, capture_output=True, text=True, timeout=60)
         return result.stdout
+
+    def journal_lines(self) -> list[bytes]:
+        return self.journal.read_bytes().splitlines()
 
     def records(self) -> list[dict[str, Any]]:
         return [orjson.loads(line) for line in self.ledger.read_bytes().splitlines() if line.strip()]
@@ -75,7 +98,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         url = f"http://127.0.0.1:{port}"
-        running = Served(url, state, ledger)
+        running = Served(url, state, ledger, journal)
         wait_for(lambda: server.poll() is None and _answers(running), 30, 0.1, "recurrence serve")
         yield running
     finally:
@@ -151,7 +174,7 @@ def test_the_page_and_the_document_are_served(served: Served) -> None:
         text = (REPO / "processor" / "ui" / name).read_text()
         assert "http://" not in text.replace("http://www.w3.org/2000/svg", "") and "https://" not in text
     document = served.json("/openapi.json")
-    assert document["openapi"].startswith("3.1") and "/metrics" not in document["paths"]
+    assert document["openapi"].startswith("3.1") and {"/metrics", "/progress"} <= set(document["paths"])
     assert {"/statistics", "/scopes/{scope_id}/statistics", "/explain/{id}", "/livez", "/readyz"} <= set(
         document["paths"]
     )
@@ -179,6 +202,96 @@ def test_the_page_shows_what_recurrence_stats_says(served: Served) -> None:
     listed = orjson.loads(served.cli("patterns", "--all", "--json"))
     assert listed
     assert list(shown["pattern_rows"].items()) == list(expected_pattern_rows(listed).items())
+
+
+def test_progress_is_the_states_checkpoint_and_answers_304_until_it_moves(served: Served) -> None:
+    store = open_state(served.state, must_exist=True, read_only=True)
+    try:
+        mark = state_mark(store)
+    finally:
+        store.close()
+    status, headers, body = served.fetch("/progress", {})
+    assert status == 200 and headers["Content-Type"] == "application/json"
+    progress = Progress.model_validate_json(body)
+    assert progress.runner == "embedded" and progress.following is True
+    assert progress.journal is not None and progress.journal.line == mark.line == len(served.journal_lines())
+    assert progress.journal.offset == mark.offset and progress.ledger_bytes == served.ledger.stat().st_size
+    assert progress.written_at == mark.body()["written_at"]
+    tag = headers["ETag"]
+    assert served.fetch("/progress", {"If-None-Match": tag})[0] == 304
+    assert served.fetch("/progress", {"If-None-Match": '"other"'})[0] == 200
+    # The data paths are tagged from the same version: a poller re-reads them only when the state moved.
+    status, headers, _ = served.fetch("/statistics?top=50", {})
+    assert status == 200 and served.fetch("/statistics?top=50", {"If-None-Match": headers["ETag"]})[0] == 304
+    assert served.fetch("/statistics?top=5", {"If-None-Match": headers["ETag"]})[0] == 200
+
+
+def test_metrics_are_the_states_readings(served: Served) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    status, content_type, body = served.get("/metrics")
+    assert status == 200 and content_type.startswith("text/plain")
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(body.decode()) for s in family.samples}
+    by_code = Counter(r["error"] for r in served.records() if r["record"] == "dead_letter")
+    for code in CODES:  # every code from the start, 0 until written
+        assert samples[("recurrence_dead_letters_total", (("code", code),))] == by_code.get(code, 0)
+    stats = orjson.loads(served.cli("stats"))
+    for field in ("selected", "recurred", "avoided", "unknown", "unlinked_handoff_citations", "needing_review"):
+        want = sum(s["recurrence"][field] for s in stats)
+        assert samples[("recurrence_statistics", (("field", field),))] == want
+    assert samples[("recurrence_scopes", ())] == len(stats)
+    assert samples[("recurrence_journal_lines_applied", ())] == len(served.journal_lines())
+    assert samples[("recurrence_ledger_bytes", ())] == served.ledger.stat().st_size
+    promtool = find("promtool")
+    if promtool is not None:
+        checked = subprocess.run([promtool, "check", "metrics"], input=body, capture_output=True, check=False)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_a_path_that_does_not_exist_is_a_404_listing_those_that_do(served: Served) -> None:
+    status, content_type, body = served.get("/statistic")
+    assert status == 404 and content_type == "application/json"
+    answer = orjson.loads(body)
+    assert answer["error"] == "no such path: /statistic"
+    assert answer["paths"] == list(served.json("/openapi.json")["paths"])
+    assert "/statistics" in answer["paths"] and "/progress" in answer["paths"]
+
+
+def _tune_cli(served: Served, thresholds: str) -> dict[str, Any]:
+    result = subprocess.run([*recurrence_command(), "tune", str(served.journal), "--thresholds", thresholds, "--json"],
+                            check=True, capture_output=True, timeout=120)
+    body: dict[str, Any] = orjson.loads(result.stdout)
+    return body
+
+
+def test_tune_answers_what_recurrence_tune_says_of_the_journal(served: Served) -> None:
+    # The served state's shadow counters, kept by the replay, against a dry run over the same journal.
+    body = served.json("/tune?thresholds=4,1,2,3")
+    ThresholdWhatIf.model_validate(body)
+    assert body["review_threshold"] == 3 and body["incomplete_scopes"] == []
+    assert body["thresholds"] == _tune_cli(served, "4,1,2,3")["thresholds"]
+    assert [s["scope_id"] for s in body["thresholds"][0]["by_scope"]] == [
+        s["scope_id"] for s in orjson.loads(served.cli("stats"))
+    ]
+    # By default the page's thresholds: 1..10 (two past the configured 3 is within them).
+    default = served.json("/tune")
+    assert [row["threshold"] for row in default["thresholds"]] == list(range(1, 11))
+    for bad in ("0", "101", "x", "2,,3", "1.5"):
+        status, _, answer = served.get(f"/tune?thresholds={bad}")
+        assert status == 400 and orjson.loads(answer)["error"].startswith("thresholds: "), (bad, answer)
+
+
+def test_the_page_draws_the_tune_chart(served: Served) -> None:
+    shown = tune_readings(served.url + "/ui", SCREENSHOTS / "tune-chart.png")
+    body = served.json("/tune")
+    assert any(row["review_proposals"] and row["flags_then_avoided"] for row in body["thresholds"])
+    want = expected_tune(body)
+    assert shown["bars"] == want["bars"]
+    assert shown["table"] == want["table"]
+    assert shown["marked"] == want["marked"] == [3]
+    assert shown["configured"] == "the state runs at 3"
+    assert "rebuild" not in shown["note"]
 
 
 def test_the_openapi_document_holds_against_the_server(served: Served) -> None:

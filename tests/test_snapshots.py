@@ -30,7 +30,7 @@ from recurrence.processor.stream.worker.snapshots import (
 )
 from recurrence.processor.stream.worker.tablestore import ChangeSetRocksStore, KeptRocksDBOptions, StateTable
 
-from .test_store_contract import _latest_table_options
+from .rocksdb_options import latest_options
 
 
 class MemoryLog:
@@ -243,7 +243,7 @@ def test_a_reopened_partition_database_keeps_its_bloom_filter(tmp_path: Path) ->
     again = store.rocksdb_options.open(path)
     try:
         assert again.get(b"k") == b"v"
-        assert "filter_policy=bloomfilter" in _latest_table_options(path)
+        assert "filter_policy=bloomfilter" in latest_options(path)
     finally:
         again.close()
 

@@ -24,6 +24,8 @@ from recurrence.processor.store.base import RowCache, StateStore, Transaction
 from recurrence.processor.store.memory import MemoryStore
 from recurrence.processor.store.rocksdb import RocksStore, rocks_options
 
+from .rocksdb_options import latest_options
+
 
 class TransactionStore:
     """A Transaction over a MemoryStore, used as a store: apply stages, reads merge."""
@@ -150,11 +152,6 @@ def test_rocksdb_state_survives_reopening(tmp_path: Path) -> None:
         again.close()
 
 
-def _latest_table_options(path: Path) -> str:
-    latest = max(path.glob("OPTIONS-*"), key=lambda f: int(f.name.split("-")[1]))
-    return latest.read_text()
-
-
 @pytest.mark.parametrize("read_only", [False, True])
 def test_a_reopened_rocksdb_state_keeps_its_bloom_filter(tmp_path: Path, read_only: bool) -> None:
     # Without its filter a reopened state reads a data block for every miss (and most engine
@@ -162,12 +159,12 @@ def test_a_reopened_rocksdb_state_keeps_its_bloom_filter(tmp_path: Path, read_on
     first = RocksStore.open(tmp_path / "db")
     first.apply({b"k": b"v"})
     first.close()
-    assert "filter_policy=bloomfilter" in _latest_table_options(tmp_path / "db")
+    assert "filter_policy=bloomfilter" in latest_options(tmp_path / "db")
     again = RocksStore.open(tmp_path / "db", read_only=read_only)
     try:
         assert again.get(b"k") == b"v"
         if not read_only:  # a read-only open writes no OPTIONS file
-            assert "filter_policy=bloomfilter" in _latest_table_options(tmp_path / "db")
+            assert "filter_policy=bloomfilter" in latest_options(tmp_path / "db")
     finally:
         again.close()
 

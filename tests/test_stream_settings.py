@@ -16,6 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from recurrence.processor.cli import build_parser, main
+from recurrence.processor.deadletters import CODES
 from recurrence.processor.exceptions import SettingsError, UnusableError
 from recurrence.processor.stream.batch.metrics import LiveReadings, Metrics, RestoreProgress
 from recurrence.processor.stream.batch.probes import ProbeInputs, liveness, readiness
@@ -185,10 +186,23 @@ def test_a_busy_web_port_is_refused_in_one_line() -> None:
             check_web_port(StreamSettings(web_port=port))
 
 
-def test_no_faust_entry_point() -> None:
-    import recurrence.processor.stream.worker.app as app_module
-
-    assert not hasattr(app_module, "app")
+@pytest.mark.parametrize(
+    "target",
+    ["recurrence.processor.stream.worker.app", "recurrence.processor.stream.worker.app:app",
+     "recurrence.processor.stream.app"],
+)
+def test_faust_own_command_line_says_in_one_line_which_command_starts_a_worker(target: str, tmp_path: Path) -> None:
+    # No Faust app to load (``recurrence worker`` checks the port and topics first): exit 2, one line, no traceback.
+    result = subprocess.run(
+        [sys.executable, "-m", "faust", "-A", target, "worker"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path, check=False,
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [
+        "recurrence: there is no Faust app to load with 'faust -A'; start a worker with 'recurrence worker' "
+        "(options: 'recurrence worker --help')"
+    ]
+    assert result.stdout == ""
 
 
 def _inputs(**overrides: object) -> ProbeInputs:
@@ -230,11 +244,21 @@ def test_metrics_exposition_parses_and_names_follow_prometheus_conventions() -> 
     assert families["recurrence_batch_duration_seconds"].type == "histogram"
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in families.values() for s in f.samples}
     assert samples[("recurrence_dead_letters_total", (("code", "invalid_json"),))] == 2
+    assert samples[("recurrence_dead_letters_total", (("code", "position_conflict"),))] == 0
     assert samples[("recurrence_consumer_lag", (("partition", "0"),))] == 2
     assert samples[("recurrence_restore_remaining_records", (("role", "active"),))] == 4
     assert samples[("recurrence_rebalances_total", ())] == 2
     assert samples[("recurrence_entry_to_output_seconds_count", ())] == 1
     assert "process_cpu_seconds" in families
+
+
+def test_every_dead_letter_code_is_exported_from_the_start() -> None:
+    """A fresh worker exports ``recurrence_dead_letters_total`` for every code at 0, so a rate or an alert on
+    the series works before the first dead letter (issue 28)."""
+    families = {f.name: f for f in text_string_to_metric_families(Metrics().render().decode())}
+    samples = {s.labels["code"]: s.value for s in families["recurrence_dead_letters"].samples
+               if s.name == "recurrence_dead_letters_total"}
+    assert samples == dict.fromkeys(CODES, 0)
 
 
 def test_promtool_accepts_the_exposition(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ runs from an empty folder that holds an application's own ``schemas`` and
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -30,11 +31,20 @@ def _tree_modules() -> set[str]:
     return names | {"recurrence"}
 
 
+# What a build leaves in the checkout (and a build would pick up again), and what is no source at all.
+NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", ".cache", "build", "dist", "out", "*.egg-info", "__pycache__",
+                                    ".*_cache", ".hypothesis")
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # From a clean copy: setuptools builds in place, and a build/ left by an earlier build in the
+    # checkout ships modules that have since been moved or deleted.
+    source = tmp_path_factory.mktemp("source") / "recurrence"
+    shutil.copytree(REPO, source, symlinks=True, ignore=NOT_SOURCE)
     out = tmp_path_factory.mktemp("wheel")
     built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", str(REPO), "-w", str(out)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", str(source), "-w", str(out)],
         capture_output=True, text=True, timeout=600, check=False,
     )
     assert built.returncode == 0, built.stderr[-3000:]

@@ -5,6 +5,8 @@ else owns (Faust's per-partition databases), so both runners read and scan
 RocksDB through the same code.
 """
 
+import shutil
+import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -58,9 +60,11 @@ class RocksStore:
     #: forked child must not use RocksDB (``workers`` starts fresh interpreters instead).
     opened_in_process = False
 
-    def __init__(self, db: Any, owned: bool = True, durable: bool = False) -> None:
+    def __init__(self, db: Any, owned: bool = True, durable: bool = False, scratch: Path | None = None) -> None:
         self._db = db
         self._owned = owned
+        # a follower's own directory (its RocksDB info log), removed on close
+        self._scratch = scratch
         # durable: every apply reaches the disk before it returns (the WAL is fsync'ed). The
         # embedded runner needs it (its state is the only record of what the ledger holds);
         # the Kafka path does not (its changelog is the source of truth).
@@ -88,6 +92,29 @@ class RocksStore:
         except Exception as error:  # rocksdict raises plain Exception subclasses
             raise StateDirError(f"cannot open state directory {path}: {error}") from error
         return cls(db, durable=durable)
+
+    @classmethod
+    def open_follower(cls, path: Path) -> "RocksStore":
+        """A read view of a database another process may be writing: everything committed when it opens.
+
+        A RocksDB secondary instance: it takes no lock and writes nothing of RocksDB's into ``path`` (its
+        info log goes to a scratch directory of its own), so the writer is never blocked. Every table file
+        is opened at once (``max_open_files=-1``): files the writer compacts away later stay readable
+        through the open handles. The view is never caught up in place (see ``processor/follow.py``):
+        whoever follows opens a new one.
+        """
+        options = rocks_options()
+        options.create_if_missing(False)
+        options.set_max_open_files(-1)
+        RocksStore.opened_in_process = True
+        scratch = Path(tempfile.mkdtemp(prefix="recurrence-follow-"))
+        try:
+            db = Rdict(str(path), options=options, column_families={"default": options},
+                       access_type=AccessType.secondary(str(scratch)))
+        except Exception as error:  # rocksdict raises plain Exception subclasses
+            shutil.rmtree(scratch, ignore_errors=True)
+            raise StateDirError(f"cannot open state directory {path}: {error}") from error
+        return cls(db, scratch=scratch)
 
     def get(self, key: bytes) -> bytes | None:
         value = self._db.get(key)
@@ -119,3 +146,5 @@ class RocksStore:
     def close(self) -> None:
         if self._owned:
             self._db.close()
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)

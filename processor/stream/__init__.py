@@ -1,13 +1,18 @@
-"""The Kafka stream path: a thin Faust shell around the one engine.
+"""The Kafka stream path: a thin Faust shell around the one engine, in rooms that import only downwards.
 
-``app`` builds the Faust app (one agent over the journal topic, one
-changelog-backed RocksDB table for engine state, web views); ``processing``
-runs a batch in the only safe order (outputs durable, then one change set per
-partition, then local state) against the Faust-free interfaces in ``types``;
-``journal`` reads entries the stream skipped; ``changeset`` is the changelog
-record format; ``tablestore`` adapts Faust's per-partition RocksDB databases to
-``recurrence.processor.store.base.StateStore``; ``publish``, ``dump``,
-``status`` and ``review_consumer`` are the client commands. See docs/kafka.md.
-The package is imported by ``recurrence.processor.cli`` when it builds its
-parser, and ``publish``/``dump`` never load Faust (``tests/test_layers.py``).
+``batch/`` runs a batch in the only safe order (outputs durable, then one
+change set per partition, then local state) against the Faust-free interfaces
+in ``batch/types``; ``clients/`` holds the aiokafka plumbing, the short-lived
+commands (``publish``, ``ledger-dump``, ``status``, ``topics apply``, the
+Review consumer) and ``faustcompat``, the one module that touches library
+internals; ``worker/`` is the Faust worker (``app.build_worker`` assembles it;
+``tablestore`` adapts Faust's per-partition RocksDB databases to
+``recurrence.processor.store.base.StateStore``); ``cli`` sits on top. See
+docs/kafka.md. The package is imported by ``recurrence.processor.cli`` when it
+builds its parser, and the clients never load Faust (``tests/test_layers.py``).
 """
+
+from .faustentry import NOT_A_FAUST_APP
+
+#: ``faust -A recurrence.processor.stream`` (and the pre-rooms ``...stream.app``) finds no app, only the command to use.
+app = NOT_A_FAUST_APP

@@ -21,8 +21,10 @@ from typing import IO, Any, Final
 
 import orjson
 
+from ..cliargs import non_negative_int
 from ..exceptions import EXIT_OK, BrokerError, TopicDriftError, UnusableError
 from .clients.brokers import APPLY_HINT, quiet_client_logs
+from .clients.dumpformat import DEFAULT_FORMAT
 from .cliflags import NAMING, add_config_argument, add_model_arguments, load
 from .settings import KafkaConnection, StreamSettings, TopicLayout, WorkerOptions
 
@@ -88,14 +90,14 @@ def _output(path: str | None) -> Iterator[IO[bytes]]:
         yield handle
 
 
-async def _follow(reader: Any, out: IO[bytes]) -> None:
+async def _follow(reader: Any, out: IO[bytes], render: Any) -> None:
     # Ctrl-C and SIGTERM end a follow normally (exit 0), like kcat -C.
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     try:
-        await reader.follow(out, stop)
+        await reader.follow(out, stop, render)
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
@@ -103,25 +105,28 @@ async def _follow(reader: Any, out: IO[bytes]) -> None:
 
 def _cmd_ledger_dump(args: argparse.Namespace) -> int:
     from .clients.dump import OutputReader, topics_for_kinds  # noqa: PLC0415
+    from .clients.dumpformat import StartOffset, compile_format  # noqa: PLC0415
     from .clients.status import wait_caught_up  # noqa: PLC0415
 
     if args.follow and args.until_caught_up:
         raise UnusableError("--follow and --until-caught-up exclude each other (--follow already waits)")
+    start = StartOffset.parse(args.offset)
+    render = compile_format(args.format)
     settings = _settings(args)
     topics = topics_for_kinds(settings.topics, args.kinds)
     if args.until_caught_up:
-        progress = asyncio.run(
-            wait_caught_up(settings.kafka, settings.topics.journal, settings.group_id, args.max_wait)
-        )
+        # Pattern suggestions come from the patterns agent, behind the journal by the repartition topic.
+        inputs = [settings.topics.journal, *([settings.topics.recurred] if settings.topics.patterns in topics else [])]
+        progress = asyncio.run(wait_caught_up(settings.kafka, inputs, settings.group_id, args.max_wait))
         print(f"recurrence ledger-dump: group {progress.group} caught up ({sum(p.end for p in progress.partitions)} "
               f"journal entries)", file=sys.stderr)
-    reader = OutputReader(settings.kafka, topics, dedupe=not args.no_dedupe)
+    reader = OutputReader(settings.kafka, topics, dedupe=not args.no_dedupe, start=start, partition=args.partition)
     with _output(args.out) as out:
         if args.follow:
-            asyncio.run(_follow(reader, out))
+            asyncio.run(_follow(reader, out, render))
         else:
-            for value in asyncio.run(reader.read()):
-                out.write(value + b"\n")
+            for dumped in asyncio.run(reader.read_dumped()):
+                out.write(render(dumped))
             out.flush()
     print(reader.summary.line(), file=sys.stderr)
     return EXIT_OK
@@ -142,7 +147,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
     from .clients.status import group_progress  # noqa: PLC0415
 
     settings = _settings(args)
-    progress = asyncio.run(group_progress(settings.kafka, settings.topics.journal, settings.group_id))
+    inputs = [settings.topics.journal, settings.topics.recurred]
+    progress = asyncio.run(group_progress(settings.kafka, inputs, settings.group_id))
     if args.json:
         sys.stdout.buffer.write(orjson.dumps(progress.as_json()) + b"\n")
     else:
@@ -174,9 +180,9 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 
     import faust  # noqa: PLC0415
 
-    from .worker.app import RecurrenceService  # noqa: PLC0415
+    from .worker.build import build_worker  # noqa: PLC0415
 
-    service = RecurrenceService(settings)
+    service = build_worker(settings)
     worker = faust.Worker(service.app, loglevel=settings.worker.loglevel, quiet=True, redirect_stdouts=False)
     worker.execute_from_commandline()
     return EXIT_OK  # pragma: no cover - execute_from_commandline always raises SystemExit
@@ -225,12 +231,28 @@ def register(commands: Any) -> None:
     )
     g.add_argument("--no-dedupe", action="store_true", help="write every raw record, duplicates included")
     g.add_argument(
+        "--offset", "-o", default="beginning", metavar="beginning|end|N|-N",
+        help="where each partition is read from, as kcat -o: beginning (default), end (with --follow: only new "
+        "records), an offset N, or -N for the last N records of each partition",
+    )
+    g.add_argument(
+        "--partition", "-p", type=non_negative_int, metavar="N",
+        help="read only partition N of each chosen topic (default all)",
+    )
+    g.add_argument(
+        "--format", "-F", default=DEFAULT_FORMAT, metavar="FORMAT",
+        help="how each record is written, as kcat -f: %%s record, %%S its length, %%k key, %%K key length, "
+        "%%t topic, %%p partition, %%o offset, %%T timestamp (ms), %%h headers, %%%% and \\n \\t \\r \\\\ "
+        "(default %(default)s: the embedded ledger's bytes)",
+    )
+    g.add_argument(
         "--follow", "-f", action="store_true",
         help="after the existing records, keep writing new distinct ones as they arrive until Ctrl-C (exit 0)",
     )
     g.add_argument(
         "--until-caught-up", action="store_true",
-        help="first wait until the worker group's committed journal offsets reach the journal's end offsets",
+        help="first wait until the worker group's committed journal offsets reach the journal's end offsets "
+        "(with --kinds patterns, then the repartition topic's too)",
     )
     g.add_argument(
         "--max-wait", type=float, default=DEFAULT_MAX_WAIT, metavar="SECONDS",
@@ -245,7 +267,9 @@ def register(commands: Any) -> None:
     p.add_argument("--out", help="output file (default stdout)")
     p.set_defaults(func=_cmd_statistics_dump)
 
-    p = commands.add_parser("status", help="per journal partition: end offset, the group's committed offset, lag")
+    p = commands.add_parser(
+        "status", help="per input partition (journal, repartition topic): end offset, the group's committed offset, lag"
+    )
     _common(p)
     p.add_argument("--json", action="store_true", help="one JSON object instead of the table")
     p.set_defaults(func=_cmd_status)

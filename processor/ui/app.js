@@ -200,11 +200,96 @@ function renderPatterns(body) {
   }
 }
 
+// The review-threshold what-if (`/tune`, as `recurrence tune` counts it): per threshold, the review
+// proposals a replay would write and the premature flags (streaks an avoided verdict later ended), as
+// grouped bars; the threshold the state runs with is marked.
+const SVG = "http://www.w3.org/2000/svg";
+
+function svgEl(tag, attrs, text) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [name, value] of Object.entries(attrs || {})) node.setAttribute(name, value);
+  if (text !== undefined) node.textContent = String(text);
+  return node;
+}
+
+function niceStep(most) {
+  const rough = Math.max(1, most) / 4;
+  const power = 10 ** Math.floor(Math.log10(rough));
+  return [1, 2, 5, 10].map((m) => m * power).find((step) => step >= rough);
+}
+
+function tuneChart(body) {
+  const rows = body.thresholds;
+  const width = 640, height = 280, left = 48, right = 8, top = 26, bottom = 40;
+  const svg = svgEl("svg", { viewBox: `0 0 ${width} ${height}`, width, height, role: "img",
+    "aria-label": "review proposals and premature flags per review threshold" });
+  const most = Math.max(1, ...rows.flatMap((r) => [r.review_proposals, r.flags_then_avoided]));
+  const step = niceStep(most);
+  const ceiling = Math.ceil(most / step) * step;
+  const plotW = width - left - right, plotH = height - top - bottom;
+  const y = (value) => top + plotH - (value / ceiling) * plotH;
+  for (let tick = 0; tick <= ceiling; tick += step) {
+    svg.append(svgEl("line", { class: "axis", x1: left, x2: width - right, y1: y(tick), y2: y(tick) }));
+    svg.append(svgEl("text", { class: "tick", x: left - 6, y: y(tick) + 4, "text-anchor": "end" },
+      tick.toLocaleString()));
+  }
+  const band = plotW / Math.max(1, rows.length);
+  const bar = Math.min(26, band * 0.36);
+  rows.forEach((row, index) => {
+    const middle = left + band * index + band / 2;
+    if (row.threshold === body.review_threshold) {
+      // Behind the bars: the band of the threshold the state runs with.
+      svg.append(svgEl("rect", { class: "configured", x: (middle - band / 2 + 2).toFixed(1), y: top - 12,
+        width: (band - 4).toFixed(1), height: plotH + 12, rx: 3, "data-configured": row.threshold }));
+      svg.append(svgEl("text", { class: "configured-label", x: middle, y: top - 2, "text-anchor": "middle" },
+        `configured: ${row.threshold}`));
+    }
+    [["review_proposals", "proposals", -bar], ["flags_then_avoided", "premature", 0]].forEach(([field, kind, dx]) => {
+      const value = row[field];
+      const rect = svgEl("rect", { class: kind, x: (middle + dx).toFixed(1), y: y(value).toFixed(1), width: bar.toFixed(1),
+        height: (top + plotH - y(value)).toFixed(1), "data-threshold": row.threshold, "data-series": field,
+        "data-value": value });
+      rect.append(svgEl("title", {}, `threshold ${row.threshold}: ${value.toLocaleString()} ` +
+        (field === "review_proposals" ? "review proposals" : "premature flags")));
+      svg.append(rect);
+    });
+    svg.append(svgEl("text", { class: "tick", x: middle, y: height - bottom + 16, "text-anchor": "middle" },
+      row.threshold));
+  });
+  svg.append(svgEl("text", { class: "tick", x: left + plotW / 2, y: height - 6, "text-anchor": "middle" },
+    "review threshold (consecutive recurrences)"));
+  return svg;
+}
+
+function renderTune(body) {
+  document.getElementById("tune-configured").textContent = `the state runs at ${body.review_threshold}`;
+  document.getElementById("tune-chart").replaceChildren(tuneChart(body));
+  const table = document.getElementById("tune-table");
+  table.tBodies[0].replaceChildren();
+  for (const row of body.thresholds) {
+    const share = row.flags ? `${((100 * row.flags_then_avoided) / row.flags).toFixed(1)}%` : "–";
+    const tr = el("tr", { "data-tune": row.threshold, class: row.threshold === body.review_threshold ? "configured" : "" },
+      el("td", { class: "num" }, row.threshold));
+    for (const field of ["review_proposals", "needing_review", "flags", "flags_then_avoided"]) {
+      tr.append(el("td", { class: "num", "data-field": field }, row[field].toLocaleString()));
+    }
+    tr.append(el("td", { class: "num", "data-field": "premature" }, share));
+    table.tBodies[0].append(tr);
+  }
+  const note = document.getElementById("tune-note");
+  note.textContent = body.incomplete_scopes.length
+    ? `${body.incomplete_scopes.length} scopes were replayed before these counters were kept and count short ` +
+      `(${body.incomplete_scopes.slice(0, 5).join(", ")}${body.incomplete_scopes.length > 5 ? ", …" : ""}); ` +
+      "rebuild the state to include them."
+    : "flags: times a streak reached the threshold, any repair surface, head or not (= needing review + premature " +
+      "flags); review proposals: only experience_content records, on their head revision.";
+}
+
 async function load() {
   const status = document.getElementById("status");
   try {
-    const [stats, deadLetters, patterns] = await Promise.all([
-      getJSON(`/statistics?top=${TOP}`), getJSON("/dead-letters"), getJSON("/patterns"),
+    const [stats, deadLetters, patterns, tune] = await Promise.all([
+      getJSON(`/statistics?top=${TOP}`), getJSON("/dead-letters"), getJSON("/patterns"), getJSON("/tune"),
     ]);
     let chosen = null;
     const choose = async (scopeId) => {
@@ -216,6 +301,7 @@ async function load() {
     renderReview(stats);
     renderDeadLetters(deadLetters);
     renderPatterns(patterns);
+    renderTune(tune);
     const busiest = [...stats].sort((a, b) => b.recurrence.recurred - a.recurrence.recurred)[0];
     await choose(busiest ? busiest.scope_id : null);
     status.textContent = `${stats.length} scopes · loaded ${new Date().toLocaleTimeString()} from ${location.host}`;

@@ -1,5 +1,9 @@
 """A real Kafka broker for the session, and a fresh deployment per test.
 
+Every test in this folder, and only these, gets the ``kafka`` marker: the folder
+means "needs a broker" (broker-less tests of the stream code live in ``tests/``),
+and ``make test-fast`` (``-m "not kafka"``) leaves exactly this folder out.
+
 Broker, in order of preference:
 
 1. ``KAFKA_BOOTSTRAP_SERVERS`` when set (any cluster; nothing is started or stopped);
@@ -16,9 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from recurrence.processor.stream.localrun import KAFKA_SH, LocalBroker
-
-from .harness import Deployment
+from devkit.deployment import Deployment
+from devkit.localrun import KAFKA_SH, LocalBroker
 
 
 def _docker_answers() -> bool:
@@ -28,6 +31,16 @@ def _docker_answers() -> bool:
         return subprocess.run(["docker", "info"], check=False, capture_output=True, timeout=10).returncode == 0
     except (OSError, subprocess.SubprocessError):
         return False
+
+
+HERE = Path(__file__).resolve().parent
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.is_relative_to(HERE):
+            item.add_marker(pytest.mark.kafka)
 
 
 @pytest.fixture(scope="session")

@@ -16,12 +16,13 @@ from pathlib import Path
 
 import pytest
 
+from devkit.deployment import Deployment, write_journal
+from devkit.localrun import wait_for
+from devkit.oracle import Oracle
 from recurrence.processor.synthetic import JournalSpec, generate
+from recurrence.processor.verify import distinct
 
-from .harness import Deployment, Oracle, dedupe, wait_for, write_journal
-from .test_end_to_end import check_statistics, scopes_of
-
-pytestmark = pytest.mark.kafka
+from .workerchecks import check_statistics, scopes_of
 
 CYCLES = 5
 
@@ -74,15 +75,15 @@ def test_kill_minus_nine_at_random_points(deployment: Deployment, tmp_path: Path
     wait_for(lambda: worker.lag() == 0, 60, 0.2, "zero lag")
 
     raw = deployment.outputs(deduplicated=False)
-    distinct = dedupe(raw)
+    unique = distinct(raw)
     # The journal itself repeats some garbage lines: identical dead letters the oracle writes too.
-    inherent = len(oracle.records) - len(dedupe(oracle.records))
-    duplicates = len(raw) - len(distinct) - inherent
+    inherent = len(oracle.records) - len(distinct(oracle.records))
+    duplicates = len(raw) - len(unique) - inherent
     log_text = worker.log_path.read_text(errors="replace")
     gaps = log_text.count("the stream skipped offsets") + log_text.count("were not delivered by the stream")
     print(
         f"\n[crash {guarantee}] {CYCLES} kill -9 ({kills_mid_batch} with entries pending), one with the local state "
-        f"deleted; {len(raw)} raw output records, {len(distinct)} distinct, {duplicates} duplicates from crashes; "
+        f"deleted; {len(raw)} raw output records, {len(unique)} distinct, {duplicates} duplicates from crashes; "
         f"{gaps} stream gaps filled from the journal; {log_text.count('loaded snapshot')} snapshots loaded; "
         "kill -> ready / kill -> caught up (s): "
         + ", ".join(f"{ready:.1f}/{caught:.1f}" for ready, caught in recoveries)

@@ -13,44 +13,15 @@ from typing import Any
 import orjson
 import pytest
 
+from devkit.deployment import Deployment, write_journal
+from devkit.localrun import REPO, wait_for
+from devkit.oracle import Oracle
 from recurrence.processor.synthetic import JournalSpec, generate
+from recurrence.processor.verify import distinct
 
-from .harness import REPO, Deployment, Oracle, Worker, dedupe, quote, wait_for, write_journal
-
-pytestmark = pytest.mark.kafka
+from .workerchecks import check_statistics, scopes_of
 
 RFC_EXAMPLE = REPO / "examples" / "rfc-minimum.jsonl"
-
-
-def check_statistics(workers: list[Worker], oracle: Oracle, scopes: list[str]) -> None:
-    # A batch's outputs are durable before its local state is written (docs/kafka.md, "How a batch
-    # is processed"), so output equal to the oracle can be seen a moment before the statistics are.
-    expected = oracle.statistics()
-
-    def settled(worker: Worker) -> bool:
-        return worker.get_json("/statistics") == (200, expected)
-
-    for worker in workers:
-        wait_for(lambda: settled(worker), 30, 0.2, "the statistics to settle")  # noqa: B023 - called here
-    for worker in workers:
-        status, body = worker.get_json("/statistics")
-        assert status == 200, body
-        assert body == oracle.statistics()
-        status, body = worker.get_json("/statistics?top=1")
-        assert status == 200 and body == oracle.statistics(None, 1)
-        for scope in scopes:
-            for top in (None, 0, 2):
-                query = "" if top is None else f"?top={top}"
-                status, body = worker.get_json(f"/scopes/{quote(scope)}/statistics{query}")
-                assert status == 200, (scope, body)
-                assert body == oracle.statistics(scope, top)[0]
-        assert worker.get_json("/scopes/no-such-scope/statistics")[0] == 404
-        assert worker.get_json("/statistics?top=-1")[0] == 400
-        assert worker.get_json("/statistics?top=many")[0] == 400
-
-
-def scopes_of(oracle: Oracle, limit: int = 6) -> list[str]:
-    return [s["scope_id"] for s in oracle.statistics()][:limit]
 
 
 def test_rfc_example_equals_the_embedded_runner(deployment: Deployment, tmp_path: Path) -> None:
@@ -69,6 +40,11 @@ def test_rfc_example_equals_the_embedded_runner(deployment: Deployment, tmp_path
     result = deployment.run("ledger-dump", "--out", str(dump))
     assert "distinct records" in result.stderr
     assert dump.read_bytes() == b"".join(record + b"\n" for record in oracle.records)
+    # ... and `recurrence verify` says so against a replay's ledger (stdin: a pipe from the dump works too).
+    ledger = tmp_path / "replay-ledger.jsonl"
+    deployment.run("replay", str(RFC_EXAMPLE), "--state", str(tmp_path / "replay-state"), "--out", str(ledger))
+    verified = deployment.run("verify", "--ledger", str(ledger), "--outputs", str(dump))
+    assert verified.stdout.startswith("equal: ledger 9 records"), verified.stdout
 
     check_statistics([worker], oracle, ["rfc-minimum"])
     metrics = worker.metrics()
@@ -106,7 +82,7 @@ def test_random_journal_equals_the_embedded_runner(deployment: Deployment, tmp_p
     assert set(positions()) == {str(p) for p in range(deployment.partitions)}
     outputs = deployment.wait_for_outputs(oracle, timeout=60)
     print(
-        f"\n[throughput] one worker, {entries} entries ({journal.stat().st_size:,} bytes), {len(dedupe(outputs))} "
+        f"\n[throughput] one worker, {entries} entries ({journal.stat().st_size:,} bytes), {len(distinct(outputs))} "
         f"records: {entries / (done - ready):,.0f} entries/s from ready to processed "
         f"({done - ready:.2f}s); {entries / (done - started):,.0f} entries/s including worker start "
         f"({done - started:.2f}s, ready after {ready - started:.2f}s)"

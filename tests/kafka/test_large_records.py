@@ -16,6 +16,9 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
+from devkit.deployment import Deployment, write_journal
+from devkit.localrun import wait_for
+from devkit.oracle import Oracle
 from recurrence.processor.stream.settings import StreamSettings
 from recurrence.processor.stream.worker.app import EXIT_BATCH_ABORTED
 from recurrence.processor.stream.worker.journal import PartitionReader
@@ -26,10 +29,6 @@ from recurrence.topics.definitions import (
     RECORD_LIMIT,
     topic_specs,
 )
-
-from .harness import Deployment, Oracle, wait_for, write_journal
-
-pytestmark = pytest.mark.kafka
 
 # The largest journal record the topic takes, less the record batch's framing and a margin.
 HUGE = JOURNAL_MAX_RECORD_BYTES - 4096

@@ -19,14 +19,13 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer
 
+from devkit.deployment import Deployment, write_journal
+from devkit.localrun import REPO, recurrence_command, wait_for
+from devkit.oracle import Oracle
 from recurrence.processor.stream.settings import StreamSettings
 from recurrence.processor.synthetic import JournalSpec, generate
 from recurrence.topics.definitions import topic_specs
 from tests.tools import find
-
-from .harness import REPO, Deployment, Oracle, recurrence_command, wait_for, write_journal
-
-pytestmark = pytest.mark.kafka
 
 RFC_EXAMPLE = REPO / "examples" / "rfc-minimum.jsonl"
 
@@ -49,10 +48,17 @@ def test_quick_start_waits_for_the_worker_and_tails_like_kcat(deployment: Deploy
         assert "caught up" in result.stderr
         assert dump.read_bytes() == b"".join(record + b"\n" for record in oracle.records)
 
+        # The journal is done; the patterns agent may still be on the repartition topic (2 recurred).
+        deployment.wait_drained(60)
         status = deployment.run("status")
         assert status.stdout.splitlines()[-1].split()[-1] == "0", status.stdout
         as_json = orjson.loads(deployment.run("status", "--json").stdout)
         assert as_json["lag"] == 0 and sum(p["end"] for p in as_json["partitions"]) == 10
+        journal, repartition = as_json["inputs"]
+        assert (journal["topic"], repartition["topic"]) == (deployment.topics.journal, deployment.topics.recurred)
+        assert journal["partitions"] == as_json["partitions"]
+        assert sum(p["end"] for p in repartition["partitions"]) == 2 == sum(p["committed"] or 0
+                                                                             for p in repartition["partitions"])
 
     finally:
         time.sleep(2.0)  # the follower polls every 0.5 s
@@ -65,6 +71,12 @@ def test_quick_start_waits_for_the_worker_and_tails_like_kcat(deployment: Deploy
     assert report["status"] == "ok" and report["lag"] == {"0": 0, "1": 0, "2": 0, "3": 0}
     assert _status(worker, "/health") == 200  # the alias answers as /readyz
     _check_outputs_carry_ids(deployment)
+    # Once ready, the worker says where its page is: one line, the URL and nothing else.
+    announced = f"ready: the statistics page is at {worker.url}/ui"
+    wait_for(lambda: announced in worker.log_path.read_text(), 30, 0.2, "the /ui line")
+    lines = [line.rstrip() for line in worker.log_path.read_text().splitlines() if "/ui" in line]
+    assert len(lines) == 1 and lines[0].endswith(announced), lines
+    assert _status(worker, "/ui") == 200
 
 
 def _status(worker: object, path: str) -> int:
@@ -145,6 +157,46 @@ def test_review_consumer_dedupes_and_commits(deployment: Deployment, tmp_path: P
     # Its offsets are committed: a second run in the same group has nothing new.
     again = subprocess.run(command, env=deployment.env(), capture_output=True, text=True, timeout=120, check=False)
     assert again.returncode == 0 and again.stdout == "", again.stderr
+
+
+def test_ledger_dump_reads_from_an_offset_one_partition_and_formats_like_kcat(
+    deployment: Deployment, tmp_path: Path
+) -> None:
+    journal = tmp_path / "journal.jsonl"
+    write_journal(journal, generate(JournalSpec(entries=300, scopes=8, seed=5, garbage_ratio=0.0)))
+    oracle = Oracle.run(journal, tmp_path)
+    deployment.apply_topics()
+    deployment.publish(journal)
+    deployment.worker("w1").start()
+    deployment.run("ledger-dump", "--until-caught-up", "--max-wait", "120")
+    default = deployment.run("ledger-dump").stdout
+    assert default == deployment.run("ledger-dump", "--format", "%s\\n").stdout
+    assert sorted(default.splitlines()) == sorted(r.decode() for r in oracle.records)
+    # Where every record is: topic, partition, offset, and the record itself (one raw record per line).
+    where = [line.split(" ", 3) for line in
+             deployment.run("ledger-dump", "--no-dedupe", "--format", "%t %p %o %s\\n").stdout.splitlines()]
+    assert sorted(record for *_, record in where) == sorted(deployment.run("ledger-dump", "--no-dedupe").stdout
+                                                            .splitlines())
+    ledger = f"{deployment.prefix}.ledger"
+    offsets: dict[tuple[str, int], list[int]] = {(topic, int(part)): [] for topic, part, _, _ in where}
+    for topic, part, offset, _ in where:
+        offsets[(topic, int(part))].append(int(offset))
+    in_zero = sorted(offsets[(ledger, 0)])
+    assert len(in_zero) > 5
+
+    def dump(*args: str) -> list[str]:
+        return deployment.run("ledger-dump", "--no-dedupe", *args).stdout.splitlines()
+
+    only_zero = dump("--partition", "0", "--format", "%t %p\\n")
+    assert sorted(only_zero) == sorted(f"{t} 0" for (t, p), found in offsets.items() if p == 0 for _ in found)
+    assert sorted(int(o) for o in dump("--kinds", "ledger", "--partition", "0", "--format", "%o\\n")) == in_zero
+    assert sorted(int(o) for o in dump("--kinds", "ledger", "--partition", "0", "--offset", "-2",
+                                 "--format", "%o\\n")) == in_zero[-2:]
+    assert sorted(int(o) for o in dump("--kinds", "ledger", "--partition", "0", "--offset", str(in_zero[3]),
+                                       "--format", "%o\\n")) == in_zero[3:]
+    assert dump("--offset", "end") == []
+    refused = deployment.run("ledger-dump", "--partition", "99", check=False)
+    assert refused.returncode == 2 and "--partition 99" in refused.stderr.strip().splitlines()[-1]
 
 
 def test_missing_topic_and_unresponsive_broker_fail_in_one_line(deployment: Deployment) -> None:

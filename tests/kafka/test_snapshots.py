@@ -14,13 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from devkit.deployment import Deployment, Worker, write_journal
+from devkit.localrun import wait_for
+from devkit.oracle import Oracle
 from recurrence.processor.stream.worker.journal import PartitionReader
 from recurrence.processor.synthetic import JournalSpec, generate
+from recurrence.processor.verify import distinct
 
-from .harness import Deployment, Oracle, Worker, dedupe, wait_for, write_journal
-from .test_end_to_end import check_statistics, scopes_of
-
-pytestmark = pytest.mark.kafka
+from .workerchecks import check_statistics, scopes_of
 
 SHIPPING_OFF = ("--snapshot-interval", "0", "--snapshot-batches", "0")
 
@@ -57,6 +58,7 @@ def test_a_lost_disk_is_restored_from_a_snapshot_and_the_changelog_tail(
     first = run("run1", "--snapshot-interval", "1")
     first.wait_ready(partitions=deployment.partitions)
     publish_through(0)
+    deployment.wait_drained()  # the patterns agent too: the state run 3 must reproduce is complete
     first.stop()  # a clean stop ships what changed since the last snapshot
     shipped = first.log_path.read_text(errors="replace").count("shipped snapshot")
     assert shipped >= deployment.partitions
@@ -65,6 +67,7 @@ def test_a_lost_disk_is_restored_from_a_snapshot_and_the_changelog_tail(
     second = run("run2", *SHIPPING_OFF)
     second.wait_ready(partitions=deployment.partitions, timeout=120)
     publish_through(1)  # the tail: change sets after the last snapshot
+    deployment.wait_drained()
     second.stop()
     history = _changelog_ends(deployment)
     shutil.rmtree(second.datadir)
@@ -85,8 +88,8 @@ def test_a_lost_disk_is_restored_from_a_snapshot_and_the_changelog_tail(
     publish_through(2)
     wait_for(lambda: third.lag() == 0, 60, 0.2, "zero lag")
     raw = deployment.outputs(deduplicated=False)
-    inherent = len(oracle.records) - len(dedupe(oracle.records))  # the journal repeats some garbage lines
-    assert len(raw) - len(dedupe(raw)) == inherent, "a record was written twice: the restore missed state"
+    inherent = len(oracle.records) - len(distinct(oracle.records))  # the journal repeats some garbage lines
+    assert len(raw) - len(distinct(raw)) == inherent, "a record was written twice: the restore missed state"
     check_statistics([third], oracle, scopes_of(oracle, 4))
 
 

@@ -23,13 +23,12 @@ from typing import Any
 import orjson
 import pytest
 
+from devkit.deployment import Deployment, write_journal
+from devkit.localrun import wait_for
+from devkit.oracle import Oracle
 from recurrence.processor.patterns import suggestion
 from recurrence.processor.stream.clients.dump import read_records, read_statistics
 from recurrence.processor.synthetic import JournalSpec, generate
-
-from .harness import Deployment, Oracle, wait_for, write_journal
-
-pytestmark = pytest.mark.kafka
 
 
 def _embedded_patterns(
@@ -82,6 +81,9 @@ def test_patterns_and_statistics_topics_equal_the_embedded_runner(
         worker.start().wait_ready(partitions=deployment.partitions)
     # (exactly_once: no restart here; a restart waits out the transaction timeout, see test_crash.py)
     deployment.publish(second)
+    # With --kinds patterns, --until-caught-up waits for the patterns agent too (behind the journal agent).
+    early = deployment.run("ledger-dump", "--until-caught-up", "--max-wait", "180", "--kinds", "patterns")
+    assert {line.encode() for line in early.stdout.splitlines()} == want, early.stderr
 
     def caught_up() -> bool:
         return set(_suggestions(deployment)[0]) == want and _statistics(deployment) == oracle.statistics()

@@ -2,15 +2,12 @@
 
 import asyncio
 
-import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from devkit.deployment import Deployment
 from recurrence.processor.stream.settings import StreamSettings
 from recurrence.topics.definitions import OUTPUT_MAX_RECORD_BYTES, topic_specs
 
-from .harness import Deployment
-
-pytestmark = pytest.mark.kafka
 # journal, ledger, review, dead letters, state changelog, statistics, repartition, patterns, patterns changelog
 TOPICS = len(topic_specs(StreamSettings()))
 

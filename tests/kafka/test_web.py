@@ -18,6 +18,8 @@ from typing import Any
 import orjson
 import pytest
 
+from devkit.deployment import Deployment, Worker, owned_partitions, write_journal
+from devkit.localrun import REPO, wait_for
 from recurrence.processor.archive import FileArchive
 from recurrence.processor.embedded import replay, statistics
 from recurrence.processor.explain import Explainer
@@ -27,15 +29,19 @@ from recurrence.processor.state import State
 from recurrence.processor.statedir import MemoryState
 from recurrence.processor.store.base import StateStore, Transaction
 from recurrence.processor.synthetic import JournalSpec, generate
+from recurrence.processor.tune import tune
+from recurrence.processor.verify import distinct
 from recurrence.schemas.constants import DEFAULT_PATTERN_SCOPES
-from recurrence.schemas.readsurface import Explanation, PatternSuggestions
+from recurrence.schemas.readsurface import Explanation, PatternSuggestions, ThresholdWhatIf
 from tests.apicheck import failures
-from tests.browser import SCREENSHOTS, expected_pattern_rows, expected_readings, page_readings
-
-from .harness import REPO, Deployment, Worker, dedupe, wait_for, write_journal
-from .test_workers import _split
-
-pytestmark = pytest.mark.kafka
+from tests.browser import (
+    SCREENSHOTS,
+    expected_pattern_rows,
+    expected_readings,
+    expected_tune,
+    page_readings,
+    tune_readings,
+)
 
 EXAMPLE = REPO / "examples" / "rfc-minimum.jsonl"
 _ORIGIN = re.compile(r"journal line \d+|[\w.-]+\[\d+\]@\d+")
@@ -47,6 +53,7 @@ class Cluster:
         self.deployment, self.workers = deployment, workers
         self.explainer = Explainer(State(Transaction(store)), FileArchive(store, ledger, journal))
         self.store = store
+        self.journal = journal
         self.records = [orjson.loads(line) for line in ledger.read_bytes().splitlines() if line.strip()]
 
     def explain(self, worker: Worker, identity: str, query: str = "format=json") -> dict[str, Any]:
@@ -69,11 +76,11 @@ def cluster(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> I
     try:
         deployment.apply_topics()
         workers = [deployment.worker("w1").start(), deployment.worker("w2").start()]
-        wait_for(lambda: _split(workers, deployment.partitions), 120, 0.2, "both workers to own partitions")
+        wait_for(lambda: owned_partitions(workers, deployment.partitions), 120, 0.2, "both workers to own partitions")
         deployment.publish(journal)
         expected = len(ledger.read_bytes().splitlines())
-        wait_for(lambda: len(dedupe(deployment.outputs())) == expected, 180, 0.5, "every output record")
-        wait_for(lambda: _split(workers, deployment.partitions), 60, 0.2, "a stable split")
+        wait_for(lambda: len(distinct(deployment.outputs())) == expected, 180, 0.5, "every output record")
+        wait_for(lambda: owned_partitions(workers, deployment.partitions), 60, 0.2, "a stable split")
         yield Cluster(deployment, workers, store, ledger, journal)
     finally:
         deployment.close()
@@ -124,7 +131,7 @@ def test_explain_on_any_worker_equals_the_embedded_explanation(cluster: Cluster)
 
 
 def test_dead_letters_are_explained_and_counted(cluster: Cluster) -> None:
-    dumped = [orjson.loads(r) for r in dedupe(cluster.deployment.outputs())]
+    dumped = [orjson.loads(r) for r in distinct(cluster.deployment.outputs())]
     dead = [r for r in dumped if r["record"] == "dead_letter"]
     assert dead
     for record in dead[:4]:
@@ -186,3 +193,30 @@ def test_the_worker_page_shows_what_statistics_say(cluster: Cluster) -> None:
     assert shown["dead_letters"] == dict(Counter(r["error"] for r in cluster.records if r["record"] == "dead_letter"))
     assert list(shown["pattern_rows"].items()) == list(expected_pattern_rows(patterns).items())
     assert shown["explanation"].startswith("revision ")
+
+
+def test_tune_on_either_worker_is_recurrence_tune_of_the_journal(cluster: Cluster) -> None:
+    # The worker's state tables keep the same shadow counters, through the same engine.
+    want = tune(str(cluster.journal), range(1, 11))[0]["thresholds"]
+    assert any(row["review_proposals"] for row in want)
+    for worker in cluster.workers:
+        status, body = worker.get_json("/tune")
+        assert status == 200, body
+        ThresholdWhatIf.model_validate(body)
+        assert body["review_threshold"] == 3 and body["incomplete_scopes"] == []
+        assert body["thresholds"] == want
+    # Each worker's own answer (?local=1) holds the scopes of its partitions: together every scope, once.
+    local = [worker.get_json("/tune?local=1&thresholds=3") for worker in cluster.workers]
+    scopes = [row["scope_id"] for _, body in local for row in body["thresholds"][0]["by_scope"]]
+    assert sorted(scopes) == [row["scope_id"] for row in want[0]["by_scope"]]
+    assert all(body["thresholds"][0]["by_scope"] for _, body in local), "both workers own scopes: merged"
+
+
+def test_the_worker_page_draws_the_tune_chart(cluster: Cluster) -> None:
+    worker = cluster.workers[0]
+    shown = tune_readings(worker.url + "/ui", SCREENSHOTS / "tune-chart-worker.png")
+    status, body = worker.get_json("/tune")
+    assert status == 200
+    want = expected_tune(body)
+    assert shown["bars"] == want["bars"] and shown["table"] == want["table"]
+    assert shown["marked"] == want["marked"] == [3]

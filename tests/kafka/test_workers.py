@@ -10,29 +10,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
-
+from devkit.deployment import Deployment, owned_partitions, write_journal
+from devkit.localrun import wait_for
+from devkit.oracle import Oracle
 from recurrence.processor.synthetic import JournalSpec, generate
+from recurrence.processor.verify import distinct
 
-from .harness import Deployment, Oracle, Worker, dedupe, wait_for, write_journal
-from .test_end_to_end import check_statistics, scopes_of
-
-pytestmark = pytest.mark.kafka
-
-
-def _split(workers: list[Worker], partitions: int) -> list[set[int]] | None:
-    for worker in workers:
-        if worker.proc is not None and worker.proc.poll() is not None:
-            raise AssertionError(f"{worker.name} exited with {worker.proc.returncode}; see {worker.log_path}")
-    reports = [w.health() for w in workers]
-    if not all(r and r.get("status") == "ok" for r in reports):
-        return None
-    owned: list[set[int]] = [set(r["ready_partitions"]) for r in reports if r]
-    if any(not o for o in owned) or set().union(*owned) != set(range(partitions)):
-        return None
-    if sum(len(o) for o in owned) != partitions:
-        return None
-    return owned
+from .workerchecks import check_statistics, scopes_of
 
 
 def test_two_workers_split_partitions_and_fail_over(deployment: Deployment, tmp_path: Path) -> None:
@@ -51,13 +35,13 @@ def test_two_workers_split_partitions_and_fail_over(deployment: Deployment, tmp_
     deployment.publish(journals[0])
     w1 = deployment.worker("w1").start()
     w2 = deployment.worker("w2").start()
-    owned: Any = wait_for(lambda: _split([w1, w2], deployment.partitions), 120, 0.2, "both workers to own partitions")
+    owned: Any = wait_for(lambda: owned_partitions([w1, w2], deployment.partitions), 120, 0.2, "both to own partitions")
     print(f"\n[workers] partitions split {sorted(owned[0])} / {sorted(owned[1])}")
 
     deployment.publish(journals[1])
     oracle = Oracle.run(oracle_two, tmp_path)
     deployment.wait_for_outputs(oracle, timeout=180)
-    wait_for(lambda: _split([w1, w2], deployment.partitions), 60, 0.2, "a stable split")
+    wait_for(lambda: owned_partitions([w1, w2], deployment.partitions), 60, 0.2, "a stable split")
     check_statistics([w1, w2], oracle, scopes_of(oracle, 8))
     processed = [w.metrics()["recurrence_entries_processed_total"] for w in (w1, w2)]
     assert all(n > 0 for n in processed), f"one worker processed nothing: {processed}"
@@ -86,7 +70,7 @@ def _journal(tmp_path: Path, entries: int, seed: int, parts: int) -> tuple[list[
 
 def _no_duplicate_ids(deployment: Deployment) -> None:
     raw = deployment.outputs(deduplicated=False)
-    assert len(raw) == len(dedupe(raw)), "a read_committed consumer saw a record id twice"
+    assert len(raw) == len(distinct(raw)), "a read_committed consumer saw a record id twice"
 
 
 def test_exactly_once_survives_a_joining_worker_and_a_kill(deployment: Deployment, tmp_path: Path) -> None:
@@ -99,12 +83,12 @@ def test_exactly_once_survives_a_joining_worker_and_a_kill(deployment: Deploymen
     deployment.publish(chunks[0])
     w1 = deployment.worker("w1", "--instance-id", f"{deployment.prefix}-w1").start()
     w2 = deployment.worker("w2", "--instance-id", f"{deployment.prefix}-w2").start()
-    wait_for(lambda: _split([w1, w2], deployment.partitions), 120, 0.2, "both workers to own partitions")
+    wait_for(lambda: owned_partitions([w1, w2], deployment.partitions), 120, 0.2, "both workers to own partitions")
     deployment.publish(chunks[1])
     # A third worker joins while the second chunk is being processed: a rebalance mid-stream.
     w3 = deployment.worker("w3", "--instance-id", f"{deployment.prefix}-w3").start()
     deployment.publish(chunks[2])
-    wait_for(lambda: _split([w1, w2, w3], deployment.partitions), 180, 0.2, "three workers to share partitions")
+    wait_for(lambda: owned_partitions([w1, w2, w3], deployment.partitions), 180, 0.2, "three to share partitions")
     # One dies without a goodbye while it has entries in hand: its open transaction must be
     # aborted by the new owners' producers before they restore its partitions and go on.
     deployment.publish(chunks[3])
@@ -113,7 +97,7 @@ def test_exactly_once_survives_a_joining_worker_and_a_kill(deployment: Deploymen
     print(f"\n[workers] w1 killed with {pending:.0f} entries pending")
     oracle = Oracle.run(everything, tmp_path)
     deployment.wait_for_outputs(oracle, timeout=240)
-    wait_for(lambda: _split([w2, w3], deployment.partitions), 120, 0.2, "the survivors to own every partition")
+    wait_for(lambda: owned_partitions([w2, w3], deployment.partitions), 120, 0.2, "the survivors to own all partitions")
     _no_duplicate_ids(deployment)
 
 
@@ -124,7 +108,7 @@ def test_exactly_once_fences_a_paused_zombie_worker(deployment: Deployment, tmp_
     deployment.publish(chunks[0])
     w1 = deployment.worker("w1", "--session-timeout", "6").start()
     w2 = deployment.worker("w2", "--session-timeout", "6").start()
-    wait_for(lambda: _split([w1, w2], deployment.partitions), 120, 0.2, "both workers to own partitions")
+    wait_for(lambda: owned_partitions([w1, w2], deployment.partitions), 120, 0.2, "both workers to own partitions")
     oracle_first = tmp_path / "first.jsonl"
     write_journal(oracle_first, [line for line in chunks[0].read_bytes().splitlines() if line])
     deployment.wait_for_outputs(Oracle.run(oracle_first, tmp_path), timeout=120)

@@ -23,6 +23,7 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
+from ...deadletters import CODES
 from ...tally import Tally
 
 CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
@@ -218,8 +219,10 @@ class _WorkerCollector(Collector):
         letters = CounterMetricFamily(
             "recurrence_dead_letters", "Dead letters produced, by error code.", labels=["code"]
         )
-        for code, n in sorted(m.dead_letters.items()):
-            letters.add_metric([code], n)
+        # Every stable code from the start (0 until one is written): a rate or an alert on the series
+        # then works before the first dead letter, not only after it.
+        for code in sorted(set(CODES) | set(m.dead_letters)):
+            letters.add_metric([code], m.dead_letters.get(code, 0))
         yield letters
         yield _counter("recurrence_batches", "Batches made durable.", m.batches)
         yield _counter("recurrence_changelog_records", "Change-set records written to the changelog.",

@@ -20,24 +20,29 @@ observation that cites it). When duplicates exist the earliest source wins.
 ``--follow`` writes that ordered snapshot first and then every new distinct
 record as it arrives (in arrival order; a scope's records on one topic keep
 their order), until Ctrl-C or SIGTERM, like ``kcat -C``.
+
+``--offset``, ``--partition`` and ``--format`` narrow and shape the read as
+kcat's ``-o``, ``-p`` and ``-f`` do (``dumpformat``); deduplication and the
+order above apply to the records read.
 """
 
 import asyncio
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, Final
 
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from ....schemas.canonical import digest
 from ....topics.names import TopicNames
 from ...exceptions import SettingsError
+from ...verify import record_id as derived_record_id
 from ..batch.types import ID_HEADER, SOURCE_HEADER
 from ..settings import KafkaConnection
 from .brokers import bounded, committed_reader, require_topics, started
+from .dumpformat import BEGINNING, Dumped, StartOffset, value_line
 from .faustcompat import kafka_client
 
 _NO_SOURCE = (sys.maxsize, sys.maxsize, sys.maxsize)
@@ -77,15 +82,7 @@ def record_id(value: bytes, headers: Sequence[tuple[str, bytes]] | None = None) 
     for name, raw in headers or ():
         if name == ID_HEADER:
             return raw.decode()
-    record = orjson.loads(value)
-    kind = record.get("record") if isinstance(record, dict) else None
-    if kind == "observation":
-        return f"observation:{record['observation_id']}"
-    if kind == "match":
-        return f"match:{record['match_digest']}"
-    if kind == "dead_letter":
-        return f"dead_letter:{record['dead_letter_id']}"
-    return f"{kind}:{digest(record)}"
+    return derived_record_id(value)
 
 
 def _source(headers: Sequence[tuple[str, bytes]] | None) -> tuple[int, int, int] | None:
@@ -119,33 +116,59 @@ class DumpSummary:
 
 
 class OutputReader:
-    """Reads output topics from the beginning, deduplicating by record id."""
+    """Reads output topics from ``start`` (the beginning by default), deduplicating by record id."""
 
-    def __init__(self, connection: KafkaConnection, topics: Sequence[str], dedupe: bool = True) -> None:
+    def __init__(
+        self,
+        connection: KafkaConnection,
+        topics: Sequence[str],
+        dedupe: bool = True,
+        start: StartOffset = BEGINNING,
+        partition: int | None = None,
+    ) -> None:
         self.connection = connection
         self.topics = list(topics)
         self.dedupe = dedupe
+        self.start = start
+        self.partition = partition
         self.summary = DumpSummary()
         self._rank = {topic: i for i, topic in enumerate(self.topics)}
         self._seen: set[str] = set()
 
     async def _assign(self, consumer: AIOKafkaConsumer) -> list[TopicPartition]:
         counts = await require_topics(self.connection, kafka_client(consumer), self.topics)
-        tps = [TopicPartition(topic, p) for topic in self.topics for p in range(counts[topic])]
+        if self.partition is None:
+            tps = [TopicPartition(topic, p) for topic in self.topics for p in range(counts[topic])]
+        else:
+            lacking = [topic for topic in self.topics if self.partition >= counts[topic]]
+            if lacking:
+                raise SettingsError(
+                    f"--partition {self.partition}: {', '.join(f'{t} has {counts[t]}' for t in lacking)} partitions "
+                    f"(numbered from 0)"
+                )
+            tps = [TopicPartition(topic, self.partition) for topic in self.topics]
         consumer.assign(tps)
-        await bounded(self.connection, consumer.seek_to_beginning(*tps))
+        if self.start == BEGINNING:
+            await bounded(self.connection, consumer.seek_to_beginning(*tps))
+            return tps
+        firsts: dict[TopicPartition, int] = await bounded(self.connection, consumer.beginning_offsets(tps))
+        ends: dict[TopicPartition, int] = await bounded(self.connection, consumer.end_offsets(tps))
+        for tp in tps:
+            consumer.seek(tp, self.start.resolve(firsts[tp], ends[tp]))
         return tps
 
-    def _keep(self, tp: TopicPartition, message: Any) -> tuple[tuple[int, ...], str, bytes]:
+    def _keep(self, tp: TopicPartition, message: Any) -> tuple[tuple[int, ...], str, Dumped]:
         self.summary.raw_records += 1
         self.summary.by_topic[tp.topic] = self.summary.by_topic.get(tp.topic, 0) + 1
         order = (*(_source(message.headers) or _NO_SOURCE), self._rank[tp.topic], tp.partition, message.offset)
-        return order, record_id(message.value, message.headers), message.value
+        dumped = Dumped(tp.topic, tp.partition, message.offset, message.key, message.value, message.timestamp,
+                        tuple(message.headers or ()))
+        return order, record_id(message.value, message.headers), dumped
 
-    async def _snapshot(self, consumer: AIOKafkaConsumer, tps: list[TopicPartition]) -> list[tuple[str, bytes]]:
+    async def _snapshot(self, consumer: AIOKafkaConsumer, tps: list[TopicPartition]) -> list[tuple[str, Dumped]]:
         ends: dict[TopicPartition, int] = await bounded(self.connection, consumer.end_offsets(tps))
-        best: dict[str, tuple[tuple[int, ...], bytes]] = {}
-        kept: list[tuple[tuple[int, ...], bytes]] = []
+        best: dict[str, tuple[tuple[int, ...], Dumped]] = {}
+        kept: list[tuple[tuple[int, ...], Dumped]] = []
         remaining = {tp for tp in tps if ends[tp] > 0}
         for tp in list(remaining):
             if await consumer.position(tp) >= ends[tp]:
@@ -156,12 +179,12 @@ class OutputReader:
                 for message in messages:
                     if message.offset >= ends[tp]:
                         continue
-                    order, ident, value = self._keep(tp, message)
+                    order, ident, dumped = self._keep(tp, message)
                     seen = best.get(ident)
                     if not self.dedupe:
-                        kept.append((order, value))
+                        kept.append((order, dumped))
                     elif seen is None or order < seen[0]:
-                        best[ident] = (order, value)
+                        best[ident] = (order, dumped)
             for tp in list(remaining):
                 if await consumer.position(tp) >= ends[tp]:
                     remaining.discard(tp)
@@ -170,28 +193,32 @@ class OutputReader:
                 if tp not in remaining and await consumer.position(tp) > ends[tp]:
                     consumer.seek(tp, ends[tp])
         if self.dedupe:
-            records = sorted(((order, ident, value) for ident, (order, value) in best.items()), key=lambda i: i[0])
+            records = sorted(((order, ident, dumped) for ident, (order, dumped) in best.items()), key=lambda i: i[0])
             self._seen.update(ident for _, ident, _ in records)
-            return [(ident, value) for _, ident, value in records]
-        return [("", value) for _, value in sorted(kept, key=lambda item: item[0])]
+            return [(ident, dumped) for _, ident, dumped in records]
+        return [("", dumped) for _, dumped in sorted(kept, key=lambda item: item[0])]
 
     async def read(self) -> list[bytes]:
         """Every distinct record up to the end offsets found at start, in source order."""
+        return [dumped.value for dumped in await self.read_dumped()]
+
+    async def read_dumped(self) -> list[Dumped]:
+        """``read``, each record with its topic, partition, offset, key, timestamp and headers."""
         began = time.monotonic()
         async with started(self.connection, committed_reader(self.connection)) as consumer:
             tps = await self._assign(consumer)
             records = await self._snapshot(consumer, tps)
         self.summary.distinct = len(records)
         self.summary.seconds = time.monotonic() - began
-        return [value for _, value in records]
+        return [dumped for _, dumped in records]
 
-    async def follow(self, out: IO[bytes], stop: asyncio.Event) -> None:
+    async def follow(self, out: IO[bytes], stop: asyncio.Event, render: Callable[[Dumped], bytes] = value_line) -> None:
         """The snapshot, then every new distinct record as it arrives, until ``stop`` is set."""
         began = time.monotonic()
         async with started(self.connection, committed_reader(self.connection)) as consumer:
             tps = await self._assign(consumer)
-            for _, value in await self._snapshot(consumer, tps):
-                _write(out, value)
+            for _, dumped in await self._snapshot(consumer, tps):
+                out.write(render(dumped))
             self.summary.distinct = len(self._seen) if self.dedupe else self.summary.raw_records
             out.flush()
             while not stop.is_set():
@@ -204,19 +231,14 @@ class OutputReader:
                 stopped.cancel()
                 for tp, messages in poll.result().items():
                     for message in messages:
-                        _, ident, value = self._keep(tp, message)
+                        _, ident, dumped = self._keep(tp, message)
                         if self.dedupe and ident in self._seen:
                             continue
                         self._seen.add(ident)
                         self.summary.distinct += 1
-                        _write(out, value)
+                        out.write(render(dumped))
                 out.flush()
         self.summary.seconds = time.monotonic() - began
-
-
-def _write(out: IO[bytes], value: bytes) -> None:
-    out.write(value)
-    out.write(b"\n")
 
 
 async def read_records(
@@ -231,7 +253,7 @@ async def read_records(
 async def dump(connection: KafkaConnection, topics: Sequence[str], out: IO[bytes], dedupe: bool = True) -> DumpSummary:
     records, summary = await read_records(connection, topics, dedupe)
     for value in records:
-        _write(out, value)
+        out.write(value + b"\n")
     out.flush()
     return summary
 

@@ -1,9 +1,11 @@
-"""The Faust app: the engine agent over the journal, the patterns agent, two changelog-backed tables, web views.
+"""The running worker: the engine agent over the journal, the patterns agent, catching up, probes and reports.
 
 The patterns agent (issue 11.2) consumes the repartition topic the engine agent
 writes ``recurred`` observations to, keyed by signature key, and keeps the
 cross-scope pattern rows in its own table; both agents run ``BatchProcessor``
-with their ``Step`` (``steps``), so they share the durability order.
+with their ``Step`` (``steps``), so they share the durability order. Each is
+a ``Lane``; ``build.build_worker`` assembles the lanes and this service from
+the settings.
 
 The agent is a thin shell. It takes each fetch of raw journal records whole
 (the worker's consumer hands it over without Faust's per-event path:
@@ -15,8 +17,10 @@ the partition's transaction). Anything unexpected while a batch is in flight
 without committing the batch, and a restart is the recovery path anyway.
 
 ``recurrence worker`` is the one way to start a worker: it checks the topics
-and the web port and builds the app from the settings models. There is no
-``faust -A`` entry point (it skipped those checks and diverged in behaviour).
+and the web port and builds the worker from the settings models
+(``build.build_worker``). ``faust -A`` finds no app here, only a line saying
+so (``faustentry``): the entry point it once had skipped those checks and
+diverged in behaviour.
 """
 
 import asyncio
@@ -26,37 +30,30 @@ import os
 import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
-import faust
 from aiokafka.errors import MessageSizeTooLargeError
 
-from ....topics.names import PATTERNS_TABLE_NAME, TABLE_NAME
-from ...engineconfig import EngineConfig
 from ...exceptions import RecurrenceError
 from ...gcpolicy import FullCollections, freeze_startup_objects
-from ..batch.metrics import LiveReadings, Metrics
-from ..batch.probes import ProbeInputs, readiness, rebalances, restore_progress
+from ..batch.metrics import Metrics
+from ..batch.probes import ProbeInputs, readiness
 from ..batch.processing import BatchProcessor
-from ..batch.steps import PatternStep
 from ..batch.types import Entry, PartitionedState
 from ..clients.faustcompat import crashed
-from ..settings import KafkaConnection, StreamSettings
+from ..faustentry import NOT_A_FAUST_APP
 from .cluster import Cluster
 from .fetches import FetchChannel, Fetched
 from .journal import PartitionReader
 from .sink import FaustSink
 from .snapshots import Snapshots, SnapshotTarget
-from .snapshottopic import KafkaSnapshotLog
 from .tablestore import StateTable
-from .views import PatternTable, ReadSurface, register
 from .workerapp import WorkerApp
 
 log = logging.getLogger("recurrence.stream")
 
 EXIT_BATCH_ABORTED: Final = 70
-AGENT_NAME: Final = "recurrence-engine"
-PATTERNS_AGENT_NAME: Final = "recurrence-patterns"
 REPORT_INTERVAL: Final = 15.0
 CATCH_UP_INTERVAL: Final = 2.0
 STALL_SECONDS: Final = 4.0
@@ -66,170 +63,95 @@ RECORD_TOO_LARGE: Final = (
     "max.message.bytes=..., see docs/kafka.md, Topics), or for a changelog lower --changelog-record-bytes, "
     "then restart"
 )
-PRODUCER_BATCH_BYTES: Final = 512 * 1024
 SNAPSHOT_CHECK_INTERVAL: Final = 2.0
-#: How long the patterns agent collects recurred observations into one batch (its batches are not
-#: latency-bound). Under exactly_once it shares each partition's transactional producer with the
-#: engine agent (the topics are co-partitioned, so Faust keeps one producer per partition for both),
-#: and a batch holds that producer for its whole transaction: run for every few observations, its
-#: batches kept the engine's next batch waiting 44 ms of a 200 ms cycle at half load.
-PATTERNS_BATCH_WITHIN: Final = 1.0
+#: How often a starting worker checks whether it is ready, to say once where its page is.
+READY_POLL_INTERVAL: Final = 1.0
 
 
-def faust_credentials(connection: KafkaConnection) -> Any:
-    """``broker_credentials`` for faust.App, or None for PLAINTEXT."""
-    context = connection.ssl_context()
-    if connection.uses_sasl:
-        return faust.SASLCredentials(
-            username=connection.sasl_username,
-            password=connection.password(),
-            mechanism=connection.sasl_mechanism,
-            ssl_context=context,
-        )
-    if context is not None:
-        return faust.SSLCredentials(context)
-    return None
+@dataclass
+class Lane:
+    """One agent's share of the worker: the engine over the journal, or the patterns agent over the
+    repartition topic.
+
+    The topic it consumes (``source`` by name), its state table, what it sees of the group, the
+    batch processor that runs its fetches, how long a batch below ``min_records`` waits for more,
+    and the direct readers behind catching up and the restore check (closed at shutdown).
+    """
+
+    agent: str
+    source: str
+    topic: Any
+    table: StateTable
+    cluster: Cluster
+    processor: BatchProcessor
+    readers: tuple[PartitionReader, ...]
+    within: float
+    min_records: int
+    #: Per partition: the position last seen and since when (the stall rule, ``stalled``).
+    progress: dict[int, tuple[int | None, float]] = field(default_factory=dict)
+
+    def state(self) -> PartitionedState:
+        """The table's store (``tablestore``): the partitioned state, and what snapshots read."""
+        return cast(PartitionedState, self.table.data)
+
+
+@dataclass(frozen=True)
+class ServiceOptions:
+    """What the running worker reads of its settings."""
+
+    app_id: str
+    url: str  # where other workers reach this one (``StreamSettings.canonical_url``)
+    processing_guarantee: str
+    batch_max: int
+    ready_max_lag: int
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.processing_guarantee == "exactly_once"
 
 
 class RecurrenceService:
-    """Builds and wires the Faust app for one set of settings."""
+    """The running worker: its two agents, catching up, snapshots, probes and reports (see ``build_worker``)."""
 
-    def __init__(self, settings: StreamSettings) -> None:
-        self.settings = settings
-        self.metrics = Metrics(live=LiveReadings(
-            lag=self._lag,
-            restore=lambda: restore_progress(self.app, self.names.changelog),
-            rebalances=lambda: rebalances(self.app),
-            ready=lambda: readiness(self._probe()).ok,
-        )).with_process_metrics()
-        self.config = EngineConfig(review_threshold=settings.review_threshold, pattern_scopes=settings.pattern_scopes)
-        names = settings.topics
-        self.names = names
-        self.canonical_url = settings.canonical_url
-        self.app = WorkerApp(
-            settings.group_id,
-            broker=settings.kafka.faust_broker(),
-            broker_credentials=faust_credentials(settings.kafka),
-            store="rocksdb://",
-            datadir=str(settings.datadir),
-            processing_guarantee=settings.processing_guarantee,
-            topic_partitions=settings.partitions,
-            topic_replication_factor=settings.replication,
-            # Topics are code (``recurrence topics apply``); Faust must never create one
-            # with its own defaults (a compacted changelog, a 1-partition journal).
-            topic_allow_declare=False,
-            topic_disable_leader=True,
-            table_standby_replicas=settings.standby_replicas,
-            consumer_auto_offset_reset="earliest",
-            consumer_group_instance_id=settings.instance_id,
-            broker_session_timeout=settings.session_timeout,
-            broker_heartbeat_interval=max(0.5, settings.session_timeout / 5),
-            producer_acks=-1,
-            stream_wait_empty=True,
-            # One fetch is one batch (``fetches``): this caps the entries per batch.
-            broker_max_poll_records=settings.batch_max,
-            # The sink appends a batch's outputs to one producer batch per topic partition
-            # (``sink``): large batches, under the broker's default 1 MB per record batch.
-            producer_max_batch_size=PRODUCER_BATCH_BYTES,
-            producer_max_request_size=4 * PRODUCER_BATCH_BYTES,
-            web_enabled=True,
-            web_bind=settings.web_host,
-            web_host=settings.web_host,
-            web_port=settings.web_port,
-            canonical_url=self.canonical_url,
-        )
-        self.journal = self._raw_topic(names.journal)
-        self.table = self._state_table(TABLE_NAME, "recurrence engine state (one change set per journal entry)")
-        self.cluster = Cluster(self.app, names.journal, names.changelog, self.table.name)
-        self.recurred = self._raw_topic(names.recurred)
-        self.patterns_table = self._state_table(
-            PATTERNS_TABLE_NAME, "cross-scope pattern rows by signature key (one change set per batch)"
-        )
-        self.patterns_cluster = Cluster(self.app, names.recurred, names.patterns_changelog, self.patterns_table.name)
-        outputs = {name: self._raw_topic(name) for name in (*names.outputs(), names.statistics, names.patterns)}
-        outputs[names.recurred] = self.recurred
-        outputs[names.changelog] = self.table.changelog_topic
-        outputs[names.patterns_changelog] = self.patterns_table.changelog_topic
-        exactly_once = settings.processing_guarantee == "exactly_once"
-        self.reader = PartitionReader(settings.kafka, names.journal)
-        self.changelog_reader = PartitionReader(settings.kafka, names.changelog)
-        self.processor = BatchProcessor(
-            topics=names,
-            state=self.state,
-            source=self.reader,
-            sink=FaustSink(self.app, outputs, names.journal, exactly_once),
-            config=self.config,
-            metrics=self.metrics,
-            changelog=self.changelog_reader,
-        )
-        self.patterns_reader = PartitionReader(settings.kafka, names.recurred)
-        self.patterns_changelog_reader = PartitionReader(settings.kafka, names.patterns_changelog)
-        self.metrics.patterns = Metrics()
-        self.patterns_processor = BatchProcessor(
-            topics=names,
-            state=cast(PartitionedState, self.patterns_table.data),
-            source=self.patterns_reader,
-            sink=FaustSink(self.app, outputs, names.recurred, exactly_once),
-            config=self.config,
-            metrics=self.metrics.patterns,
-            step=PatternStep(names, settings.pattern_scopes),
-            changelog=self.patterns_changelog_reader,
-        )
-        for processor in (self.processor, self.patterns_processor):
-            processor.changelog_record_bytes = settings.worker.changelog_record_bytes
-            processor.catch_up_max = settings.batch_max  # a catch-up batch is capped like a fetched one
-        self._wire_snapshots(settings)
-        self.app.on_partitions_assigned.connect(self._assigned)
-        worker = settings.worker
-        self.app.agent(self.journal, name=AGENT_NAME)(
-            self._agent(self.processor, names.journal, worker.batch_within, worker.batch_min)
-        )
-        self.app.agent(self.recurred, name=PATTERNS_AGENT_NAME)(
-            self._agent(self.patterns_processor, names.recurred, PATTERNS_BATCH_WITHIN, settings.batch_max)
-        )
-        self.app.timer(REPORT_INTERVAL)(self._report)
-        self.app.timer(CATCH_UP_INTERVAL)(self._catch_up)
-        self._collections: FullCollections | None = None  # from the start (``_freeze_startup_objects``)
-        self.app.task(self._freeze_startup_objects)
-        self.app.task(self._watch_loop)
-        self.app.on_before_shutdown.connect(self._close_reader)
-        self._progress: dict[int, tuple[int | None, float]] = {}
-        self._patterns_progress: dict[int, tuple[int | None, float]] = {}
-        register(
-            self.app,
-            ReadSurface(
-                state=self.state,
-                config=self.config,
-                metrics=self.metrics,
-                partitions=settings.partitions,
-                my_url=self.canonical_url,
-                ready_partitions=self._ready_partitions,
-                owners=self._owners,
-                lag=self._lag,
-                probe=self._probe,
-                pattern_table=PatternTable(
-                    state=cast(PartitionedState, self.patterns_table.data),
-                    ready_partitions=self.patterns_cluster.ready_partitions,
-                    owners=self.patterns_cluster.owners,
-                ),
-                connection=settings.kafka,
-            ),
-        )
+    def __init__(
+        self, app: WorkerApp, engine: Lane, patterns: Lane, snapshots: Snapshots, metrics: Metrics,
+        options: ServiceOptions,
+    ) -> None:
+        self.app = app
+        self.engine = engine
+        self.patterns = patterns
+        self.snapshots = snapshots
+        self.metrics = metrics
+        self.options = options
+        self._snapshot_targets = [
+            SnapshotTarget(lane.state, lane.cluster.ready_partitions) for lane in (engine, patterns)
+        ]
+        self._collections: FullCollections | None = None  # from the start (``freeze_startup_objects``)
         self._last_report = (time.monotonic(), 0)
 
-    @property
-    def state(self) -> PartitionedState:
-        return cast(PartitionedState, self.table.data)
+    def start_on(self, app: WorkerApp) -> None:
+        """Register the agents, timers, tasks and signal receivers with the app (Faust starts them in this order)."""
+        if self.snapshots.shipping:
+            app.timer(SNAPSHOT_CHECK_INTERVAL)(self.ship_snapshots)
+        app.on_partitions_assigned.connect(self.assigned)
+        for lane in (self.engine, self.patterns):
+            app.agent(lane.topic, name=lane.agent)(self.agent(lane))
+        app.timer(REPORT_INTERVAL)(self.report)
+        app.timer(CATCH_UP_INTERVAL)(self.catch_up)
+        app.task(self.freeze_startup_objects)
+        app.task(self.watch_loop)
+        app.task(self.announce_ready)
+        app.on_before_shutdown.connect(self.close_readers)
 
     # -- the agents -------------------------------------------------------------------
-    def _agent(
-        self, processor: BatchProcessor, topic: str, within: float, min_records: int
-    ) -> Callable[[Any], Awaitable[None]]:
+    def agent(self, lane: Lane) -> Callable[[Any], Awaitable[None]]:
+        """The agent of one lane, to register with ``app.agent``."""
         # The agent owns the topic's partitions (Faust subscribes, assigns, recovers and starts the
         # transactional producers for it), but its records arrive as whole fetches (``fetches``).
+        processor, topic, within, min_records = lane.processor, lane.source, lane.within, lane.min_records
         channel = FetchChannel(topic)
         self.app.fetch_channels[topic] = channel
-        exactly_once = self.settings.processing_guarantee == "exactly_once"
+        exactly_once = self.options.exactly_once
 
         def durable(entries: list[Entry]) -> None:
             """The batch is durable: what follows it (never for a batch that is not)."""
@@ -254,7 +176,7 @@ class RecurrenceService:
 
         async def agent(stream: Any) -> None:
             while True:
-                fetched = await channel.get(self.settings.batch_max, within, min_records)
+                fetched = await channel.get(self.options.batch_max, within, min_records)
                 processor.metrics.stage["wait"].observe(channel.waited)
                 settling = False
                 try:
@@ -305,63 +227,31 @@ class RecurrenceService:
             for record in records
         ]
 
-    def _raw_topic(self, name: str) -> Any:
-        """A topic of raw bytes keys and values with the journal's partition count."""
-        return self.app.topic(
-            name, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw",
-            partitions=self.settings.partitions,
-        )
-
-    def _state_table(self, name: str, help_text: str) -> StateTable:
-        """A changelog-backed table of change sets (see ``tablestore``), registered with the app."""
-        table = StateTable(
-            self.app, name=name, key_type=bytes, value_type=bytes, partitions=self.settings.partitions,
-            beacon=self.app.tables.beacon, help=help_text,
-        )
-        self.app.tables.add(table)
-        return table
-
     # -- snapshots (issue 8: restore bounded by state size; see ``snapshots``) -------------
-    def _wire_snapshots(self, settings: StreamSettings) -> None:
-        worker = settings.worker
-        self.snapshots = Snapshots(KafkaSnapshotLog(settings.kafka, self.names.snapshots),
-                                   worker.snapshot_interval, worker.snapshot_batches, self.metrics.snapshots)
-        tables = (self.table, self.patterns_table)
-        for table in tables:
-            table.snapshots = self.snapshots  # the store loads a snapshot before recovery
-        self.metrics.snapshots.replayed = lambda: sum(int(getattr(t.data, "replayed", 0)) for t in tables)
-        self._snapshot_targets = [
-            SnapshotTarget(lambda: self.table.data, self.cluster.ready_partitions),
-            SnapshotTarget(lambda: self.patterns_table.data, self.patterns_cluster.ready_partitions),
-        ]
-        if self.snapshots.shipping:
-            self.app.timer(SNAPSHOT_CHECK_INTERVAL)(self._ship_snapshots)
-
-    async def _ship_snapshots(self) -> None:
+    async def ship_snapshots(self) -> None:
         try:
             await self.snapshots.tick(self._snapshot_targets)
         except Exception as error:  # an optimisation only: a failed upload has no manifest; the next tick retries
             log.warning("shipping a snapshot failed: %s; retrying later", type(error).__name__, exc_info=error)
 
-    async def _close_reader(self, app: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+    async def close_readers(self, app: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
         await self.snapshots.topic.close()
-        await self.reader.close()
-        await self.patterns_reader.close()
-        await self.changelog_reader.close()
-        await self.patterns_changelog_reader.close()
+        await self.engine.readers[0].close()
+        await self.patterns.readers[0].close()
+        await self.engine.readers[1].close()
+        await self.patterns.readers[1].close()
 
-    async def _assigned(self, app: Any, /, *args: Any, **kwargs: Any) -> None:
-        self.processor.assigned()
-        self.patterns_processor.assigned()
+    async def assigned(self, app: Any, /, *args: Any, **kwargs: Any) -> None:
+        self.engine.processor.assigned()
+        self.patterns.processor.assigned()
 
-    async def _catch_up(self) -> None:
+    async def catch_up(self) -> None:
         """Entries the stream has not delivered for a while although the topic has them: run them."""
-        await self._catch_up_agent(self.cluster, self.processor, self._progress)
-        await self._catch_up_agent(self.patterns_cluster, self.patterns_processor, self._patterns_progress)
+        await self._catch_up_lane(self.engine)
+        await self._catch_up_lane(self.patterns)
 
-    async def _catch_up_agent(
-        self, cluster: Cluster, processor: BatchProcessor, progress_by_partition: dict[int, tuple[int | None, float]]
-    ) -> None:
+    async def _catch_up_lane(self, lane: Lane) -> None:
+        cluster, processor, progress_by_partition = lane.cluster, lane.processor, lane.progress
         ready = cluster.ready_partitions()
         now = time.monotonic()
         for tp in cluster.journal_partitions():
@@ -392,7 +282,7 @@ class RecurrenceService:
                 self._abort(f"{type(error).__name__} while catching up", [])
             progress_by_partition[tp.partition] = (processor.position(tp.partition), time.monotonic())
 
-    async def _freeze_startup_objects(self) -> None:
+    async def freeze_startup_objects(self) -> None:
         """Keep the objects built at startup out of every later garbage collection.
 
         A full collection walks every tracked object; at startup that is ~100k of them (modules,
@@ -405,8 +295,14 @@ class RecurrenceService:
         self._collections = freeze_startup_objects()
         log.info("froze %d startup objects out of garbage collection", gc.get_freeze_count())
 
-    async def _watch_loop(self) -> None:  # a method without arguments: Faust passes the app to one with any
+    async def watch_loop(self) -> None:  # a method without arguments: Faust passes the app to one with any
         await self.metrics.watch_event_loop()
+
+    async def announce_ready(self) -> None:
+        """Once the worker first answers /ready with 200, say where its page is: one line, no data."""
+        while not readiness(self.probe()).ok:
+            await asyncio.sleep(READY_POLL_INTERVAL)
+        log.info("ready: the statistics page is at %s/ui", self.options.url)
 
     def _abort(self, why: str, entries: list[Entry], code: int = EXIT_BATCH_ABORTED) -> None:
         first = {e.partition: e.offset for e in reversed(entries)}
@@ -420,65 +316,59 @@ class RecurrenceService:
         sys.stderr.flush()
         os._exit(code)
 
-    # -- read surface helpers -------------------------------------------------------------
+    # -- probes and readings -------------------------------------------------------------
     def _journal_tps(self) -> set[Any]:
-        return self.cluster.journal_partitions()
-
-    def _ready_partitions(self) -> set[int]:
-        return self.cluster.ready_partitions()
-
-    def _owners(self) -> dict[str, set[int]]:
-        return self.cluster.owners()
+        return self.engine.cluster.journal_partitions()
 
     def _positions(self) -> dict[int, int]:
         """Durable journal position per assigned partition (absent: nothing applied there yet)."""
         found: dict[int, int] = {}
         for tp in self._journal_tps():
-            position = self.processor.position(tp.partition)
+            position = self.engine.processor.position(tp.partition)
             if position is not None:
                 found[tp.partition] = position
         self.metrics.positions.update(found)
         return found
 
-    def _lag(self, positions: Mapping[int, int] | None = None) -> dict[int, int]:
+    def lag(self, positions: Mapping[int, int] | None = None) -> dict[int, int]:
         positions = self._positions() if positions is None else positions
         lag: dict[int, int] = {}
         for tp in self._journal_tps():
-            highwater = self.cluster.highwater(tp)
+            highwater = self.engine.cluster.highwater(tp)
             if highwater is None or highwater < 0:
                 continue
             lag[tp.partition] = max(0, highwater - positions.get(tp.partition, 0))
         return lag
 
-    def _probe(self) -> ProbeInputs:
+    def probe(self) -> ProbeInputs:
         positions = self._positions()
         return ProbeInputs(
             agent_crashed=any(crashed(agent) for agent in self.app.agents.values()),
             rebalancing=bool(self.app.rebalancing),
             recovered=bool(cast(Any, self.app.tables).recovery.completed.is_set() and not self.app.in_recovery),
             partitions=sorted(tp.partition for tp in self._journal_tps()),
-            ready_partitions=sorted(self._ready_partitions()),
-            lag=self._lag(positions),
-            max_lag=self.settings.worker.ready_max_lag,
+            ready_partitions=sorted(self.engine.cluster.ready_partitions()),
+            lag=self.lag(positions),
+            max_lag=self.options.ready_max_lag,
             details={
                 # Durable journal position per assigned partition: what progress checks poll (cheap,
                 # unlike rendering /metrics).
                 "positions": {str(p): n for p, n in sorted(positions.items())},
-                "app_id": self.settings.group_id,
-                "url": self.canonical_url,
+                "app_id": self.options.app_id,
+                "url": self.options.url,
                 "entries_processed": self.metrics.entries,
-                "processing_guarantee": self.settings.processing_guarantee,
+                "processing_guarantee": self.options.processing_guarantee,
             },
         )
 
-    async def _report(self) -> None:
+    async def report(self) -> None:
         then, entries_then = self._last_report
         now = time.monotonic()
         done = self.metrics.entries - entries_then
         self._last_report = (now, self.metrics.entries)
         if done == 0 and entries_then > 0:
             return
-        lag = self._lag()
+        lag = self.lag()
         log.info(
             "processed %d entries (%.0f/s), total %d; records %s; dead letters %s; lag %d on partitions %s",
             done,
@@ -507,5 +397,5 @@ def stalled(
     return progress, now - progress[1] >= seconds
 
 
-def create_app(settings: StreamSettings) -> Any:
-    return RecurrenceService(settings).app
+#: What ``faust -A recurrence.processor.stream.worker.app worker`` loads: one line naming ``recurrence worker``.
+app: Final = NOT_A_FAUST_APP

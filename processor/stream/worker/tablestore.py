@@ -19,6 +19,11 @@ with two store subclasses that add what the engine needs and Faust lacks:
   latest snapshot before Faust's recovery when the partition has no database,
   and the store hands out point-in-time views of its databases to ship.
 
+The Faust methods these classes override (two of them private: the table's
+``_new_store_by_url``, the RocksDB store's ``_db_for_partition``) are declared
+in ``faustcompat.MEMBERS`` and checked on every upgrade; the store's open
+databases are reached through ``faustcompat.open_databases``.
+
 All keys of one scope start with ``["<ns>","<scope_id>",``, and a scope's
 entries all arrive on the journal partition of key ``scope_id``, so each
 partition's database holds whole scopes and the engine never needs a key from
@@ -41,6 +46,7 @@ from ...store.memory import MemoryStore
 from ...store.rocksdb import RocksStore
 from ..batch import changeset
 from ..batch.types import ChangelogRecord
+from ..clients.faustcompat import open_databases
 
 OFFSET_KEY = faust_rocksdb.Store.offset_key
 log = logging.getLogger("recurrence.stream")
@@ -122,22 +128,22 @@ class ChangeSetRocksStore(faust_rocksdb.Store):
 
     async def stop(self) -> None:
         hook: SnapshotHook | None = getattr(self.table, "snapshots", None)
-        if hook is not None and self._dbs:  # streams are drained by now: the state is final
+        if hook is not None and open_databases(self):  # streams are drained by now: the state is final
             await hook.at_shutdown(self)
         await super().stop()
 
     def is_open(self, partition: int) -> bool:
-        return partition in self._dbs
+        return partition in open_databases(self)
 
     def open_changelog_offset(self, partition: int) -> int | None:
         """The changelog offset an open partition database holds (None if it is not open or holds none)."""
-        db = self._dbs.get(partition)
+        db = open_databases(self).get(partition)
         raw = None if db is None else db.get(OFFSET_KEY)
         return None if raw is None else int(raw)
 
     def snapshot_view(self, partition: int) -> Any | None:
         """A point-in-time view of an open partition database (rows in key order, the offset among them)."""
-        db = self._dbs.get(partition)
+        db = open_databases(self).get(partition)
         return None if db is None else db.snapshot()
 
     def open_scratch(self, path: Path) -> Any:
@@ -159,7 +165,7 @@ class ChangeSetRocksStore(faust_rocksdb.Store):
         return RocksStore(self._db_for_partition(partition), owned=False)
 
     def open_partition_state(self, partition: int) -> StateStore | None:
-        db = self._dbs.get(partition)
+        db = open_databases(self).get(partition)
         return None if db is None else RocksStore(db, owned=False)
 
     def generation(self, partition: int) -> int:
@@ -220,7 +226,7 @@ class ChangeSetRocksStore(faust_rocksdb.Store):
         self._changed(partition)
 
     def _db_for_partition(self, partition: int) -> Any:
-        if partition not in self._dbs:
+        if partition not in open_databases(self):
             self._changed(partition)  # a newly opened database: nothing cached about it can hold
         return super()._db_for_partition(partition)
 

@@ -37,6 +37,12 @@ the asked worker fans out like ``/statistics`` and merges in ``listing``'s
 order. A key lives in exactly one partition, so the merge is a concatenation;
 a partition without a ready owner is a 503, never a shorter list.
 
+``GET /tune`` is the review-threshold what-if of ``recurrence tune`` for the
+scopes served, read from the shadow counters the engine keeps in each scope's
+state (``whatif``): each worker answers for its partitions, the asked worker
+fans out like ``/statistics``, joins ``by_scope`` in scope order and adds the
+totals.
+
 ``/ui`` is the statistics page and ``/openapi.json`` the document (both shared
 with ``recurrence serve``, see ``routes``).
 
@@ -62,9 +68,10 @@ from ...httpapi import Server, dead_letters_body, merge_revisions, narrow, patte
 from ...partitioning import partition_for
 from ...patterns import listing, listing_order
 from ...recordindex import dead_letter_counts, record_key
-from ...routes import Ask, Probe, Relayed, Unavailable, install
-from ...state import State
+from ...routes import Ask, Probe, Relayed, Unavailable, add_not_found, install
+from ...state import Shadow, State
 from ...store.base import StateStore, Transaction
+from ...whatif import chart_thresholds, merge, rows, scope_shadows, served
 from ..batch.metrics import CONTENT_TYPE, Metrics
 from ..batch.probes import ProbeInputs, liveness, readiness
 from ..batch.types import PartitionedState
@@ -202,6 +209,17 @@ class ReadSurface:
             rows.extend(listing(Transaction(state), self.config.pattern_scopes, suggested_only=False))
         return sorted(rows, key=listing_order)
 
+    def local_tune(self, partitions: Iterable[int], thresholds: list[int]) -> tuple[list[dict[str, Any]], list[str]]:
+        """The what-if rows of these partitions' scopes (scope order), and the scopes whose counters are short."""
+        scopes: list[tuple[str, Shadow | None]] = []
+        incomplete: list[str] = []
+        for state in self._states(partitions):
+            found, short = scope_shadows(State(Transaction(state)))
+            scopes.extend(found)
+            incomplete.extend(short)
+        scopes.sort(key=lambda scope: scope[0])
+        return rows(scopes, thresholds), sorted(incomplete)
+
     # -- owners --------------------------------------------------------------------------
     def owner_of(self, partition: int) -> str | None:
         for url, owned in self.owners().items():
@@ -330,6 +348,48 @@ class ReadSurface:
             rows.extend(body["patterns"])
         return patterns_body(sorted(rows, key=listing_order), min_scopes)
 
+    async def progress(self, ask: Ask) -> dict[str, Any]:
+        """This worker's journal partitions: recorded position, lag, whether each is served; and /readyz's verdict.
+
+        Each worker answers for itself (the page of a worker shows that worker): no fan-out."""
+        inputs = self.probe()
+        verdict = readiness(inputs)
+        positions = {int(p): int(n) for p, n in dict(inputs.details.get("positions") or {}).items()}
+        ready = set(inputs.ready_partitions)
+        partitions = [
+            {"partition": p, "position": positions.get(p), "lag": inputs.lag.get(p), "ready": p in ready}
+            for p in sorted(inputs.partitions)
+        ]
+        entries = inputs.details.get("entries_processed")
+        url = inputs.details.get("url")
+        return {
+            "runner": "worker",
+            "status": verdict.status,
+            "reasons": list(verdict.body["reasons"]),
+            "partitions": partitions,
+            "url": None if url is None else str(url),
+            "entries_processed": None if entries is None else int(entries),
+        }
+
+    def version(self) -> str | None:
+        return None  # partitions move independently: /progress is tagged by its body
+    async def tune(self, thresholds: list[int] | None, ask: Ask) -> dict[str, Any]:
+        configured = self.config.review_threshold
+        wanted = thresholds or chart_thresholds(configured)
+        if ask.local:
+            local_rows, short = self.local_tune(self.owners().get(self.my_url, set()), wanted)
+            return served(configured, short, local_rows)
+        owners, mine = self.coverage()
+        mine_rows, incomplete = self.local_tune(mine, wanted)
+        parts = [mine_rows]
+        asked = {"thresholds": ",".join(str(k) for k in wanted)}
+        for body in await self.ask_others(owners, "/tune", asked):
+            if not isinstance(body, dict) or len(body.get("thresholds") or ()) != len(wanted):
+                raise Unavailable("a worker answered a what-if of other thresholds")
+            parts.append(body["thresholds"])
+            incomplete.extend(body["incomplete_scopes"])
+        return served(configured, sorted(incomplete), merge(parts))
+
     def check(self, kind: Literal["live", "ready"]) -> Probe:
         result = (liveness if kind == "live" else readiness)(self.probe())
         return Probe(result.ok, result.body)
@@ -341,3 +401,4 @@ class ReadSurface:
 def register(app: Any, surface: ReadSurface) -> None:
     """Put the read surface's route table on the aiohttp application of the faust.App's web driver."""
     install(app.web.web_app.router, surface)
+    add_not_found(app.web.web_app, surface.server)

@@ -10,16 +10,19 @@ Faust's own, so the probes answer from the worker's start, during recovery
 too (Faust's newer ``App.web_server`` starts only after table recovery).
 """
 
-from typing import ClassVar
+from collections.abc import Iterable
+from typing import Any, ClassVar
 
-from faust.web.base import _BPList
 from faust.web.drivers import aiohttp as faust_aiohttp
+
+# (name, blueprint) pairs; Faust's own alias for them is private (``faust.web.base._BPList``).
+Blueprints = Iterable[tuple[str, Any]]
 
 
 class SurfaceWeb(faust_aiohttp.Web):
     """Faust's aiohttp web driver without Faust's blueprints."""
 
-    default_blueprints: ClassVar[_BPList] = ()
-    production_blueprints: ClassVar[_BPList] = ()
-    debug_blueprints: ClassVar[_BPList] = ()
-    optional_blueprints: ClassVar[_BPList] = ()
+    default_blueprints: ClassVar[Blueprints] = ()
+    production_blueprints: ClassVar[Blueprints] = ()
+    debug_blueprints: ClassVar[Blueprints] = ()
+    optional_blueprints: ClassVar[Blueprints] = ()

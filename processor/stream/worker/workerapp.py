@@ -4,9 +4,10 @@ Both concern a partition that changes owner under ``processing_guarantee=
 "exactly_once"`` (a worker joins, dies, or wakes up from a pause); without
 them such a worker crashed with ``ConsistencyError`` or reused a fenced
 producer (robinhood/faust#658). Each class below says what it corrects and
-why. They override private *methods* of faust-streaming (``OVERRIDDEN``,
-checked by ``tests/test_faustcompat.py`` on every upgrade) and reach private
-attributes only through ``faustcompat``.
+why. Every faust-streaming method they override or call beyond its public API
+is declared in ``faustcompat.MEMBERS`` (checked by ``tests/test_faustcompat.py``
+on every upgrade), and private attributes are reached only through
+``faustcompat``.
 
 The consumer also hands each fetch of the agents' topics to its agent whole
 (``fetches``) instead of record by record; see ``_Consumer``.
@@ -23,6 +24,8 @@ from faust.transport import consumer as faust_consumer
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from ..clients.faustcompat import (
+    buffered_partitions,
+    read_offsets,
     set_fetch_max_wait,
     shorten_recovery_wait,
     thread_consumer,
@@ -34,22 +37,6 @@ from .webserver import SurfaceWeb
 
 #: How long a fetch may wait at the broker for data (Faust fixes 1500 ms; see ``_ConsumerThread``).
 FETCH_MAX_WAIT_MS: Final = 100
-
-# (class, method) pairs overridden or called here; the test checks each still exists.
-OVERRIDDEN: Final = (
-    (faust.App, "_new_transport"),
-    (faust_aiokafka.Consumer, "_new_consumer_thread"),
-    (faust_aiokafka.Consumer, "_drain_messages"),
-    (faust_aiokafka.Consumer, "_wait_next_records"),
-    (faust_aiokafka.Consumer, "_to_message"),
-    (faust_aiokafka.Consumer, "_commit_offsets"),
-    (faust_aiokafka.Consumer, "_new_topicpartition"),
-    (faust_aiokafka.Consumer, "wait_empty"),
-    (faust_aiokafka.AIOKafkaConsumerThread, "_highwaters"),
-    (faust_aiokafka.AIOKafkaConsumerThread, "_ensure_consumer"),
-    (faust_aiokafka.AIOKafkaConsumerThread, "_create_worker_consumer"),
-    (faust_consumer.TransactionManager, "on_rebalance"),
-)
 
 
 class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
@@ -139,7 +126,7 @@ class _Consumer(faust_aiokafka.Consumer):
     async def _drain_messages(self, fetcher: Any) -> None:  # as Faust's, minus the per-record path
         channels = self.channels
         callback = self.callback
-        read_offsets = self._read_offset
+        offsets_read = read_offsets(self)
         monitor = self.app.monitor
         try:
             while not (self.should_stop or fetcher.should_stop):
@@ -159,22 +146,22 @@ class _Consumer(faust_aiokafka.Consumer):
                 batches: dict[str, dict[int, Sequence[Any]]] = {}
                 now = time.monotonic()
                 for tp, fetched in records.items():
-                    if not fetched or not (active is None or tp in active or tp in self._buffered_partitions):
+                    if not fetched or not (active is None or tp in active or tp in buffered_partitions(self)):
                         continue
                     monitor.track_tp_end_offset(tp, self.highwater(tp))
                     channel = channels.get(tp.topic)
                     if channel is not None:
                         batches.setdefault(tp.topic, {})[tp.partition] = fetched
-                        read_offsets[tp] = fetched[-1].offset
+                        offsets_read[tp] = fetched[-1].offset
                         monitor.stream_inbound_time[tp] = now  # Faust's idle-stream check reads it
                         continue
                     for record in fetched:
                         if not self.flow_active or self.app.consumer_generation_id != generation:
                             break
-                        r_offset = read_offsets.get(tp)
+                        r_offset = offsets_read.get(tp)
                         if r_offset is None or record.offset >= r_offset:
                             await self.wait_first(callback(self._to_message(tp, record)), self.suspend_flow.wait())
-                            read_offsets[tp] = record.offset
+                            offsets_read[tp] = record.offset
                 for topic, by_partition in batches.items():
                     await self.wait_first(channels[topic].put(Fetched(generation, by_partition)),
                                           self.suspend_flow.wait())

@@ -18,8 +18,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from devkit.deployment import write_journal
+from devkit.oracle import Oracle
 from recurrence.processor.engineconfig import EngineConfig
-from recurrence.processor.partitioning import partition_for, scope_key
+from recurrence.processor.partitioning import partition_for
 from recurrence.processor.recordindex import dead_letter_counts, record_key
 from recurrence.processor.store.base import Transaction
 from recurrence.processor.store.memory import MemoryStore
@@ -31,118 +33,10 @@ from recurrence.processor.stream.clients.topicsapply import _describe_drift
 from recurrence.processor.stream.settings import StreamSettings
 from recurrence.processor.stream.worker.sink import _Batches
 from recurrence.processor.stream.worker.snapshots import MAX_AGE
-from recurrence.processor.synthetic import JournalSpec, generate
+from recurrence.processor.verify import compare
 from recurrence.topics.definitions import JOURNAL_MAX_RECORD_BYTES, OUTPUT_MAX_RECORD_BYTES, topic_specs
 
-from .harness import Oracle, by_scope, write_journal
-
-TOPICS = StreamSettings(topic_prefix="unit").topics
-
-
-class Partitions:
-    def __init__(self) -> None:
-        self.stores: dict[int, MemoryStore] = {}
-        self.log: list[tuple[str, Any]] = []
-
-    def partition_state(self, partition: int) -> MemoryStore:
-        return self.stores.setdefault(partition, MemoryStore())
-
-    def open_partition_state(self, partition: int) -> MemoryStore | None:
-        return self.stores.get(partition)
-
-    def generation(self, partition: int) -> int:
-        return 0
-
-    def flush_local(self, partition: int, txn: Transaction, changelog_offset: int) -> None:
-        self.log.append(("local", partition))
-        txn.flush()
-
-    def changelog_offset(self, partition: int) -> int | None:
-        return None  # these tests give the processor no changelog to check a restore against
-
-    def apply_changelog(self, partition: int, records: Sequence[ChangelogRecord]) -> None:
-        raise AssertionError("no restore to repair without a changelog")
-
-
-class RecordingSink:
-    """Acknowledges later (when the processor awaits), and records the order of events."""
-
-    def __init__(self, log: list[tuple[str, Any]], transactional: bool = False) -> None:
-        self.log = log
-        self.transactional = transactional
-        self.sent: dict[str, list[tuple[bytes | None, bytes, list[tuple[str, bytes]]]]] = {}
-        self.offsets: dict[str, int] = {}
-        self.changelog: dict[int, list[bytes]] = {}  # journal partition -> its change sets, in order
-
-    async def send(
-        self, topic: str, key: bytes | None, value: bytes, partition: int | None,
-        headers: list[tuple[str, bytes]], source_partition: int,
-    ) -> Awaitable[Any]:
-        kind = "changelog" if topic == TOPICS.changelog else "output"
-        self.log.append(("send", kind))
-        if partition is not None and kind == "changelog":
-            self.changelog.setdefault(partition, []).append(value)
-        self.sent.setdefault(topic, []).append((key, value, headers))
-        offset = self.offsets[topic] = self.offsets.get(topic, -1) + 1
-        written = partition if partition is not None else partition_for((key or b"").decode(), 4)
-
-        async def acknowledged() -> Any:
-            await asyncio.sleep(0)
-            self.log.append(("ack", kind))
-            return SimpleNamespace(partition=written, offset=offset)
-
-        return asyncio.ensure_future(acknowledged())
-
-    def append(
-        self, topic: str, key: bytes | None, value: bytes, partition: int | None,
-        headers: list[tuple[str, bytes]], source_partition: int,
-    ) -> Awaitable[Any] | None:
-        return None  # every record through ``send``, which the subclasses below intercept
-
-    async def flush(self, early: bool = False) -> None:
-        """Nothing is buffered here: every record was handed over by ``send``."""
-
-    async def begin(self, partitions: Sequence[int], next_offsets: Mapping[int, int] | None = None) -> None:
-        self.log.append(("begin", tuple(partitions)))
-
-    def end(self) -> None:
-        self.log.append(("end", None))
-
-    async def commit(self, next_offsets: Mapping[int, int]) -> None:
-        self.log.append(("commit", dict(next_offsets)))
-
-
-class Journal:
-    """``JournalSource`` over in-memory entries."""
-
-    def __init__(self, entries: list[Entry]) -> None:
-        self.by_partition: dict[int, dict[int, bytes]] = {}
-        for entry in entries:
-            self.by_partition.setdefault(entry.partition, {})[entry.offset] = entry.value
-        self.fetched: list[tuple[int, int, int]] = []
-
-    async def log_start(self, partition: int) -> int:
-        return 0
-
-    async def fetch(self, partition: int, start: int, stop: int) -> list[tuple[int, bytes]]:
-        self.fetched.append((partition, start, stop))
-        values = self.by_partition.get(partition, {})
-        return [(o, values[o]) for o in range(start, stop) if o in values]
-
-
-def _journal(entries: int, seed: int) -> list[bytes]:
-    return list(generate(JournalSpec(entries=entries, scopes=12, seed=seed, garbage_ratio=0.03)))
-
-
-def _entries(lines: list[bytes], partitions: int = 4) -> list[Entry]:
-    offsets = dict.fromkeys(range(partitions), 0)
-    entries = []
-    for line in lines:
-        key = scope_key(line)
-        partition = 0 if key is None else partition_for(key.decode(), partitions)
-        entries.append(Entry(partition, offsets[partition], line))
-        offsets[partition] += 1
-    return entries
+from .batchfakes import TOPICS, Journal, Partitions, RecordingSink, entries_of, journal_lines
 
 
 def _processor(
@@ -158,7 +52,7 @@ def _processor(
 def _run(
     lines: list[bytes], batch: int, transactional: bool = False, pipelined: bool = False
 ) -> tuple[RecordingSink, Partitions]:
-    entries = _entries(lines)
+    entries = entries_of(lines)
     processor, sink, state, _ = _processor(entries, transactional)
     asyncio.run(_drive(processor, entries, batch, pipelined))
     return sink, state
@@ -187,7 +81,7 @@ def _outputs_in_source_order(sink: RecordingSink) -> list[bytes]:
 
 def test_every_output_carries_its_record_id_header() -> None:
     # Downstream consumers deduplicate by the header alone; it must be the id the record itself implies.
-    sink, _ = _run(_journal(400, seed=3), 50)
+    sink, _ = _run(journal_lines(400, seed=3), 50)
     kinds = set()
     for topic in TOPICS.outputs():
         for _key, value, headers in sink.sent.get(topic, []):
@@ -200,24 +94,24 @@ def test_every_output_carries_its_record_id_header() -> None:
 @pytest.mark.parametrize("transactional", [False, True], ids=["at_least_once", "exactly_once"])
 @pytest.mark.parametrize("batch", [1, 37, 500])
 def test_batch_processor_equals_the_embedded_runner(tmp_path: Path, batch: int, transactional: bool) -> None:
-    lines = _journal(600, seed=batch)
+    lines = journal_lines(600, seed=batch)
     journal = tmp_path / "journal.jsonl"
     write_journal(journal, lines)
     oracle = Oracle.run(journal, tmp_path)
     sink, _ = _run(lines, batch, transactional)
-    assert by_scope(_outputs_in_source_order(sink)) == oracle.grouped
+    assert compare(ledger=oracle.records, outputs=_outputs_in_source_order(sink)).equal
 
 
 @pytest.mark.parametrize("batch", [1, 37, 500])
 def test_pipelined_batches_equal_the_embedded_runner_and_rebuild_the_same_state(tmp_path: Path, batch: int) -> None:
     # Each batch's engine runs on the rows of the batch before it while that one is still being made
     # durable: the outputs, the changelog and the local state must be exactly the sequential ones.
-    lines = _journal(600, seed=batch)
+    lines = journal_lines(600, seed=batch)
     journal = tmp_path / "journal.jsonl"
     write_journal(journal, lines)
     oracle = Oracle.run(journal, tmp_path)
     sink, state = _run(lines, batch, pipelined=True)
-    assert by_scope(_outputs_in_source_order(sink)) == oracle.grouped
+    assert compare(ledger=oracle.records, outputs=_outputs_in_source_order(sink)).equal
     sequential, sequential_state = _run(lines, batch)
     assert sink.changelog == sequential.changelog
     for partition, store in state.stores.items():
@@ -253,7 +147,7 @@ class _OrderCheckingSink(RecordingSink):
 
 
 def test_pipelined_batches_overlap_and_each_keeps_the_durability_order() -> None:
-    entries = _entries(_journal(300, seed=3))
+    entries = entries_of(journal_lines(300, seed=3))
     state = Partitions()
     sink = _OrderCheckingSink(state.log)
     processor = BatchProcessor(topics=TOPICS, state=state, sink=sink, source=Journal(entries), config=EngineConfig())
@@ -306,7 +200,7 @@ class _GatedSink(RecordingSink):
 
 def test_two_batches_are_made_durable_at_once_and_a_third_waits_for_the_first() -> None:
     assert PIPELINE_DEPTH == 2
-    entries = _entries(_journal(150, seed=4))
+    entries = entries_of(journal_lines(150, seed=4))
     state = Partitions()
     sink = _GatedSink(state.log)
     processor = BatchProcessor(topics=TOPICS, state=state, sink=sink, source=Journal(entries), config=EngineConfig())
@@ -339,7 +233,7 @@ def test_two_batches_are_made_durable_at_once_and_a_third_waits_for_the_first() 
 
 
 def test_outputs_are_acknowledged_before_change_sets_and_change_sets_before_local_state() -> None:
-    entries = _entries(_journal(300, seed=3))
+    entries = entries_of(journal_lines(300, seed=3))
     processor, _sink, state, _ = _processor(entries)
     for start in range(0, len(entries), 50):
         state.log.clear()
@@ -357,7 +251,7 @@ def test_outputs_are_acknowledged_before_change_sets_and_change_sets_before_loca
 
 @pytest.mark.parametrize("transactional", [False, True], ids=["at_least_once", "exactly_once"])
 def test_changelog_replay_rebuilds_the_same_state(transactional: bool) -> None:
-    sink, state = _run(_journal(400, seed=5), 64, transactional)
+    sink, state = _run(journal_lines(400, seed=5), 64, transactional)
     rebuilt: dict[int, MemoryStore] = {}
     for partition, values in sink.changelog.items():
         for value in values:
@@ -367,7 +261,7 @@ def test_changelog_replay_rebuilds_the_same_state(transactional: bool) -> None:
 
 
 def test_redelivered_entries_are_skipped_by_position() -> None:
-    entries = _entries(_journal(200, seed=11))
+    entries = entries_of(journal_lines(200, seed=11))
     processor, sink, _, _ = _processor(entries)
     asyncio.run(processor.process(entries))
     sink.sent.clear()
@@ -378,11 +272,11 @@ def test_redelivered_entries_are_skipped_by_position() -> None:
 
 @pytest.mark.parametrize("bound", [None, 25])
 def test_entries_the_stream_skipped_are_read_directly(tmp_path: Path, bound: int | None) -> None:
-    lines = _journal(500, seed=13)
+    lines = journal_lines(500, seed=13)
     journal_file = tmp_path / "journal.jsonl"
     write_journal(journal_file, lines)
     oracle = Oracle.run(journal_file, tmp_path)
-    entries = _entries(lines)
+    entries = entries_of(lines)
     processor, sink, _, journal = _processor(entries)
     if bound is not None:
         processor.catch_up_max = bound
@@ -401,7 +295,7 @@ def test_entries_the_stream_skipped_are_read_directly(tmp_path: Path, bound: int
     asyncio.run(main())
     assert journal.fetched, "gaps were not read from the journal"
     assert processor.metrics.filled == len(entries) - len(delivered)
-    assert by_scope(_outputs_in_source_order(sink)) == oracle.grouped
+    assert compare(ledger=oracle.records, outputs=_outputs_in_source_order(sink)).equal
     for partition, values in journal.by_partition.items():
         assert processor.position(partition) == max(values) + 1
 
@@ -490,7 +384,7 @@ def test_partition_for_matches_the_java_default_partitioner() -> None:
 @pytest.mark.parametrize("transactional", [False, True], ids=["at_least_once", "exactly_once"])
 def test_every_output_is_indexed_where_the_broker_put_it(transactional: bool) -> None:
     # ``/explain`` reads a record back by the index row its batch wrote: [topic, partition, offset].
-    sink, state = _run(_journal(400, seed=7), 64, transactional)
+    sink, state = _run(journal_lines(400, seed=7), 64, transactional)
     codes: Counter[str] = Counter()
     for topic in TOPICS.outputs():
         for offset, (key, value, headers) in enumerate(sink.sent.get(topic, [])):
@@ -543,7 +437,7 @@ def test_a_restore_that_missed_committed_change_sets_is_completed_before_the_fir
     # Faust's exactly_once recovery can end with a fetched change set not applied. The processor
     # reads the rest back from the changelog before the partition's first batch after an
     # assignment, so nothing committed is run (and emitted) a second time.
-    entries = _entries(_journal(400, seed=7))
+    entries = entries_of(journal_lines(400, seed=7))
     done, rest = entries[:250], entries[250:]
     first, first_sink, _, _ = _processor(entries, transactional)
     for start in range(0, len(done), 50):
@@ -607,10 +501,10 @@ def test_outputs_leave_during_a_batch_and_are_durable_before_its_change_sets(
     from recurrence.processor.stream.batch import processing
 
     monkeypatch.setattr(processing, "EARLY_FLUSH_SECONDS", 0.0)  # an early flush before every entry
-    lines = _journal(300, seed=17)
+    lines = journal_lines(300, seed=17)
     journal_file = tmp_path / "journal.jsonl"
     write_journal(journal_file, lines)
-    entries = _entries(lines)
+    entries = entries_of(lines)
     state = Partitions()
     sink = _FlushRecordingSink(state.log)
     processor = BatchProcessor(topics=TOPICS, state=state, sink=sink, source=Journal(entries), config=EngineConfig())
@@ -622,7 +516,7 @@ def test_outputs_leave_during_a_batch_and_are_durable_before_its_change_sets(
         early += len(_positions(log, ("flush", True)))
         assert max(_positions(log, ("ack", "output")), default=-1) < min(_positions(log, ("send", "changelog")))
     assert early >= len(entries) - 5
-    assert by_scope(_outputs_in_source_order(sink)) == Oracle.run(journal_file, tmp_path).grouped
+    assert compare(ledger=Oracle.run(journal_file, tmp_path).records, outputs=_outputs_in_source_order(sink)).equal
 
 
 class _ChainSink(RecordingSink):
@@ -660,7 +554,7 @@ def test_each_early_flush_point_gives_the_producers_several_loop_turns(monkeypat
     from recurrence.processor.stream.batch import processing
 
     monkeypatch.setattr(processing, "EARLY_FLUSH_SECONDS", 0.0)  # a flush point before every entry
-    entries = _entries(_journal(40, seed=29))
+    entries = entries_of(journal_lines(40, seed=29))
     state = Partitions()
     sink = _ChainSink(state.log)
     processor = BatchProcessor(topics=TOPICS, state=state, sink=sink, source=Journal(entries), config=EngineConfig())
@@ -670,7 +564,7 @@ def test_each_early_flush_point_gives_the_producers_several_loop_turns(monkeypat
 
 
 def test_statistics_go_out_with_the_last_outputs_and_are_durable_before_the_change_sets() -> None:
-    entries = _entries(_journal(300, seed=19))
+    entries = entries_of(journal_lines(300, seed=19))
     state = Partitions()
     sink = _FlushRecordingSink(state.log)
     processor = BatchProcessor(topics=TOPICS, state=state, sink=sink, source=Journal(entries), config=EngineConfig())
@@ -691,7 +585,7 @@ def test_a_transactional_batch_sends_its_change_sets_with_its_outputs_and_its_re
     # Under exactly_once nothing is visible before the commit: the change sets need not wait for the
     # outputs, only the record index (it holds their offsets) does; the commit follows every
     # acknowledgement, and the local state the commit.
-    entries = _entries(_journal(300, seed=23))
+    entries = entries_of(journal_lines(300, seed=23))
     state = Partitions()
     sink = _FlushRecordingSink(state.log, transactional=True)
     processor = BatchProcessor(topics=TOPICS, state=state, sink=sink, source=Journal(entries), config=EngineConfig())

@@ -16,6 +16,8 @@ from typing import Any
 import orjson
 import pytest
 
+from devkit.deployment import write_journal
+from devkit.oracle import Oracle
 from recurrence.processor.embedded import replay
 from recurrence.processor.engineconfig import EngineConfig
 from recurrence.processor.partitioning import partition_for
@@ -30,17 +32,14 @@ from recurrence.processor.stream.worker.views import NotReadyError, PatternTable
 from recurrence.processor.synthetic import JournalSpec, generate
 from recurrence.schemas.constants import DEFAULT_PATTERN_SCOPES
 
-from .harness import Oracle, write_journal
-from .test_stream_units import TOPICS, Journal, Partitions, RecordingSink, _entries
-
-pytestmark = pytest.mark.kafka
+from .batchfakes import TOPICS, Journal, Partitions, RecordingSink, entries_of
 
 PARTITIONS = 4
 
 
 def _engine_run(lines: list[bytes], batch: int) -> tuple[RecordingSink, list[int]]:
     """The journal agent over the lines; the sink and the number of statistics records per batch."""
-    entries = _entries(lines, PARTITIONS)
+    entries = entries_of(lines, PARTITIONS)
     state = Partitions()
     sink = RecordingSink(state.log)
     processor = BatchProcessor(topics=TOPICS, state=state, sink=sink, source=Journal(entries), config=EngineConfig())

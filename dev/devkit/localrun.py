@@ -1,4 +1,4 @@
-"""Running the product locally against a real broker: shared by the Kafka tests and the Kafka benchmark.
+"""Running the product locally against a real broker: shared by the Kafka tests and the Kafka benchmarks.
 
 A broker is ``KAFKA_BOOTSTRAP_SERVERS`` when set, else the project's
 single-node KRaft broker (``deploy/kafka/kafka.sh``), stopped at the end only
@@ -17,7 +17,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[2]  # dev/devkit/localrun.py
 KAFKA_SH = REPO / "deploy" / "kafka" / "kafka.sh"
 
 

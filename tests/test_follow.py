@@ -1,0 +1,186 @@
+"""Following a state that a replay is writing (``processor/follow.py``): views at batch boundaries, never stale.
+
+The writer is the real CLI in another process, as an operator runs it beside
+``recurrence serve``. Every view the follower opens must be the state as of
+one committed batch: its statistics equal those of an in-memory replay of
+exactly the journal lines its checkpoint says were applied. After the writer
+ends, the follower reaches the final state.
+"""
+
+import asyncio
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from devkit.localrun import recurrence_command
+from recurrence.processor.embedded import open_state, replay, statistics
+from recurrence.processor.exceptions import StateDirError
+from recurrence.processor.follow import Follower, StateMark, files_signature, follow, follow_state, state_mark
+from recurrence.processor.statedir import MemoryState
+from recurrence.processor.store.base import StateStore
+from recurrence.processor.store.rocksdb import RocksStore
+from recurrence.processor.synthetic import JournalSpec, generate
+
+
+def _journal(path: Path, entries: int, seed: int = 3) -> list[bytes]:
+    lines = [line + b"\n" for line in generate(JournalSpec(entries=entries, scopes=6, seed=seed,
+                                                           experiences_per_scope=8))]
+    path.write_bytes(b"".join(lines))
+    return lines
+
+
+def _replay(journal: Path, state: Path, ledger: Path, batch: int = 1000) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([*recurrence_command(), "replay", str(journal), "--state", str(state), "--out",
+                             str(ledger), "--batch", str(batch)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def _as_of(lines: list[bytes], mark: StateMark, tmp: Path) -> list[dict[str, object]]:
+    """Statistics of an in-memory replay of the first ``mark.line`` lines (the oracle for a view)."""
+    prefix = tmp / f"prefix-{mark.line}.jsonl"
+    prefix.write_bytes(b"".join(lines[: mark.line]))
+    state = MemoryState()
+    replay(str(prefix), state, tmp / f"ledger-{mark.line}.jsonl")
+    return statistics(state.view(), None, 20)
+
+
+def test_the_mark_is_the_checkpoint_and_the_commit_time(tmp_path: Path) -> None:
+    journal, state, ledger = tmp_path / "j.jsonl", tmp_path / "state", tmp_path / "l.jsonl"
+    lines = _journal(journal, 300)
+    before = time.time_ns() // 1_000_000
+    writer = _replay(journal, state, ledger)
+    assert writer.wait(timeout=120) == 0, writer.stderr
+    after = time.time_ns() // 1_000_000
+    store = open_state(state, must_exist=True, read_only=True)
+    try:
+        mark = state_mark(store)
+    finally:
+        store.close()
+    assert (mark.line, mark.offset, mark.ledger_bytes) == (len(lines), journal.stat().st_size, ledger.stat().st_size)
+    assert mark.written_ms is not None and before <= mark.written_ms <= after
+    body = mark.body()
+    assert body["journal"] == {"line": len(lines), "offset": journal.stat().st_size}
+    assert isinstance(body["written_at"], str) and body["written_at"].endswith("Z")
+    assert mark.etag != StateMark(mark.line, mark.offset, mark.ledger_bytes, mark.written_ms + 1).etag
+
+
+def test_opening_a_view_changes_nothing_the_signature_watches(tmp_path: Path) -> None:
+    journal, state, ledger = tmp_path / "j.jsonl", tmp_path / "state", tmp_path / "l.jsonl"
+    _journal(journal, 200)
+    assert _replay(journal, state, ledger).wait(timeout=120) == 0
+    before = files_signature(state)
+    for _ in range(3):
+        RocksStore.open_follower(state).close()
+    assert files_signature(state) == before
+    # a commit does change it
+    store = open_state(state)
+    store.apply({b'["written"]': b"1"})
+    store.close()
+    assert files_signature(state) != before
+    assert files_signature(tmp_path / "gone") is None
+
+
+def test_every_view_is_one_committed_batch_and_the_last_is_the_end(tmp_path: Path) -> None:
+    journal, state, ledger = tmp_path / "j.jsonl", tmp_path / "state", tmp_path / "l.jsonl"
+    lines = _journal(journal, 2500, seed=9)
+    first = tmp_path / "first.jsonl"
+    first.write_bytes(b"".join(lines[:200]))
+    assert _replay(first, state, ledger).wait(timeout=120) == 0
+    follower = follow_state(state)
+    assert follower.mark.line == 200
+    marks: list[StateMark] = []
+    checked: list[int] = []
+    writer = _replay(journal, state, ledger, batch=40)  # resumes after line 200, many small batches
+    try:
+        while writer.poll() is None or follower.changed():
+            if follower.changed():
+                seen, view, mark = follower.open_next()
+                follower.replace(seen, view, mark).close()
+                marks.append(mark)
+                # a few views are checked against the oracle while the writer goes on
+                if len(checked) < 4 and mark.line not in checked and 200 < mark.line < len(lines):
+                    assert statistics(view, None, 20) == _as_of(lines, mark, tmp_path), f"view at line {mark.line}"
+                    checked.append(mark.line)
+            time.sleep(0.05)
+    finally:
+        assert writer.wait(timeout=120) == 0, writer.stderr
+    assert checked, "no view opened while the writer was running"
+    assert follower.mark.line == len(lines) and follower.mark.ledger_bytes == ledger.stat().st_size
+    assert [m.line for m in marks] == sorted(m.line for m in marks)
+    final = open_state(state, must_exist=True, read_only=True)
+    try:
+        assert statistics(follower.view, None, 20) == statistics(final, None, 20)
+    finally:
+        final.close()
+        follower.close()
+
+
+def test_follow_hands_each_new_view_to_the_server_and_reaches_the_end(tmp_path: Path) -> None:
+    journal, state, ledger = tmp_path / "j.jsonl", tmp_path / "state", tmp_path / "l.jsonl"
+    lines = _journal(journal, 1500, seed=4)
+    first = tmp_path / "first.jsonl"
+    first.write_bytes(b"".join(lines[:100]))
+    assert _replay(first, state, ledger).wait(timeout=120) == 0
+    follower = follow_state(state)
+    served: list[tuple[StateStore, StateMark]] = []
+
+    async def scenario() -> None:
+        task = asyncio.create_task(follow(follower, lambda view, mark: served.append((view, mark)),
+                                          interval=0.05, min_interval=0.2))
+        writer = _replay(journal, state, ledger, batch=100)
+        while writer.poll() is None:
+            await asyncio.sleep(0.05)
+        assert writer.returncode == 0
+        deadline = time.monotonic() + 10
+        while follower.mark.line != len(lines) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        task.cancel()
+
+    asyncio.run(scenario())
+    try:
+        assert served and served[-1][1] == follower.mark and follower.mark.line == len(lines)
+        assert served[-1][0] is follower.view
+        final = open_state(state, must_exist=True, read_only=True)
+        try:
+            assert statistics(follower.view, None, 20) == statistics(final, None, 20)
+        finally:
+            final.close()
+    finally:
+        follower.close()
+
+
+def test_a_view_that_cannot_open_leaves_the_last_one_served(tmp_path: Path) -> None:
+    journal, state, ledger = tmp_path / "j.jsonl", tmp_path / "state", tmp_path / "l.jsonl"
+    _journal(journal, 100)
+    assert _replay(journal, state, ledger).wait(timeout=120) == 0
+    opened = [0]
+
+    def flaky() -> StateStore:
+        opened[0] += 1
+        if opened[0] == 2:
+            raise StateDirError("gone")
+        return RocksStore.open_follower(state)
+
+    changes = iter(range(1000))
+    follower = Follower(flaky, lambda: next(changes))  # every look sees a change
+    first = follower.view
+    replaced: list[StateMark] = []
+
+    async def scenario() -> None:
+        task = asyncio.create_task(follow(follower, lambda _, mark: replaced.append(mark), 0.01, 0.01))
+        deadline = time.monotonic() + 10
+        while not replaced and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        task.cancel()
+
+    asyncio.run(scenario())
+    try:
+        assert opened[0] >= 3 and replaced and follower.view is not first and follower.mark.line == 100
+    finally:
+        follower.close()
+
+
+def test_a_missing_state_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(StateDirError, match="run 'recurrence replay' first"):
+        follow_state(tmp_path / "none")
