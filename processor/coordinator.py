@@ -39,12 +39,11 @@ from .partitioning import Router
 from .patterns import PatternTracker, is_recurred
 from .recordindex import index_record
 from .records import Emitted
-from .shard import BatchSpec, Line
+from .shard import BatchSpec, Line, LocalShard, ShardClient
 from .state import key, row_cache
 from .stopsignals import StopNow, StopSignals
 from .store.base import StateStore, Transaction
 from .tally import Tally
-from .workers import LocalShard, ShardClient
 
 log = logging.getLogger("recurrence.embedded")
 
@@ -207,7 +206,10 @@ class Run:
         self.epoch = epoch
         self.catch_up_through = catch_up_through
         self.extra_rows = extra_rows
-        self.depth = 0 if len(shards) == 1 and isinstance(shards[0], LocalShard) else DEPTH
+        # In one process a batch is committed as soon as it has run; from a pipe too (lines may come
+        # slowly, and a batch held back would wait for the next one to be written).
+        local = len(shards) == 1 and isinstance(shards[0], LocalShard)
+        self.depth = 0 if local or reader.total_bytes is None else DEPTH
         self._sent: deque[_Sent] = deque()
         self._number = 0
         self.committed: int | None = None  # the last batch whose ledger lines and main rows are durable

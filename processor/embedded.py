@@ -31,7 +31,7 @@ from contextlib import closing, contextmanager, suppress
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import IO, TYPE_CHECKING, Any, Final
 
 import orjson
 
@@ -48,7 +48,8 @@ from .exceptions import (
     UnusableError,
 )
 from .journalfile import Checkpoint, JournalReader, Progress, check_journal, shown
-from .partitioning import Router
+from .partitioning import Router, assign
+from .shard import LocalShard, ShardClient
 from .state import key
 from .statedir import (
     APPLIED_KEY,
@@ -64,7 +65,9 @@ from .statedir import (
 from .stateheader import HEADER_KEYS, ROW_LAYOUT, check_layout, check_pinned, config_of
 from .stopsignals import Abandon, StopNow, StopSignals
 from .store.base import StateStore, Transaction
-from .workers import LocalShard, RemoteShard, ShardClient, assign, close_all, fork_workers
+
+if TYPE_CHECKING:
+    from .workers import RemoteShard
 
 __all__ = ["RunSummary", "StopSignals", "open_state", "replay", "statistics"]
 
@@ -502,8 +505,12 @@ def replay(
     processes = jobs if jobs is not None else default_jobs(journal)
     if isinstance(location, MemoryState):
         processes = 1
-    # Forked before anything else is opened (no store, no thread): see ``workers``.
-    workers = fork_workers(processes) if processes > 1 else []
+    workers: list[RemoteShard] = []
+    if processes > 1:
+        from .workers import fork_workers  # noqa: PLC0415 - one process needs none of it (pipes, threads)
+
+        # Forked before anything else is opened (no store, no thread): see ``workers``.
+        workers = fork_workers(processes)
     completed = False
     try:
         # The journal is opened first: an unreadable one stops the run before the state is stamped.
@@ -511,11 +518,13 @@ def replay(
             completed = _replay(journal, location, out, config, batch_size, progress_stream, stop, partitions,
                                 reader, main, workers, summary)
     except Abandon as abandoned:
-        close_all(workers, kill=True)
+        for worker in workers:
+            worker.abort()
         summary.seconds = time.monotonic() - started
         raise ReplayInterrupted(abandoned.signal_number, summary, abandoned=True) from None
     finally:
-        close_all(workers)
+        for worker in workers:
+            worker.close()
     summary.seconds = time.monotonic() - started
     if stop.received is not None and not completed:
         raise ReplayInterrupted(stop.received, summary)
@@ -545,7 +554,7 @@ def _main_store(state: "StateDir | MemoryState") -> Iterator[StateStore]:
 def _replay(
     journal: str, state: "StateDir | MemoryState", out: Path, config: EngineConfig | None, batch_size: int,
     progress_stream: IO[str] | None, stop: StopSignals, partitions: int | None, reader: JournalReader,
-    main: StateStore, workers: list[RemoteShard], summary: RunSummary,
+    main: StateStore, workers: "list[RemoteShard]", summary: RunSummary,
 ) -> bool:
     config, ledger, summary.truncated_bytes, count = _open_ledger(main, out, config, journal, partitions)
     with closing(ledger):

@@ -107,3 +107,15 @@ class Router:
         if known is None:
             known = self._known[scope] = (murmur2(scope) & 0x7FFFFFFF) % self.partitions
         return known
+
+
+def assign(weights: dict[int, int], partitions: int, shards: int) -> list[list[int]]:
+    """Partitions to shards, heaviest first onto the lightest (longest-processing-time first)."""
+    loads = [0] * shards
+    owned: list[list[int]] = [[] for _ in range(shards)]
+    order = sorted(range(partitions), key=lambda p: (-weights.get(p, 0), p))
+    for partition in order:
+        target = min(range(shards), key=lambda s: (loads[s], len(owned[s]), s))
+        owned[target].append(partition)
+        loads[target] += weights.get(partition, 0)
+    return [sorted(parts) for parts in owned]

@@ -20,10 +20,11 @@ Catch-up batches carry lines the ledger already holds: they are applied to
 the partitions that are behind and their records are dropped.
 """
 
+import contextlib
 import logging
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 from .engine import Engine
 from .engineconfig import EngineConfig
@@ -31,6 +32,9 @@ from .exceptions import StateDirError
 from .records import Emitted
 from .state import row_cache
 from .statedir import APPLIED_KEY, Applied, Store
+
+if TYPE_CHECKING:
+    from .statedir import MemoryState, StateDir
 from .stateheader import check_layout, check_pinned
 from .store.base import RowCache, Transaction
 
@@ -197,3 +201,67 @@ class Shard:
                 failure = failure or error
         if failure is not None:
             raise StateDirError(f"cannot close the state: {failure}")
+
+
+class ShardClient(Protocol):
+    """What the coordinator needs of a shard, wherever it runs."""
+
+    def open(
+        self, state: "StateDir | MemoryState", config: EngineConfig, owned: Sequence[int] | None,
+        existing: Sequence[int], sync_first: bool,
+    ) -> dict[int, Applied | None]: ...
+
+    def submit(self, spec: BatchSpec, lines: Sequence[Line], committed: int | None) -> None: ...
+
+    def results(self, number: int) -> Results: ...
+
+    def finish(self, committed: int | None) -> None: ...
+
+    def abort(self) -> None: ...
+
+
+class LocalShard:
+    """The shard in this process: ``--jobs 1``, and small journals (no start-up cost)."""
+
+    def __init__(self) -> None:
+        self.shard: Shard | None = None
+        self._results: dict[int, Results] = {}
+
+    def open(
+        self, state: "StateDir | MemoryState", config: EngineConfig, owned: Sequence[int] | None,
+        existing: Sequence[int], sync_first: bool,
+    ) -> dict[int, Applied | None]:
+        self.shard = Shard(state.opener(), existing, owned, config)
+        applied = self.shard.open()
+        if sync_first:
+            self.shard.sync()
+        return applied
+
+    def submit(self, spec: BatchSpec, lines: Sequence[Line], committed: int | None) -> None:
+        assert self.shard is not None
+        if committed is not None:
+            self.shard.commit(committed)
+        self._results[spec.number] = self.shard.process(spec, lines)
+
+    def results(self, number: int) -> Results:
+        return self._results.pop(number)
+
+    def finish(self, committed: int | None) -> None:
+        shard, self.shard = self.shard, None
+        if shard is None:
+            return
+        try:
+            if committed is not None:
+                shard.commit(committed)
+            shard.sync()
+        except BaseException:
+            with contextlib.suppress(Exception):  # a failing disk may refuse the close too: keep the first error
+                shard.close()
+            raise
+        shard.close()
+
+    def abort(self) -> None:
+        shard, self.shard = self.shard, None
+        if shard is not None:
+            with contextlib.suppress(Exception):
+                shard.close()

@@ -41,9 +41,10 @@ from .store.rocksdb import RocksStore, rocks_options
 
 MAIN: Final = "main"
 PARTITIONS: Final = "partitions"
-#: Partitions of a new state: enough to spread 8 processes evenly over skewed scopes, few enough to
-#: open quickly (a store is created only when one of its scopes appears).
-DEFAULT_PARTITIONS: Final = 16
+#: Partitions of a new state: as many processes as a replay can use, few enough to open quickly (a
+#: RocksDB store costs 4-5 ms of CPU to create or open and a dozen fsyncs to create, 15-25 ms on a busy
+#: disk; a store is created only when one of its scopes appears). ``--partitions`` chooses another.
+DEFAULT_PARTITIONS: Final = 8
 MAX_PARTITIONS: Final = 256
 
 #: Main-store rows: the runner's own, written in ledger order by the one process that writes the ledger.

@@ -36,7 +36,7 @@ import threading
 import traceback
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from . import exceptions
 from .engineconfig import EngineConfig
@@ -62,70 +62,6 @@ class WorkerLostError(UnusableError):
 
 class WorkerFailedError(RuntimeError):
     """A worker hit an internal error (a bug); carries its traceback."""
-
-
-class ShardClient(Protocol):
-    """What the coordinator needs of a shard, wherever it runs."""
-
-    def open(
-        self, state: "StateDir | MemoryState", config: EngineConfig, owned: Sequence[int] | None,
-        existing: Sequence[int], sync_first: bool,
-    ) -> dict[int, Applied | None]: ...
-
-    def submit(self, spec: BatchSpec, lines: Sequence[Line], committed: int | None) -> None: ...
-
-    def results(self, number: int) -> Results: ...
-
-    def finish(self, committed: int | None) -> None: ...
-
-    def abort(self) -> None: ...
-
-
-class LocalShard:
-    """The shard in this process: ``--jobs 1``, and small journals (no start-up cost)."""
-
-    def __init__(self) -> None:
-        self.shard: Shard | None = None
-        self._results: dict[int, Results] = {}
-
-    def open(
-        self, state: "StateDir | MemoryState", config: EngineConfig, owned: Sequence[int] | None,
-        existing: Sequence[int], sync_first: bool,
-    ) -> dict[int, Applied | None]:
-        self.shard = Shard(state.opener(), existing, owned, config)
-        applied = self.shard.open()
-        if sync_first:
-            self.shard.sync()
-        return applied
-
-    def submit(self, spec: BatchSpec, lines: Sequence[Line], committed: int | None) -> None:
-        assert self.shard is not None
-        if committed is not None:
-            self.shard.commit(committed)
-        self._results[spec.number] = self.shard.process(spec, lines)
-
-    def results(self, number: int) -> Results:
-        return self._results.pop(number)
-
-    def finish(self, committed: int | None) -> None:
-        shard, self.shard = self.shard, None
-        if shard is None:
-            return
-        try:
-            if committed is not None:
-                shard.commit(committed)
-            shard.sync()
-        except BaseException:
-            with contextlib.suppress(Exception):  # a failing disk may refuse the close too: keep the first error
-                shard.close()
-            raise
-        shard.close()
-
-    def abort(self) -> None:
-        shard, self.shard = self.shard, None
-        if shard is not None:
-            with contextlib.suppress(Exception):
-                shard.close()
 
 
 # -- the worker process --------------------------------------------------------------------------
@@ -394,17 +330,6 @@ def close_all(workers: Sequence[RemoteShard], kill: bool = False) -> None:
         else:
             worker.close()
 
-
-def assign(weights: dict[int, int], partitions: int, shards: int) -> list[list[int]]:
-    """Partitions to shards, heaviest first onto the lightest (longest-processing-time first)."""
-    loads = [0] * shards
-    owned: list[list[int]] = [[] for _ in range(shards)]
-    order = sorted(range(partitions), key=lambda p: (-weights.get(p, 0), p))
-    for partition in order:
-        target = min(range(shards), key=lambda s: (loads[s], len(owned[s]), s))
-        owned[target].append(partition)
-        loads[target] += weights.get(partition, 0)
-    return [sorted(parts) for parts in owned]
 
 
 if __name__ == "__main__":  # a worker in a fresh interpreter (see ``fork_workers``)
