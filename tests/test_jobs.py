@@ -9,6 +9,7 @@ SIGKILL of the coordinator or of one worker at a chosen call, then a rerun.
 """
 
 import os
+import resource
 import time
 from pathlib import Path
 from typing import Any
@@ -245,3 +246,26 @@ def test_murmur2_is_kafkas() -> None:
     for data in (b"", b"a", b"ab", b"abc", b"abcd", b"scope-007", "ü-scope".encode(), bytes(range(256))):
         assert murmur2(data) == reference(data)
 
+
+
+def _file_size_limit(limit: int) -> Any:
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return apply
+
+
+@pytest.mark.parametrize("limit", [60_000, 150_000])
+def test_a_full_disk_under_jobs_exits_2_with_one_line_and_the_rerun_is_byte_identical(
+    crash_journal: tuple[Path, tuple[bytes, Any, bytes]], tmp_path: Path, limit: int
+) -> None:
+    """``RLIMIT_FSIZE`` holds for the workers too: the ledger, the main store or a partition fills first."""
+    journal, clean = crash_journal
+    state, out = tmp_path / "state", tmp_path / "ledger.jsonl"
+    full = replay(journal, state, out, "--jobs", "2", "--batch", "40", preexec_fn=_file_size_limit(limit))
+    assert full.returncode == 2, full.stderr
+    line = one_line(full.stderr)
+    assert "run again" in line and "File too large" in line
+    rerun = replay(journal, state, out, "--jobs", "2", "--batch", "40")
+    assert rerun.returncode == 0, rerun.stderr
+    assert _outputs(state, out) == clean
