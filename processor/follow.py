@@ -44,7 +44,7 @@ from typing import Any, Final
 from .embedded import JOURNAL_KEY, LEDGER_KEY, WRITTEN_KEY, LedgerMark
 from .exceptions import StateDirError
 from .journalfile import Checkpoint, shown
-from .statedir import open_view
+from .statedir import StateView, open_view
 from .store.base import StateStore
 
 log = logging.getLogger("recurrence.follow")
@@ -84,6 +84,10 @@ class StateMark:
 def state_mark(store: StateStore) -> StateMark:
     raw = store.get(JOURNAL_KEY)
     checkpoint = Checkpoint.decode(raw) if raw is not None else None
+    as_of = store.as_of() if isinstance(store, StateView) else None
+    if as_of is not None and checkpoint is not None and as_of.line < checkpoint.line:
+        # A replay is running: its main store is ahead of the partitions the statistics come from.
+        checkpoint = Checkpoint(as_of.offset, as_of.line, checkpoint.sha256)
     raw = store.get(LEDGER_KEY)
     ledger = LedgerMark.decode(raw).length if raw is not None else 0
     raw = store.get(WRITTEN_KEY)

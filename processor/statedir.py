@@ -23,6 +23,7 @@ earlier single-store layout (RocksDB files directly in STATE) is still read;
 
 import heapq
 import os
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import suppress
 from dataclasses import dataclass
@@ -157,6 +158,17 @@ class StateView:
         self.partitions = dict(partitions)
         self.count = count
 
+    def as_of(self) -> Applied | None:
+        """Where every partition stands, when they agree (None: no partition, or they differ)."""
+        found = {store.get(APPLIED_KEY) for store in self.partitions.values()}
+        if len(found) != 1:
+            return None
+        raw = found.pop()
+        return None if raw is None else Applied.decode(raw)
+
+    def partitions_agree(self) -> bool:
+        return not self.partitions or self.as_of() is not None
+
     def _store_for(self, namespace: str, scope: str | None) -> StateStore | None:
         if namespace in MAIN_NAMESPACES or scope is None:
             return self.main
@@ -252,11 +264,32 @@ def partition_count(main: StateStore) -> int | None:
     return None if raw is None else int(raw)
 
 
+#: Attempts a follower makes to find every partition at the same batch (each a fresh set of views).
+_CONSISTENT_TRIES: Final = 20
+
+
 def open_view(root: Path, follower: bool = False) -> StateStore:
     """The state for reading: a ``StateView``, or the single store of an earlier layout.
 
     ``follower``: each store as a RocksDB secondary (``RocksStore.open_follower``), for a state a replay
-    may be writing."""
+    may be writing. The partitions are flushed one after the other, so a view is kept only when they
+    all stand at the same batch (their ``applied`` rows agree; ``StateView.as_of``); the main store may
+    be a batch or two ahead of them while a replay runs (its records index and counts, never the
+    statistics). After ``_CONSISTENT_TRIES`` views caught between two flushes: StateDirError (a
+    follower keeps the view it has and looks again).
+    """
+    if not follower:
+        return _open_view(root, False)
+    for attempt in range(_CONSISTENT_TRIES):
+        view = _open_view(root, True)
+        if not isinstance(view, StateView) or view.partitions_agree():
+            return view
+        view.close()
+        time.sleep(0.01 * (attempt + 1))
+    raise StateDirError(f"the state {shown(root)} is between two batches; look again")
+
+
+def _open_view(root: Path, follower: bool) -> StateStore:
     def opened(path: Path) -> RocksStore:
         return RocksStore.open_follower(path) if follower else RocksStore.open(path, read_only=True)
 
