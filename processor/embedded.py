@@ -35,7 +35,7 @@ from typing import IO, TYPE_CHECKING, Any, Final
 
 import orjson
 
-from .archive import JOURNAL_PATH_KEY, LEDGER_PATH_KEY
+from .archive import JOURNAL_PATH_KEY, LEDGER_PATH_KEY, FileArchive
 from .coordinator import Run, RunSummary, Writer
 from .engine import Engine
 from .engineconfig import EngineConfig
@@ -49,6 +49,7 @@ from .exceptions import (
 )
 from .journalfile import Checkpoint, JournalReader, Progress, check_journal, shown
 from .partitioning import Router, assign
+from .regularfile import check_regular
 from .shard import LocalShard, ShardClient
 from .state import key
 from .statedir import (
@@ -636,6 +637,24 @@ def statistics(store: StateStore, scope_id: str | None, top: int | None) -> list
     config = bind_config(store, None)
     engine = Engine(Transaction(store), config)
     return [s.model_dump(mode="json") for s in engine.statistics(scope_id, top)]
+
+
+def open_archive(store: StateStore, ledger: Path | None = None, journal: Path | None = None) -> FileArchive:
+    """The ledger and journal that ``explain`` and ``serve`` read back, checked before anything is read.
+
+    Each must be a regular file (given, or the one the state last wrote and read); the ledger must be the
+    state's, by the same mark ``replay`` checks: a ledger that is shorter than the state recorded, or differs
+    before that length, is refused (LedgerMismatchError). A missing one is not an error: the explanation then
+    says what the state alone can (the records it names are shown as not readable).
+    """
+    archive = FileArchive(store, ledger, journal)
+    for path, given, what in ((archive.ledger, ledger, "--out"), (archive.journal, journal, "--journal")):
+        if path is not None:
+            check_regular(path, what if given else f"the state's {what[2:]}", must_exist=False)
+    if archive.ledger is not None and archive.ledger.exists():
+        raw = store.get(LEDGER_KEY)
+        check_ledger(archive.ledger, None if raw is None else LedgerMark.decode(raw))
+    return archive
 
 
 def open_state(path: Path, must_exist: bool = False, read_only: bool = False) -> StateStore:
