@@ -21,8 +21,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from devkit.localrun import recurrence_command
-from recurrence.processor.embedded import TAIL_BYTES
-from recurrence.processor.store.rocksdb import RocksStore
+from recurrence.processor.embedded import TAIL_BYTES, open_state
 from recurrence.processor.synthetic import JournalSpec, generate
 from tests.tools import REPO
 
@@ -127,7 +126,7 @@ def test_serve_answers_409_where_the_cli_exits_2(big: tuple[Path, Path, Path], t
     refused(run("serve", "--state", str(state), "--out", str(cut), "--port", "1"), "fewer than")
     from recurrence.processor.serve import EmbeddedReadSurface, application
 
-    store = RocksStore.open(state, read_only=True)
+    store = open_state(state)
     try:
         app = application(EmbeddedReadSurface(store, edited))
         statuses = _ask(app, [f"/explain/{identity}", f"/explain/{identity}?format=json"])

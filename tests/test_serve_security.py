@@ -224,8 +224,8 @@ def test_the_api_check_finds_a_server_that_does_not_ask_for_its_token(tmp_path: 
 
     from aiohttp import web
 
+    from recurrence.processor.embedded import open_state
     from recurrence.processor.serve import EmbeddedReadSurface, application
-    from recurrence.processor.store.rocksdb import RocksStore
     from recurrence.processor.webtoken import Access
     from tests.apicheck import failures
 
@@ -233,7 +233,7 @@ def test_the_api_check_finds_a_server_that_does_not_ask_for_its_token(tmp_path: 
         def allows(self, authorization: str | None) -> bool:
             return True
 
-    store = RocksStore.open(_replayed(tmp_path), read_only=True)
+    store = open_state(_replayed(tmp_path))
     runner = web.AppRunner(application(EmbeddedReadSurface(store), Lax(TOKEN)))
     loop = asyncio.new_event_loop()
     port = free_port()
