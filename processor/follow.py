@@ -52,8 +52,8 @@ from typing import Any, Final
 from .embedded import JOURNAL_KEY, LEDGER_KEY, WRITTEN_KEY, LedgerMark
 from .exceptions import StateDirError
 from .journalfile import Checkpoint, shown
+from .statedir import StateView, open_view
 from .store.base import StateStore
-from .store.rocksdb import RocksStore
 
 log = logging.getLogger("recurrence.follow")
 
@@ -92,6 +92,10 @@ class StateMark:
 def state_mark(store: StateStore) -> StateMark:
     raw = store.get(JOURNAL_KEY)
     checkpoint = Checkpoint.decode(raw) if raw is not None else None
+    as_of = store.as_of() if isinstance(store, StateView) else None
+    if as_of is not None and checkpoint is not None and as_of.line < checkpoint.line:
+        # A replay is running: its main store is ahead of the partitions the statistics come from.
+        checkpoint = Checkpoint(as_of.offset, as_of.line, checkpoint.sha256)
     raw = store.get(LEDGER_KEY)
     ledger = LedgerMark.decode(raw).length if raw is not None else 0
     raw = store.get(WRITTEN_KEY)
@@ -204,7 +208,12 @@ async def follow(
 
 
 def follow_state(path: Path) -> Follower:
-    """A follower of the embedded state at ``path`` (one RocksDB directory today)."""
+    """A follower of the embedded state at ``path``: its main store and every partition (``statedir``).
+
+    A view opens the main store first, then the partitions: a batch the writer commits in between shows
+    in a partition one view early (its counters ahead of the main store's checkpoint by that batch),
+    never the other way round; the next view is whole again.
+    """
     if not path.is_dir():
         raise StateDirError(f"no state directory at {shown(path)}; run 'recurrence replay' first")
-    return Follower(lambda: RocksStore.open_follower(path), lambda: files_signature(path))
+    return Follower(lambda: open_view(path, follower=True), lambda: files_signature(path))

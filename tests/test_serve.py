@@ -29,7 +29,6 @@ from recurrence.processor.embedded import open_state
 from recurrence.processor.follow import state_mark
 from recurrence.processor.routes import Ask
 from recurrence.processor.serve import EmbeddedReadSurface, application
-from recurrence.processor.store.rocksdb import RocksStore
 from recurrence.processor.synthetic import JournalSpec, generate
 from recurrence.processor.webtoken import TOKEN_ENV
 from recurrence.schemas.readsurface import (
@@ -316,7 +315,7 @@ def test_the_api_check_finds_an_answer_the_document_does_not_describe(served: Se
         async def dead_letters(self, ask: Ask) -> dict[str, Any]:
             return {"total": "many", "by_code": {}}
 
-    store = RocksStore.open(served.state, read_only=True)
+    store = open_state(served.state)
     app = application(Wrong(store, served.ledger))
     port = free_port()
     runner = web.AppRunner(app)
