@@ -232,7 +232,7 @@ def test_terminal_text_never_carries_a_control_character_from_the_journal(tmp_pa
     # The same text over HTTP (``text/plain``, what curl prints to a terminal), and the refusals' JSON.
     from recurrence.processor.serve import EmbeddedReadSurface, application
 
-    store = RocksStore.open(state, read_only=True)
+    store = open_state(state)
     try:
         texts = _ask_text(application(EmbeddedReadSurface(store)), [
             f"/explain/{recurred['observation_id']}", "/explain/experience%2FE7%1B%5B31m@1",
