@@ -93,8 +93,10 @@ def state_mark(store: StateStore) -> StateMark:
     raw = store.get(JOURNAL_KEY)
     checkpoint = Checkpoint.decode(raw) if raw is not None else None
     as_of = store.as_of() if isinstance(store, StateView) else None
-    if as_of is not None and checkpoint is not None and as_of.line < checkpoint.line:
-        # A replay is running: its main store is ahead of the partitions the statistics come from.
+    if as_of is not None and checkpoint is not None and as_of.line != checkpoint.line:
+        # A replay is running: the statistics come from the partitions, which the main store's checkpoint
+        # may lead (committed first) or trail (a batch the writer committed after the view opened the main
+        # store and before it opened the partitions): they say how far the numbers are.
         checkpoint = Checkpoint(as_of.offset, as_of.line, checkpoint.sha256)
     raw = store.get(LEDGER_KEY)
     ledger = LedgerMark.decode(raw).length if raw is not None else 0
