@@ -16,7 +16,7 @@ from recurrence.processor.routes import ROUTE_KEY, Route, routes_of
 from recurrence.processor.serve import EmbeddedReadSurface, application
 from recurrence.processor.store.memory import MemoryStore
 from recurrence.processor.stream.settings import StreamSettings
-from recurrence.processor.stream.worker.app import create_app
+from recurrence.processor.stream.worker.build import create_app
 
 
 def _served(app: web.Application) -> list[tuple[str, Route | None]]:

@@ -180,7 +180,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 
     import faust  # noqa: PLC0415
 
-    from .worker.app import build_worker  # noqa: PLC0415
+    from .worker.build import build_worker  # noqa: PLC0415
 
     service = build_worker(settings)
     worker = faust.Worker(service.app, loglevel=settings.worker.loglevel, quiet=True, redirect_stdouts=False)

@@ -215,7 +215,7 @@ function svgEl(tag, attrs, text) {
 function niceStep(most) {
   const rough = Math.max(1, most) / 4;
   const power = 10 ** Math.floor(Math.log10(rough));
-  return [1, 2, 5, 10].map((m) => m * power).find((step) => step >= rough);
+  return Math.max(1, [1, 2, 5, 10].map((m) => m * power).find((step) => step >= rough));  // counts: whole ticks
 }
 
 function tuneChart(body) {
