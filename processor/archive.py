@@ -4,6 +4,12 @@ The runner indexes every record it writes (``["rid", id]`` -> the byte offset
 of its ledger line, committed with the batch) and remembers the paths of the
 ledger and of the journal it last read. ``FileArchive`` reads a record back
 by seeking to its line, and a journal entry by its origin line number.
+
+Both files are opened as regular files only (``regularfile``): a device or a
+FIFO put where the ledger was is refused, never read until memory runs out.
+Whether the ledger is the state's is checked once, when the archive is
+opened for a command or a server (``embedded.open_archive``); that each
+record read back is the one asked for, by the Explainer.
 """
 
 import os
@@ -11,6 +17,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from .recordindex import record_key
+from .regularfile import open_regular
 from .state import key
 from .store.base import StateStore
 
@@ -21,7 +28,7 @@ _CHUNK: Final = 1 << 20
 
 def _read_line(path: Path, offset: int) -> bytes | None:
     try:
-        with path.open("rb") as handle:
+        with open_regular(path, "the ledger") as handle:
             handle.seek(offset)
             line = handle.readline()
     except OSError:
@@ -32,7 +39,7 @@ def _read_line(path: Path, offset: int) -> bytes | None:
 def _line_number(path: Path, number: int) -> bytes | None:
     """Line ``number`` (1-based) of a file, found by counting newlines a chunk at a time."""
     try:
-        with path.open("rb") as handle:
+        with open_regular(path, "the journal") as handle:
             seen, start = 1, 0
             while seen < number:
                 chunk = handle.read(_CHUNK)

@@ -20,7 +20,6 @@ from typing import Any
 import orjson
 
 from ..schemas.constants import DEFAULT_TOP_REVISIONS
-from .archive import FileArchive
 from .cliargs import EXIT_OK, non_negative_int, port_number, positive_int, ratio
 from .embedded import (
     DEFAULT_BATCH,
@@ -29,6 +28,7 @@ from .embedded import (
     StopSignals,
     bind_config,
     check_paths,
+    open_archive,
     open_state,
     replay,
     statistics,
@@ -45,9 +45,10 @@ from .exceptions import (
     StateDirError,
     UnusableError,
 )
-from .explain import Explainer, NotFoundError, render
+from .explain import IDS_ARE, Explainer, NotFoundError, render
 from .journalfile import shown
 from .patterns import listing
+from .printable import escape_log_arguments, printable, printable_json, printable_lines
 from .state import State
 from .store.base import Transaction
 from .store.rocksdb import RocksStore
@@ -129,25 +130,26 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 def _cmd_stats(args: argparse.Namespace) -> int:
     with _state(Path(args.state), must_exist=True, read_only=True) as store:
         result = statistics(store, args.scope, args.top)
-    sys.stdout.buffer.write(orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
+    _print_json(result, orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
     return EXIT_OK
+
+
+def _print_json(value: Any, option: int = orjson.OPT_INDENT_2) -> None:
+    """JSON on stdout; control characters from the journal as escapes (``printable_json``)."""
+    sys.stdout.buffer.write(printable_json(orjson.dumps(value, option=option)) + b"\n")
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
     with _state(Path(args.state), must_exist=True, read_only=True) as store:
-        archive = FileArchive(
-            store,
-            Path(args.out) if args.out else None,
-            Path(args.journal) if args.journal else None,
-        )
+        archive = open_archive(store, Path(args.out) if args.out else None,
+                               Path(args.journal) if args.journal else None)
         explainer = Explainer(State(Transaction(store)), archive)
         try:
             result = explainer.explain(args.id)
         except NotFoundError as missing:
-            raise UnusableError(f"{missing}; ids are observation_id, match_digest, dead_letter_id or "
-                                "family/artifact_id@revision") from None
+            raise UnusableError(str(missing) if IDS_ARE in str(missing) else f"{missing}; {IDS_ARE}") from None
     if args.json:
-        sys.stdout.buffer.write(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
+        _print_json(result)
     else:
         sys.stdout.write(render(result))
     return EXIT_OK
@@ -158,7 +160,7 @@ def _cmd_patterns(args: argparse.Namespace) -> int:
         config = bind_config(store, None)
         rows = listing(Transaction(store), config.pattern_scopes, suggested_only=not args.all)
     if args.json:
-        sys.stdout.buffer.write(orjson.dumps(rows, option=orjson.OPT_INDENT_2) + b"\n")
+        _print_json(rows)
         return EXIT_OK
     if not rows:
         print(f"no signature has recurred in {config.pattern_scopes} or more scopes yet")
@@ -167,13 +169,13 @@ def _cmd_patterns(args: argparse.Namespace) -> int:
         mark = "suggested" if row["suggested"] else "below the threshold"
         print(f"{row['scope_count']}{more} scopes, {row['recurrences']:,} recurrences ({mark}): "
               f"{row['signature_key']!r}")
-        print(f"    scopes: {_summarized(row['scopes'], row['scopes_more_than_listed'], 8)}")
+        print(printable(f"    scopes: {_summarized(row['scopes'], row['scopes_more_than_listed'], 8)}"))
         revisions = [
             f"{r['scope_id']}:{r['artifact_ref']['family']}/{r['artifact_ref']['artifact_id']}"
             f"@{r['artifact_ref']['revision']}"
             for r in row["revisions"]
         ]
-        print(f"    revisions: {_summarized(revisions, row['revisions_more_than_listed'], 3)}")
+        print(printable(f"    revisions: {_summarized(revisions, row['revisions_more_than_listed'], 3)}"))
     return EXIT_OK
 
 
@@ -189,17 +191,16 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     # aiohttp is loaded only by the command that serves.
     from .follow import follow_state  # noqa: PLC0415
     from .serve import EmbeddedReadSurface, serve  # noqa: PLC0415
+    from .webtoken import Access, load_token  # noqa: PLC0415
 
+    access = Access(load_token(Path(args.http_token_file) if args.http_token_file else None))
+    ledger = Path(args.out) if args.out else None
+    journal = Path(args.journal) if args.journal else None
     follower = follow_state(Path(args.state))
     try:
-        surface = EmbeddedReadSurface(
-            follower.view,
-            Path(args.out) if args.out else None,
-            Path(args.journal) if args.journal else None,
-            mark=follower.mark,
-            following=True,
-        )
-        serve(surface, args.host, args.port, follower)
+        open_archive(follower.view, ledger, journal)  # refused at start: not the state's ledger, a device
+        surface = EmbeddedReadSurface(follower.view, ledger, journal, mark=follower.mark, following=True)
+        serve(surface, args.host, args.port, access, follower)
     finally:
         follower.close()
     return EXIT_OK
@@ -215,9 +216,9 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     body, summary = tune(args.journal, thresholds, batch_size=args.batch)
     print(summary.line(), file=sys.stderr)
     if args.json:
-        sys.stdout.buffer.write(orjson.dumps(body) + b"\n")
+        sys.stdout.buffer.write(printable_json(orjson.dumps(body)) + b"\n")
     else:
-        sys.stdout.write(table(body))
+        sys.stdout.write(printable_lines(table(body)))
     return EXIT_OK
 
 
@@ -360,6 +361,9 @@ def _add_serve(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     p.add_argument("--port", type=port_number, default=6067, help="port (default %(default)s)")
     p.add_argument("--out", help="the ledger file, for /explain (default: the one the state last wrote)")
     p.add_argument("--journal", help="the journal file, for /explain (default: the one the state last read)")
+    p.add_argument("--http-token-file", metavar="PATH",
+                   help="file holding the bearer token every data path asks for (default: RECURRENCE_HTTP_TOKEN; "
+                   "neither: no token, for a loopback --host)")
     p.set_defaults(func=_cmd_serve)
 
 
@@ -485,12 +489,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    escape_log_arguments()
     try:
         code: int = args.func(args)
     except (RecurrenceError, OSError, KeyboardInterrupt) as error:
         message = _message(error)
         if message is not None:
-            print(f"recurrence {args.command}: {message}", file=sys.stderr)
+            print(f"recurrence {args.command}: {printable(message)}", file=sys.stderr)
         return exit_code(error)
     return code
 

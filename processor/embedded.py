@@ -38,7 +38,7 @@ from typing import IO, Any, Final, Self
 
 import orjson
 
-from .archive import JOURNAL_PATH_KEY, LEDGER_PATH_KEY
+from .archive import JOURNAL_PATH_KEY, LEDGER_PATH_KEY, FileArchive
 from .engine import Engine
 from .engineconfig import EngineConfig
 from .exceptions import (
@@ -52,6 +52,7 @@ from .gcpolicy import full_collections_between_batches
 from .journalfile import Checkpoint, JournalReader, Progress, check_journal, shown
 from .patterns import PatternTracker, is_recurred
 from .recordindex import index_record
+from .regularfile import check_regular
 from .state import key, row_cache
 from .stateheader import HEADER_KEYS, ROW_LAYOUT, check_layout, check_pinned, config_of
 from .store.base import RowCache, StateStore, Transaction
@@ -648,6 +649,24 @@ def statistics(store: StateStore, scope_id: str | None, top: int | None) -> list
     config = bind_config(store, None)
     engine = Engine(Transaction(store), config)
     return [s.model_dump(mode="json") for s in engine.statistics(scope_id, top)]
+
+
+def open_archive(store: StateStore, ledger: Path | None = None, journal: Path | None = None) -> FileArchive:
+    """The ledger and journal that ``explain`` and ``serve`` read back, checked before anything is read.
+
+    Each must be a regular file (given, or the one the state last wrote and read); the ledger must be the
+    state's, by the same mark ``replay`` checks: a ledger that is shorter than the state recorded, or differs
+    before that length, is refused (LedgerMismatchError). A missing one is not an error: the explanation then
+    says what the state alone can (the records it names are shown as not readable).
+    """
+    archive = FileArchive(store, ledger, journal)
+    for path, given, what in ((archive.ledger, ledger, "--out"), (archive.journal, journal, "--journal")):
+        if path is not None:
+            check_regular(path, what if given else f"the state's {what[2:]}", must_exist=False)
+    if archive.ledger is not None and archive.ledger.exists():
+        raw = store.get(LEDGER_KEY)
+        check_ledger(archive.ledger, None if raw is None else LedgerMark.decode(raw))
+    return archive
 
 
 def open_state(path: Path, must_exist: bool = False, read_only: bool = False) -> RocksStore:

@@ -18,16 +18,24 @@ For a ``selected`` observation the terminal verdict is re-derived with the
 ledger's own rules as of the Outcome's position (evidence accepted later does
 not count), which is how ``unknown`` gets a reason. Nothing here writes; a
 missing journal or ledger degrades to what the state alone can say.
+
+What is read back must be what the state indexed: a record whose id,
+re-derived from its content, is not the id asked for, or a journal line that
+is not the entry the state applied at that position, stops the explanation
+(``ArchiveMismatchError``: exit 2, HTTP 409) instead of explaining another
+record. An id that cannot exist (not a digest, a revision outside
+1..2^63-1, fields longer than the contract allows) is not looked up at all.
 """
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import orjson
 from pydantic import ValidationError
 
 from ..schemas.canonical import digest
+from ..schemas.constants import MAX_ARTIFACT_FIELD_LENGTH, MAX_POSITION
 from ..schemas.journal import JOURNAL_ENTRY, ArtifactEntry, HandoffArtifact, SourceEntry
 from ..schemas.powercontext import (
     HandoffArtifactCitation,
@@ -36,6 +44,7 @@ from ..schemas.powercontext import (
     HandoffSourceCitation,
     TaskOutcome,
 )
+from .exceptions import LedgerMismatchError
 from .ledger import candidate
 from .matching import (
     Candidate,
@@ -45,6 +54,8 @@ from .matching import (
     verified_checks,
     verified_observations,
 )
+from .printable import echoed, printable
+from .records import identity_of, is_record_id
 from .state import ArtifactKey, SourceKey, State
 
 TEXT_PREVIEW = 240
@@ -66,6 +77,15 @@ class NotFoundError(LookupError):
     """No record or revision with that identity."""
 
 
+class ArchiveMismatchError(LedgerMismatchError):
+    """What was read back is not what the state indexed: the ledger, topic or journal is not the state's."""
+
+
+IDS_ARE: Final = "ids are observation_id, match_digest, dead_letter_id (sha256:<64 hex>) or family/artifact_id@revision"
+# Longer than MAX_POSITION's 19 digits: out of range without converting (int() refuses 4,300+ digits).
+_MAX_REVISION_DIGITS: Final = len(str(MAX_POSITION))
+
+
 @dataclass(frozen=True)
 class RevisionRef:
     family: str
@@ -74,16 +94,45 @@ class RevisionRef:
 
     @classmethod
     def parse(cls, text: str) -> "RevisionRef | None":
-        """``family/artifact_id@revision``, or None when ``text`` is not one."""
+        """``family/artifact_id@revision`` (ASCII digits), or None when ``text`` is not shaped like one.
+
+        A shape whose parts cannot exist (a revision outside 1..2^63-1, a field longer than the contract's
+        limit) is a RevisionRef that ``possible`` says no to."""
         head, at, revision = text.rpartition("@")
         family, slash, artifact_id = head.partition("/")
-        if not (at and slash and family and artifact_id and revision.isdigit() and int(revision) >= 1):
+        if not (at and slash and family and artifact_id and revision.isascii() and revision.isdigit()):
             return None
-        return cls(family, artifact_id, int(revision))
+        number = int(revision) if len(revision) <= _MAX_REVISION_DIGITS else MAX_POSITION + 1
+        return cls(family, artifact_id, number)
+
+    @property
+    def possible(self) -> bool:
+        return (
+            1 <= self.revision <= MAX_POSITION
+            and len(self.family) <= MAX_ARTIFACT_FIELD_LENGTH
+            and len(self.artifact_id) <= MAX_ARTIFACT_FIELD_LENGTH
+        )
 
     @property
     def key(self) -> ArtifactKey:
         return (self.family, self.artifact_id, self.revision)
+
+
+def _impossible(identity: str) -> str:
+    return (f"no revision {echoed(identity)} can exist (revision 1..{MAX_POSITION}, family and artifact_id up "
+            f"to {MAX_ARTIFACT_FIELD_LENGTH} characters)")
+
+
+def identity_kind(identity: str) -> RevisionRef | None:
+    """The revision ``identity`` names, or None for a record id; NotFoundError for an id that cannot exist."""
+    revision = RevisionRef.parse(identity)
+    if revision is not None:
+        if not revision.possible:
+            raise NotFoundError(_impossible(identity))
+        return revision
+    if not is_record_id(identity):
+        raise NotFoundError(f"{echoed(identity)} is not an id; {IDS_ARE}")
+    return None
 
 
 def _ref_text(ref: dict[str, Any] | list[Any] | tuple[Any, ...] | None) -> str:
@@ -107,13 +156,12 @@ class Explainer:
 
     # -- entry points ------------------------------------------------------------------------
     def explain(self, identity: str) -> dict[str, Any]:
-        revision = RevisionRef.parse(identity)
+        revision = identity_kind(identity)
         if revision is not None:
             return self.revision(revision)
-        line = self.archive.record(identity)
-        if line is None:
-            raise NotFoundError(f"no record with id {identity} in this state's index")
-        record: dict[str, Any] = orjson.loads(line)
+        record = self._record(identity)
+        if record is None:
+            raise NotFoundError(f"no record with id {echoed(identity)} in this state's index")
         kind = record.get("record")
         if kind == "observation":
             return self.observation(record)
@@ -122,6 +170,21 @@ class Explainer:
         if kind == "dead_letter":
             return self.dead_letter(record)
         return {"kind": kind, "id": identity, "record": record, "chain": []}
+
+    def _record(self, record_id: str) -> dict[str, Any] | None:
+        """The indexed record with this id, read back; refused when what was read is another record."""
+        line = self.archive.record(record_id)
+        if line is None:
+            return None
+        found = identity_of(line)
+        if found != record_id:
+            what = "a line that is not a valid record" if found is None else f"record {found}"
+            raise ArchiveMismatchError(
+                f"where the state indexed record {echoed(record_id)} the ledger holds {what}: the ledger (or "
+                "output topic) is not the one the state wrote (edited, cut, replaced); pass the state's ledger "
+                "(--out), or rebuild: replay the journal into a fresh --state with a fresh --out"
+            )
+        return orjson.loads(line)  # type: ignore[no-any-return]
 
     # -- observations and matches -----------------------------------------------------------------
     def observation(self, record: dict[str, Any]) -> dict[str, Any]:
@@ -139,8 +202,7 @@ class Explainer:
         event = record["event"]
         verdict: dict[str, Any] | None = None
         if event == "recurred":
-            match_line = self.archive.record(record["recurrence_match_digest"])
-            match = orjson.loads(match_line) if match_line is not None else None
+            match = self._record(record["recurrence_match_digest"])
             chain.append(self._item_link("failure item", record["failure_ref"], outcome))
             chain.append(self._match_link(match, record["recurrence_match_digest"]))
         elif event == "avoided":
@@ -210,9 +272,12 @@ class Explainer:
 
     # -- revisions: the yield card ---------------------------------------------------------------------
     def revision(self, ref: RevisionRef) -> dict[str, Any]:
+        if not ref.possible:
+            raise NotFoundError(_impossible(f"{ref.family}/{ref.artifact_id}@{ref.revision}"))
         cards = [self._card(scope_id, ref.key) for scope_id in self._scopes_with(ref.key)]
         if not cards:
-            raise NotFoundError(f"no scope holds revision {ref.family}/{ref.artifact_id}@{ref.revision}")
+            raise NotFoundError(f"no scope holds revision {printable(ref.family)}/{printable(ref.artifact_id)}"
+                                f"@{ref.revision}")
         return {"kind": "revision", "id": f"{ref.family}/{ref.artifact_id}@{ref.revision}", "cards": cards}
 
     def _scopes_with(self, ref: ArtifactKey) -> Iterator[str]:
@@ -262,9 +327,16 @@ class Explainer:
         if raw is None:
             return origin, None
         try:
-            return origin, JOURNAL_ENTRY.validate_json(raw)
+            entry = JOURNAL_ENTRY.validate_json(raw)
         except ValidationError:
-            return origin, None
+            entry = None
+        if entry is None or (entry.scope_id, entry.position) != (scope_id, position):
+            raise ArchiveMismatchError(
+                f"the journal at {self._origin_text(origin)} is not the entry the state applied at position "
+                f"{position} of scope {echoed(scope_id)}: the journal is not the one the state read; pass it "
+                "with --journal"
+            )
+        return origin, entry
 
     def _outcome(self, scope_id: str, position: int) -> TaskOutcome | None:
         _, entry = self._entry_at(scope_id, position)
@@ -478,7 +550,7 @@ def render(explanation: dict[str, Any]) -> str:
     if verdict is not None:
         lines.append(f"  verdict: {verdict['verdict']}")
         lines.extend(f"    - {reason}" for reason in verdict["why"])
-    return "\n".join(lines) + "\n"
+    return "\n".join(printable(line) for line in lines) + "\n"
 
 
 def sparkline(history: list[list[Any]]) -> str:
@@ -491,7 +563,7 @@ def _render_card(identity: str, card: dict[str, Any]) -> str:
         "the head)" if card["head"] else f"superseded by revision {card['head_revision']})"
     )
     if not card["failure_record"]:
-        return f"{head}\n  {card['text']}"
+        return f"{printable(head)}\n  {printable(card['text'])}"
     lines = [
         head,
         f"  key {card['signature_key']!r}, repair_surface {card['repair_surface']}",
@@ -503,4 +575,4 @@ def _render_card(identity: str, card: dict[str, Any]) -> str:
         lines.append(f"  verdicts ({positions}, R recurred, a avoided): {sparkline(card['history'])}")
     for position, outcome in card["crossings"]:
         lines.append(f"  reached the review threshold at position {position}: {outcome}")
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)

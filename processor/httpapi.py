@@ -16,6 +16,7 @@ import orjson
 
 from ..schemas.constants import DEFAULT_TOP_REVISIONS
 from .explain import NotFoundError, render
+from .printable import echoed
 
 MAX_TOP: Final = 1000
 JSON: Final = "application/json"
@@ -76,10 +77,10 @@ def narrow(explanation: dict[str, Any], scope_id: str | None) -> dict[str, Any]:
     if explanation["kind"] == "revision":
         cards = [card for card in explanation["cards"] if card["scope_id"] == scope_id]
         if not cards:
-            raise NotFoundError(f"scope {scope_id} holds no revision {explanation['id']}")
+            raise NotFoundError(f"scope {echoed(scope_id)} holds no revision {echoed(explanation['id'])}")
         return {**explanation, "cards": cards}
     if explanation.get("scope_id") not in (None, scope_id):
-        raise NotFoundError(f"{explanation['id']} is not a record of scope {scope_id}")
+        raise NotFoundError(f"{explanation['id']} is not a record of scope {echoed(scope_id)}")
     return explanation
 
 

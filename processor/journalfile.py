@@ -28,6 +28,7 @@ from typing import IO, Final, Self
 import orjson
 
 from .exceptions import JournalError
+from .printable import printable
 
 _CHUNK: Final = 1 << 20
 # A pipe's prefix is kept while it is being checked, in case it is not the one
@@ -37,8 +38,9 @@ _SPOOL_IN_MEMORY: Final = 16 << 20
 
 
 def shown(path: str | os.PathLike[str]) -> str:
-    """A path for a message: undecodable bytes as \\xNN escapes instead of an encoding error."""
-    return os.fsencode(path).decode("utf-8", "backslashreplace")
+    """A path for a message: undecodable bytes as \\xNN escapes instead of an encoding error, no control
+    characters."""
+    return printable(os.fsencode(path).decode("utf-8", "backslashreplace"))
 
 
 class Progress:
@@ -123,6 +125,9 @@ def check_journal(journal: str) -> os.stat_result | None:
         raise JournalError(f"cannot read journal {shown(journal)}: {error.strerror or error}") from error
     if stat.S_ISDIR(info.st_mode):
         raise JournalError(f"cannot read journal {shown(journal)}: it is a directory")
+    if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode) or stat.S_ISSOCK(info.st_mode):
+        # A file or a pipe (``<(zcat j.gz)``) is read; /dev/zero would be read forever.
+        raise JournalError(f"cannot read journal {shown(journal)}: it is a device; pass a file, a pipe or -")
     return info
 
 

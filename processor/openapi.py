@@ -75,11 +75,12 @@ def _get(summary: str, responses: dict[str, Any], parameters: list[dict[str, Any
     return {"get": operation}
 
 
-def document(server: Server, routes: Sequence[tuple[str, bool]]) -> dict[str, Any]:
+def document(server: Server, routes: Sequence[tuple[str, bool]], token: bool = False) -> dict[str, Any]:
     """The document of ``routes`` (each path as documented, and whether it is public), in their order.
 
     The paths are the server's route table (``routes.routes_of``): a route without an operation here is a
-    KeyError, so the document cannot leave out a path the server answers."""
+    KeyError, so the document cannot leave out a path the server answers. With ``token`` (the server has one)
+    every operation but the public ones requires the bearer scheme and may answer 401."""
     worker = server == "worker"
     _, defs = models_json_schema([(m, "serialization") for m in MODELS], ref_template=_REF)
     unavailable = {"503": _error("a partition has no ready owner here (rebalancing, restoring); retry")} \
@@ -126,7 +127,10 @@ def document(server: Server, routes: Sequence[tuple[str, bool]]) -> dict[str, An
             {"200": {"description": "the explanation", "content": {
                 "application/json": {"schema": _ref(Explanation)},
                 "text/plain": {"schema": {"type": "string"}}}},
-             "400": _error("bad parameter"), "404": _error("no such record or revision"), **unavailable},
+             "400": _error("bad parameter"), "404": _error("no such record or revision"),
+             "409": _error("what the state indexed is not what the ledger, topic or journal holds (replaced, "
+                           "edited, cut): the state's files must be restored or the state rebuilt"),
+             **unavailable},
             explain_params,
         ),
         "/dead-letters": _get(
@@ -167,7 +171,13 @@ def document(server: Server, routes: Sequence[tuple[str, bool]]) -> dict[str, An
         "/metrics": _get("Prometheus metrics", {"200": _text("the text exposition format")}),
     }
     paths = {path: operations[path] for path, _ in routes}
-    return {
+    if token:
+        for path, public in routes:
+            if public:
+                paths[path]["get"]["security"] = []
+            else:
+                paths[path]["get"]["responses"]["401"] = _error("no valid bearer token (Authorization: Bearer ...)")
+    spec: dict[str, Any] = {
         "openapi": "3.1.0",
         "info": {
             "title": "recurrence read surface" + (" (worker)" if worker else " (recurrence serve)"),
@@ -177,3 +187,7 @@ def document(server: Server, routes: Sequence[tuple[str, bool]]) -> dict[str, An
         "paths": paths,
         "components": {"schemas": defs["$defs"]},
     }
+    if token:
+        spec["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+        spec["security"] = [{"bearer": []}]
+    return spec

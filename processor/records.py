@@ -18,12 +18,31 @@ import orjson
 from pydantic import TypeAdapter
 
 from ..schemas.canonical import canonical_json, digest, digest_bytes, dumps
-from ..schemas.records import OutputRecord
+from ..schemas.records import OutputRecord, is_digest
 
 Origin = Mapping[str, str | int]
 
 _SORTED: Final = orjson.OPT_SORT_KEYS
 _OUTPUT: TypeAdapter[OutputRecord] = TypeAdapter(OutputRecord)
+#: The field holding a record's id; a review proposal's or an admission's id is its canonical digest.
+ID_FIELDS: Final = {"match": "match_digest", "observation": "observation_id", "dead_letter": "dead_letter_id"}
+
+
+def is_record_id(text: str) -> bool:
+    """Can ``text`` be a record's id at all? Every id is a digest (``sha256:`` and 64 hex digits)."""
+    return is_digest(text)
+
+
+def identity_of(line: bytes) -> str | None:
+    """The id of the record on a ledger line, derived from its content; None when the line is not a valid
+    record (its model refuses it: a field out of the matrix, an id that is not its content's digest)."""
+    try:
+        _OUTPUT.validate_json(line)
+    except ValueError:  # pydantic's ValidationError, and malformed JSON
+        return None
+    data: dict[str, Any] = orjson.loads(line)
+    field = ID_FIELDS.get(data["record"])
+    return str(data[field]) if field is not None else digest(data)
 
 
 class Emitted(NamedTuple):

@@ -12,7 +12,7 @@ The table says, per path, whether it is ``public`` (served without the token:
 the probes and the page's static shell, which hold no data) and which servers
 have it; ``/openapi.json`` lists exactly the table's paths for its server
 (``openapi.document``), and a server answers nothing else: any other path is
-a 404 that lists the paths there are (``add_not_found``).
+a 404 that lists the paths there are (``websecurity.guard``).
 
 Conditional requests: ``/progress`` carries an entity tag (the state's mark on
 ``serve``, a digest of the body on a worker) and answers ``304`` to a request
@@ -30,9 +30,12 @@ from typing import Any, Final, Literal, Protocol
 import orjson
 from aiohttp import web
 
+from .exceptions import UnusableError
 from .explain import NotFoundError
 from .httpapi import JSON, Server, error_body, explain_body, explain_format, parse_top, ui_file
 from .openapi import document
+from .websecurity import QUIET, add_security_headers, guard
+from .webtoken import Access
 from .whatif import parse_thresholds
 
 BOTH: Final[frozenset[Server]] = frozenset({"worker", "embedded"})
@@ -108,9 +111,14 @@ def json_response(value: Any, status: int = 200) -> web.Response:
     return web.Response(body=orjson.dumps(value), status=status, content_type=JSON)
 
 
+#: The longest error message a response carries (each echoed id is already cut to ``printable.ECHO_LIMIT``).
+MAX_ERROR: Final = 800
+
+
 def error_response(status: int, message: str) -> web.Response:
     headers = {"Retry-After": "1"} if status == 503 else None
-    return web.Response(body=error_body(message), status=status, content_type=JSON, headers=headers)
+    shown = message if len(message) <= MAX_ERROR else message[:MAX_ERROR] + "…"
+    return web.Response(body=error_body(shown), status=status, content_type=JSON, headers=headers)
 
 
 async def _answer(work: Awaitable[Any], respond: Callable[[Any], web.StreamResponse]) -> web.StreamResponse:
@@ -119,6 +127,10 @@ async def _answer(work: Awaitable[Any], respond: Callable[[Any], web.StreamRespo
         return respond(await work)
     except NotFoundError as missing:
         return error_response(404, str(missing))
+    except UnusableError as unusable:
+        # What the state points at is not what it wrote (a ledger, topic or journal replaced, edited, cut;
+        # a file swapped for a device): the CLI's exit 2, as a conflict with the state.
+        return error_response(409, str(unusable))
     except Unavailable as unavailable:
         return error_response(503, str(unavailable))
     except Relayed as relayed:
@@ -244,12 +256,12 @@ async def metrics(request: web.Request, surface: Surface) -> web.StreamResponse:
 
 
 @cache
-def _document(server: Server) -> bytes:
-    return orjson.dumps(document(server, [(route.documented, route.public) for route in routes_of(server)]))
+def _document(server: Server, token: bool) -> bytes:
+    return orjson.dumps(document(server, [(route.documented, route.public) for route in routes_of(server)], token))
 
 
 async def openapi(request: web.Request, surface: Surface) -> web.StreamResponse:
-    return web.Response(body=_document(surface.server), content_type=JSON)
+    return web.Response(body=_document(surface.server, request.app[ACCESS].required), content_type=JSON)
 
 
 def _page_file(name: str | None) -> web.StreamResponse:
@@ -304,10 +316,22 @@ def routes_of(server: Server) -> tuple[Route, ...]:
 
 
 ROUTE_KEY: Final = "recurrence_route"
+#: The application's ``Access`` (its document says whether a token is asked for).
+ACCESS: Final = web.AppKey("recurrence_access", Access)
 
 
-def install(router: web.UrlDispatcher, surface: Surface) -> None:
-    """Add the server's routes; each aiohttp handler knows its ``Route`` (the guard reads it)."""
+def route_of(handler: Any) -> Route | None:
+    """The table's route an aiohttp handler serves; None for any other (aiohttp's 404 and 405, Faust's)."""
+    route = getattr(handler, ROUTE_KEY, None)
+    return route if isinstance(route, Route) else None
+
+
+def install(app: web.Application, surface: Surface, access: Access) -> None:
+    """Serve the table on ``app``: its routes (each aiohttp handler knows its ``Route``), the guard in front of
+    them, the security headers on every response (``websecurity``)."""
+    app[ACCESS] = access
+    app.middlewares.append(guard(access, QUIET, route_of, [route.documented for route in routes_of(surface.server)]))
+    app.on_response_prepare.append(add_security_headers)
     for route in routes_of(surface.server):
 
         def bound(route: Route = route) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
@@ -317,22 +341,4 @@ def install(router: web.UrlDispatcher, surface: Surface) -> None:
             setattr(handle, ROUTE_KEY, route)
             return handle
 
-        router.add_get(route.pattern, bound(), allow_head=False)
-
-
-def add_not_found(app: web.Application, server: Server) -> None:
-    """A request for a path the table does not have: a 404 naming the paths there are (not aiohttp's text)."""
-    paths = [route.documented for route in routes_of(server)]
-
-    @web.middleware
-    async def not_found(
-        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-    ) -> web.StreamResponse:
-        if isinstance(request.match_info.http_exception, web.HTTPNotFound):
-            return web.Response(
-                body=orjson.dumps({"error": f"no such path: {request.path}", "paths": paths}),
-                status=404, content_type=JSON,
-            )
-        return await handler(request)
-
-    app.middlewares.append(not_found)
+        app.router.add_get(route.pattern, bound(), allow_head=False)

@@ -12,6 +12,7 @@ kept until the next one replaces it.
 
 import asyncio
 import logging
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -25,10 +26,12 @@ from .follow import Follower, StateMark, follow, state_mark
 from .httpapi import Server, dead_letters_body, narrow, patterns_body
 from .patterns import listing
 from .recordindex import dead_letter_counts
-from .routes import Ask, Probe, add_not_found, install
+from .routes import Ask, Probe, install
 from .servemetrics import CONTENT_TYPE, StateReadings, registry, render
 from .state import State
 from .store.base import StateStore, Transaction
+from .websecurity import exposure_warning, handler_args
+from .webtoken import Access
 from .whatif import chart_thresholds, rows, scope_shadows, served
 
 log = logging.getLogger("recurrence.serve")
@@ -117,16 +120,16 @@ class EmbeddedReadSurface:
         return render(self._metrics), CONTENT_TYPE
 
 
-def application(surface: EmbeddedReadSurface) -> web.Application:
-    app = web.Application()
-    install(app.router, surface)
-    add_not_found(app, surface.server)
+def application(surface: EmbeddedReadSurface, access: Access | None = None) -> web.Application:
+    app = web.Application(handler_args=handler_args())
+    install(app, surface, access or Access())
     return app
 
 
-def serve(surface: EmbeddedReadSurface, host: str, port: int, follower: Follower | None = None) -> None:
+def serve(surface: EmbeddedReadSurface, host: str, port: int, access: Access,
+          follower: Follower | None = None) -> None:
     """Serve until SIGINT or SIGTERM; with a ``follower``, each new view of the state as it comes."""
-    app = application(surface)
+    app = application(surface, access)
     if follower is not None:
 
         async def following(app: web.Application) -> AsyncIterator[None]:
@@ -135,5 +138,9 @@ def serve(surface: EmbeddedReadSurface, host: str, port: int, follower: Follower
             task.cancel()
 
         app.cleanup_ctx.append(following)
-    print(f"recurrence serve: http://{host}:{port}/ui (Ctrl-C to stop)", flush=True)
+    warning = exposure_warning(host, access)
+    if warning is not None:
+        print(f"recurrence serve: {warning}", file=sys.stderr, flush=True)
+    fragment = "#token=…" if access.required else ""
+    print(f"recurrence serve: http://{host}:{port}/ui{fragment} (Ctrl-C to stop)", flush=True)
     web.run_app(app, host=host, port=port, print=None, access_log=None)

@@ -14,9 +14,13 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis.core.result import Err
 
 
-def failures(url: str, max_examples: int = 25) -> tuple[list[str], list[str]]:
-    """Failures per operation, and the paths that ran (schemathesis leaves out ``/openapi.json`` itself)."""
-    schema = schemathesis.openapi.from_url(url.rstrip("/") + "/openapi.json")
+def failures(url: str, max_examples: int = 25, token: str | None = None) -> tuple[list[str], list[str]]:
+    """Failures per operation, and the paths that ran (schemathesis leaves out ``/openapi.json`` itself).
+
+    With ``token`` every request carries it, and schemathesis' ``ignored_auth`` check also sends each
+    operation that declares the bearer scheme without it and with a wrong one, expecting a refusal."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    schema = schemathesis.openapi.from_url(url.rstrip("/") + "/openapi.json", headers=headers)
     found: list[str] = []
     ran: list[str] = []
     for result in schema.get_all_operations():
@@ -29,7 +33,7 @@ def failures(url: str, max_examples: int = 25) -> tuple[list[str], list[str]]:
         @given(case=operation.as_strategy())
         @settings(max_examples=max_examples, deadline=None, suppress_health_check=list(HealthCheck), database=None)
         def check(case: Any) -> None:
-            case.call_and_validate()
+            case.call_and_validate(headers=headers)
 
         try:
             check()

@@ -17,8 +17,12 @@ SCREENSHOTS = REPO / "out"
 PAGE_TIMEOUT = 30.0
 
 
-def page_readings(url: str, screenshot: Path) -> dict[str, Any]:
-    """Load the page, wait until it has drawn everything, save a screenshot; the numbers it shows."""
+def page_readings(url: str, screenshot: Path, ask_token: str | None = None) -> dict[str, Any]:
+    """Load the page, wait until it has drawn everything, save a screenshot; the numbers it shows.
+
+    With ``ask_token`` the server asks for a token the URL does not carry: the page must ask for it exactly once
+    (a prompt, answered with it), however many of its requests were refused. A token in the URL's fragment
+    must leave the address bar. The browser's console is read for Content-Security-Policy violations."""
     chromium, driver_path = find("chromium"), find("chromedriver")
     if chromium is None or driver_path is None:
         pytest.skip("chromium and chromedriver are not installed: `make tools` installs Debian's chromium and "
@@ -26,6 +30,7 @@ def page_readings(url: str, screenshot: Path) -> dict[str, Any]:
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import WebDriverWait
 
     options = webdriver.ChromeOptions()
@@ -33,9 +38,15 @@ def page_readings(url: str, screenshot: Path) -> dict[str, Any]:
     for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
                      "--window-size=1280,1300"):
         options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(driver_path), options=options)
     try:
         driver.get(url)
+        if ask_token is not None:
+            WebDriverWait(driver, PAGE_TIMEOUT).until(expected_conditions.alert_is_present())
+            prompt = driver.switch_to.alert
+            prompt.send_keys(ask_token)
+            prompt.accept()  # a second prompt would stop the waits below (an unexpected alert)
         WebDriverWait(driver, PAGE_TIMEOUT).until(
             lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-loaded")
         )
@@ -87,9 +98,11 @@ def page_readings(url: str, screenshot: Path) -> dict[str, Any]:
         height = int(driver.execute_script("return document.documentElement.scrollHeight"))
         driver.set_window_size(1280, max(1300, height + 120))
         driver.save_screenshot(str(screenshot))
+        console = [entry["message"] for entry in driver.get_log("browser")]  # type: ignore[no-untyped-call]
         return {"scopes": scopes, "totals": totals, "dead_letters": dead_letters, "review": review,
                 "sparks": sparks, "patterns": patterns, "pattern_rows": pattern_rows, "chosen": chosen,
-                "explanation": explanation}
+                "explanation": explanation, "address": driver.current_url,
+                "csp_violations": [m for m in console if "Content Security Policy" in m]}
     finally:
         driver.quit()
 

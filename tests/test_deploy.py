@@ -71,3 +71,40 @@ def test_dockerfile_exposes_the_port_checks_readiness_and_sets_the_data_director
     assert "RECURRENCE_DATADIR=/var/lib/recurrence/data" in text
     for path in ("COPY src ./src", "LICENSE", "processor", "schemas", "topics"):
         assert path in text
+
+
+def test_the_web_port_takes_its_token_from_a_secret_and_admits_only_the_workers_and_readers() -> None:
+    docs = _documents()
+    pod = docs["StatefulSet"]["spec"]["template"]
+    container = pod["spec"]["containers"][0]
+    env = {e["name"]: e for e in container["env"]}
+    token_file = env["RECURRENCE_HTTP_TOKEN_FILE"]["value"]
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    secret = volumes["http-token"]["secret"]
+    assert secret["secretName"] == "recurrence-http-token" and "optional" not in secret  # no Secret: no pod
+    (item,) = secret["items"]
+    assert token_file == f"{mounts['http-token']['mountPath']}/{item['path']}" and item["key"] == "token"
+    assert "RECURRENCE_HTTP_TOKEN" not in env  # the token is never a plain value in the manifest
+    # The probes need no token; nothing scrapes /metrics without one.
+    assert container["startupProbe"]["httpGet"]["path"] == "/livez"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/livez"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert "prometheus.io/scrape" not in pod["metadata"].get("annotations", {})
+    policy = docs["NetworkPolicy"]["spec"]
+    assert policy["podSelector"] == docs["StatefulSet"]["spec"]["selector"]
+    assert policy["policyTypes"] == ["Ingress"]
+    (rule,) = policy["ingress"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": 6066}]
+    peers = rule["from"]
+    assert {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "recurrence"}}} in peers
+    assert all(peer.get("podSelector", {}).get("matchLabels") for peer in peers), "no peer admits every pod"
+    # The image reads the token from the secret file compose mounts for each worker.
+    text = DOCKERFILE.read_text()
+    assert "RECURRENCE_HTTP_TOKEN_FILE=/run/secrets/recurrence-http-token" in text
+    compose = yaml.safe_load(COMPOSE.read_text())
+    assert compose["secrets"]["recurrence-http-token"]["file"] == "./http-token"
+    for name, service in compose["services"].items():
+        if name.startswith("worker"):
+            assert service["secrets"] == ["recurrence-http-token"]
+            assert all(port.startswith("127.0.0.1:") for port in service["ports"])

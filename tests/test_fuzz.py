@@ -14,11 +14,20 @@ one dead letter, whose origin is its line, and nothing else is
 dead-lettered (the second run adds none); the ledger without dead letters
 equals the clean run's ledger.
 
+The read side is fuzzed over the same states: ids given to ``explain``
+(real record ids and revisions, mutated: a digit off, cut, extended, huge or
+non-ASCII revisions, control characters, very long) end in exit 0 or a
+one-line exit 2, never a traceback; the same ids and mutated paths sent to
+``recurrence serve``'s application are answered with no 5xx, and every
+refusal is a bounded JSON error.
+
 A fixed number of seeded cases keeps it deterministic and inside ``make
 test``'s time budget (a few seconds).
 """
 
+import asyncio
 import random
+import urllib.parse
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -164,6 +173,86 @@ def build_case(seed: int) -> tuple[list[bytes], Case]:
     return clean, case
 
 
+_ID_NOISE = ["\x1b[31m", "\x1b]0;t\x07", "\u202e", "\x00", "\n", "%", "/", "@", "²", "١", "é", " ", "\\", "?#"]
+
+
+def _mutated_id(rng: random.Random, identity: str) -> str:
+    choice = rng.randrange(8)
+    if choice == 0 and "@" in identity:
+        head = identity.rpartition("@")[0]
+        return head + "@" + rng.choice(["0", "-1", "18446744073709551616", "9223372036854775808",
+                                        "9223372036854775807", "9" * rng.randint(20, 5000), "1" + "0" * 30, "²"])
+    if choice == 1:
+        return identity[: rng.randrange(len(identity))]
+    if choice == 2:
+        at = rng.randrange(len(identity))
+        return identity[:at] + rng.choice("0123456789abcdefg/@:") + identity[at + 1:]
+    if choice == 3:
+        return identity + rng.choice(_ID_NOISE) * rng.randint(1, 3)
+    if choice == 4:
+        at = rng.randrange(len(identity))
+        return identity[:at] + rng.choice(_ID_NOISE) + identity[at:]
+    if choice == 5:
+        return rng.choice(_ID_NOISE) * rng.randint(1, 2000)
+    if choice == 6:
+        return "x/" * rng.randint(1, 300) + identity
+    return identity  # the real one: must still be explained
+
+
+def _ids(ledger: list[bytes]) -> list[str]:
+    found = []
+    for line in ledger:
+        record = orjson.loads(line)
+        for name in ("observation_id", "match_digest", "dead_letter_id"):
+            if name in record:
+                found.append(record[name])
+        art = record.get("artifact_ref")
+        if art:
+            found.append(f"{art['family']}/{art['artifact_id']}@{art['revision']}")
+    return found
+
+
+def _fuzz_reads(rng: random.Random, ledger: list[bytes], workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Fuzzed ids to ``explain`` and fuzzed paths to ``serve``: exit 0 or one line and 2; no 5xx, ever."""
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from recurrence.processor.serve import EmbeddedReadSurface, application
+
+    ids = [_mutated_id(rng, rng.choice(_ids(ledger))) for _ in range(6)]
+    state = workdir / "state"
+    for identity in ids:
+        code = main(["explain", identity, "--state", str(state)])
+        printed = capsys.readouterr()
+        assert code in (0, 2), identity
+        if code == 2:
+            assert len(printed.err.strip().splitlines()) == 1 and "Traceback" not in printed.err
+    paths = [f"/explain/{urllib.parse.quote(identity, safe=rng.choice(['', '/@']))}" for identity in ids]
+    paths += [f"/explain/{urllib.parse.quote(i, safe='')}?scope={urllib.parse.quote(_mutated_id(rng, 's'))}"
+              for i in ids[:2]]
+    paths += [f"/scopes/{urllib.parse.quote(_mutated_id(rng, 'scope-0'), safe='')}/statistics",
+              f"/statistics?top={rng.choice(['-1', '1001', 'x', '9' * 30, '', '0'])}",
+              f"/explain/{urllib.parse.quote(ids[0], safe='')}?format={rng.choice(['json', 'text', 'yaml', ''])}"]
+    store = open_state(state, must_exist=True, read_only=True)
+    try:
+        app = application(EmbeddedReadSurface(store))
+
+        async def ask() -> list[tuple[str, int, str, bytes]]:
+            async with TestClient(TestServer(app)) as client:
+                answers = []
+                for path in paths:
+                    response = await client.get(path, allow_redirects=False)
+                    answers.append((path, response.status, response.content_type, await response.read()))
+                return answers
+
+        for path, status, content_type, body in asyncio.run(ask()):
+            assert status < 500, (path, status, body[:300])
+            if status >= 400 and not (status == 400 and content_type == "text/plain"):  # aiohttp's: too long
+                refusal = orjson.loads(body)
+                assert len(body) <= 1024 and "error" in refusal and set(refusal) <= {"error", "paths"}, (path, body)
+    finally:
+        store.close()
+
+
 def _replay(lines: list[bytes], workdir: Path, times: int = 1) -> tuple[list[bytes], Any]:
     workdir.mkdir()
     journal, state, out = workdir / "journal.jsonl", workdir / "state", workdir / "ledger.jsonl"
@@ -193,3 +282,4 @@ def test_mutated_journals_never_crash_and_never_change_what_the_clean_lines_prod
     by_line = Counter(letter["origin"]["line"] for letter in letters)
     assert by_line == Counter(case.dead_lines)  # exactly one per bad line, at its own line, and no other
     assert [line for line in ledger if not line.startswith(b'{"record":"dead_letter"')] == clean_ledger
+    _fuzz_reads(random.Random(seed), ledger, tmp_path / "mutated", capsys)

@@ -39,3 +39,29 @@ def test_the_document_lists_exactly_the_table(server: Server) -> None:
     routes = [(r.documented, r.public) for r in routes_of(server)]
     assert list(document(server, routes)["paths"]) == [path for path, _ in routes]
     assert {"/metrics", "/progress"} <= set(document(server, routes)["paths"])
+
+
+def test_the_worker_maps_refusals_as_serve_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A record read back from a topic that is not the one indexed is a 409 on the worker too (the handlers
+    are the table's; the worker's surface raises what the Explainer raises)."""
+    import asyncio
+
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from recurrence.processor.explain import ArchiveMismatchError
+    from recurrence.processor.stream.worker.views import ReadSurface
+
+    async def mismatch(self: ReadSurface, identity: str, scope_id: str | None, ask: object) -> dict[str, object]:
+        raise ArchiveMismatchError("where the state indexed record x the ledger holds record y")
+
+    monkeypatch.setattr(ReadSurface, "explain", mismatch)
+    app = create_app(StreamSettings(datadir=tmp_path, bootstrap_servers="127.0.0.1:1"))
+
+    async def ask() -> tuple[int, dict[str, str], dict[str, str]]:
+        async with TestClient(TestServer(app.web.web_app)) as client:
+            response = await client.get("/explain/sha256:" + "0" * 64)
+            return response.status, await response.json(), dict(response.headers)
+
+    status, body, headers = asyncio.run(ask())
+    assert status == 409 and "where the state indexed record" in body["error"]
+    assert headers["X-Frame-Options"] == "DENY" and headers["X-Content-Type-Options"] == "nosniff"

@@ -8,6 +8,7 @@ document against the live server; the page is loaded in headless Chromium.
 """
 
 import asyncio
+import os
 import subprocess
 import threading
 import urllib.error
@@ -30,6 +31,7 @@ from recurrence.processor.routes import Ask
 from recurrence.processor.serve import EmbeddedReadSurface, application
 from recurrence.processor.store.rocksdb import RocksStore
 from recurrence.processor.synthetic import JournalSpec, generate
+from recurrence.processor.webtoken import TOKEN_ENV
 from recurrence.schemas.readsurface import (
     DeadLetterCounts,
     Explanation,
@@ -46,6 +48,7 @@ from tests.browser import (
     page_readings,
     tune_readings,
 )
+from tests.hostile import TOKEN
 from tests.tools import REPO, find
 
 EXAMPLE = REPO / "examples" / "rfc-minimum.jsonl"
@@ -60,7 +63,8 @@ class Served:
         return status, headers.get("Content-Type", ""), body
 
     def fetch(self, path: str, headers: dict[str, str]) -> tuple[int, Any, bytes]:
-        """Status, headers and body (a 304 included)."""
+        """Status, headers and body (a 304 included); every request carries the server's token."""
+        headers = {"Authorization": f"Bearer {TOKEN}", **headers}
         request = urllib.request.Request(self.url + path, headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=15) as response:
@@ -95,8 +99,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     subprocess.run([*recurrence_command(), "replay", str(journal), "--state", str(state), "--out", str(ledger)],
                    check=True, capture_output=True, timeout=120)
     port = free_port()
+    # With a token: every check below goes through the guard (tests/test_serve_security.py tests the guard).
     server = subprocess.Popen([*recurrence_command(), "serve", "--state", str(state), "--port", str(port)],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, TOKEN_ENV: TOKEN})
     try:
         url = f"http://127.0.0.1:{port}"
         running = Served(url, state, ledger, journal)
@@ -182,7 +187,9 @@ def test_the_page_and_the_document_are_served(served: Served) -> None:
 
 
 def test_the_page_shows_what_recurrence_stats_says(served: Served) -> None:
-    shown = page_readings(served.url + "/ui", SCREENSHOTS / "ui-embedded.png")
+    # The server has a token the URL does not carry: the page asks for it once, then shows everything.
+    shown = page_readings(served.url + "/ui", SCREENSHOTS / "ui-embedded.png", ask_token=TOKEN)
+    assert not shown["csp_violations"], shown["csp_violations"]
     stats = orjson.loads(served.cli("stats", "--top", "50"))
     want = expected_readings(stats)
     assert shown["scopes"] == want["scopes"]
@@ -284,7 +291,7 @@ def test_tune_answers_what_recurrence_tune_says_of_the_journal(served: Served) -
 
 
 def test_the_page_draws_the_tune_chart(served: Served) -> None:
-    shown = tune_readings(served.url + "/ui", SCREENSHOTS / "tune-chart.png")
+    shown = tune_readings(f"{served.url}/ui#token={TOKEN}", SCREENSHOTS / "tune-chart.png")
     body = served.json("/tune")
     assert any(row["review_proposals"] and row["flags_then_avoided"] for row in body["thresholds"])
     want = expected_tune(body)
@@ -296,7 +303,7 @@ def test_the_page_draws_the_tune_chart(served: Served) -> None:
 
 
 def test_the_openapi_document_holds_against_the_server(served: Served) -> None:
-    found, ran = failures(served.url)
+    found, ran = failures(served.url, token=TOKEN)
     assert set(ran) == set(served.json("/openapi.json")["paths"]) - {"/openapi.json"}
     assert not found, "\n\n".join(found)
 

@@ -126,9 +126,12 @@ class Worker:
     # -- HTTP
 
     def get(self, path: str, timeout: float = 15.0) -> tuple[int, bytes]:
-        """Status and body, of an error status too; OSError while nothing answers."""
+        """Status and body, of an error status too; OSError while nothing answers. With the deployment's web
+        token when it has one (``RECURRENCE_HTTP_TOKEN`` in its ``extra_env``)."""
+        token = self.deployment.extra_env.get("RECURRENCE_HTTP_TOKEN")
+        request = urllib.request.Request(self.url + path, headers={"Authorization": f"Bearer {token}"} if token else {})
         try:
-            with urllib.request.urlopen(self.url + path, timeout=timeout) as response:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
                 body: bytes = response.read()
                 return response.status, body
         except urllib.error.HTTPError as error:

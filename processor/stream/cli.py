@@ -10,12 +10,10 @@ topics missing, web port busy), 3 topic drift (``topics apply``/``worker``),
 
 import argparse
 import asyncio
-import contextlib
 import errno
 import signal
 import socket
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, Final
 
@@ -23,6 +21,7 @@ import orjson
 
 from ..cliargs import non_negative_int
 from ..exceptions import EXIT_OK, BrokerError, TopicDriftError, UnusableError
+from ..outputfile import Writable, check_output, output
 from .clients.brokers import APPLY_HINT, quiet_client_logs
 from .clients.dumpformat import DEFAULT_FORMAT
 from .cliflags import NAMING, add_config_argument, add_model_arguments, load
@@ -81,16 +80,7 @@ def _cmd_publish(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-@contextlib.contextmanager
-def _output(path: str | None) -> Iterator[IO[bytes]]:
-    if path in (None, "-"):
-        yield sys.stdout.buffer
-        return
-    with Path(str(path)).open("wb") as handle:
-        yield handle
-
-
-async def _follow(reader: Any, out: IO[bytes], render: Any) -> None:
+async def _follow(reader: Any, out: Writable, render: Any) -> None:
     # Ctrl-C and SIGTERM end a follow normally (exit 0), like kcat -C.
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -110,6 +100,7 @@ def _cmd_ledger_dump(args: argparse.Namespace) -> int:
 
     if args.follow and args.until_caught_up:
         raise UnusableError("--follow and --until-caught-up exclude each other (--follow already waits)")
+    check_output(args.out, args.force)  # before the broker is asked (and before --until-caught-up waits)
     start = StartOffset.parse(args.offset)
     render = compile_format(args.format)
     settings = _settings(args)
@@ -121,7 +112,7 @@ def _cmd_ledger_dump(args: argparse.Namespace) -> int:
         print(f"recurrence ledger-dump: group {progress.group} caught up ({sum(p.end for p in progress.partitions)} "
               f"journal entries)", file=sys.stderr)
     reader = OutputReader(settings.kafka, topics, dedupe=not args.no_dedupe, start=start, partition=args.partition)
-    with _output(args.out) as out:
+    with output(args.out, args.force, follow=args.follow) as out:
         if args.follow:
             asyncio.run(_follow(reader, out, render))
         else:
@@ -135,9 +126,10 @@ def _cmd_ledger_dump(args: argparse.Namespace) -> int:
 def _cmd_statistics_dump(args: argparse.Namespace) -> int:
     from .clients.dump import read_statistics  # noqa: PLC0415
 
+    check_output(args.out, args.force)  # before the broker is asked
     settings = _settings(args)
     statistics = asyncio.run(read_statistics(settings.kafka, settings.topics.statistics))
-    with _output(args.out) as out:
+    with output(args.out, args.force) as out:
         out.write(orjson.dumps(statistics, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
     print(f"recurrence statistics-dump: {len(statistics)} scopes from {settings.topics.statistics}", file=sys.stderr)
     return EXIT_OK
@@ -173,10 +165,18 @@ def check_web_port(settings: StreamSettings) -> None:
 
 
 def _cmd_worker(args: argparse.Namespace) -> int:
+    from ..folderlock import lock_folder  # noqa: PLC0415
+    from ..websecurity import exposure_warning  # noqa: PLC0415
+    from ..webtoken import Access  # noqa: PLC0415
+
     settings = _settings(args)
+    # Before anything reaches the broker: a second worker on this folder stops here, and the group never sees it.
+    lock_folder(settings.datadir)
+    warning = exposure_warning(settings.web_host, Access(settings.web_token()))
+    if warning is not None:
+        print(f"recurrence worker: {warning}", file=sys.stderr, flush=True)
     check_web_port(settings)
     _apply(settings, create=settings.worker.create_topics)
-    settings.datadir.mkdir(parents=True, exist_ok=True)
 
     import faust  # noqa: PLC0415
 
@@ -222,7 +222,8 @@ def register(commands: Any) -> None:
     p = commands.add_parser("ledger-dump", help="read the output topics back to deduplicated JSONL")
     _common(p)
     g = p.add_argument_group("ledger-dump")
-    g.add_argument("--out", help="output file (default stdout)")
+    g.add_argument("--out", help="output file (default stdout); an existing one only with --force")
+    g.add_argument("--force", action="store_true", help="overwrite an existing --out file")
     g.add_argument(
         "--kinds",
         default="ledger,review,dead-letters",
@@ -264,7 +265,8 @@ def register(commands: Any) -> None:
         "statistics-dump", help="read the statistics table topic: the last value per scope, as recurrence stats prints"
     )
     _common(p)
-    p.add_argument("--out", help="output file (default stdout)")
+    p.add_argument("--out", help="output file (default stdout); an existing one only with --force")
+    p.add_argument("--force", action="store_true", help="overwrite an existing --out file")
     p.set_defaults(func=_cmd_statistics_dump)
 
     p = commands.add_parser(

@@ -34,6 +34,8 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from ...topics.names import TopicNames, topic_names
 from ..engineconfig import worker_field
 from ..exceptions import SettingsError
+from ..regularfile import check_regular, read_small
+from ..webtoken import TOKEN_ENV, TOKEN_FILE_LIMIT, check_token, load_token, read_token_file
 
 DEFAULT_BOOTSTRAP: Final = "127.0.0.1:19092"
 DEFAULT_PREFIX: Final = "recurrence"
@@ -169,15 +171,17 @@ class KafkaConnection(SettingsModel):
 
     def password(self) -> str | None:
         if self.sasl_password_file is not None:
-            try:
-                return self.sasl_password_file.read_text(encoding="utf-8").rstrip("\r\n")
-            except OSError as error:
-                raise SettingsError(f"cannot read the SASL password file {self.sasl_password_file}: {error}") from None
+            raw = read_small(self.sasl_password_file, "the SASL password file", limit=TOKEN_FILE_LIMIT)
+            return raw.decode("utf-8", "replace").rstrip("\r\n")
         return None if self.sasl_password is None else self.sasl_password.get_secret_value()
 
     def ssl_context(self) -> ssl.SSLContext | None:
         if not self.uses_ssl:
             return None
+        for path, what in ((self.ssl_cafile, "--ssl-cafile"), (self.ssl_certfile, "--ssl-certfile"),
+                           (self.ssl_keyfile, "--ssl-keyfile")):
+            if path is not None:
+                check_regular(path, what)  # OpenSSL would read a FIFO or /dev/zero until it gives up
         context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=self.ssl_cafile)
         if self.ssl_certfile:
             context.load_cert_chain(self.ssl_certfile, self.ssl_keyfile)
@@ -243,7 +247,8 @@ class WorkerOptions(SettingsModel):
     model_config = SettingsConfigDict(env_prefix="RECURRENCE_")
 
     datadir: Path = Field(
-        Path(DEFAULT_DATADIR), description="local state directory, one per worker process (RocksDB locks it)",
+        Path(DEFAULT_DATADIR),
+        description="local state directory, one per worker process (locked: a second worker on it exits 2)",
         json_schema_extra=flag(metavar="PATH"),
     )
     web_host: str = Field("127.0.0.1", min_length=1, description="web bind address",
@@ -253,6 +258,16 @@ class WorkerOptions(SettingsModel):
     web_advertise: str | None = Field(
         None, description="host other workers forward statistics requests to (default the bind address, or the "
         "hostname when binding 0.0.0.0)", json_schema_extra=flag(metavar="HOST"),
+    )
+    # The web port's bearer token (websecurity): every path but the probes and the page's shell asks for it.
+    # Every worker of a group has the same one (they forward requests to each other with it).
+    http_token: SecretStr | None = Field(
+        None, description="bearer token the web port asks for (environment or config file only: a flag would show "
+        "in ps)", json_schema_extra=flag(cli=False),
+    )
+    http_token_file: Path | None = Field(
+        None, description="file holding the web port's bearer token (instead of RECURRENCE_HTTP_TOKEN; a mounted "
+        "Kubernetes Secret)", json_schema_extra=flag(metavar="PATH"),
     )
     standby_replicas: int = Field(1, ge=0, le=10, description="standby copies of each partition's state",
                                   json_schema_extra=flag(metavar="N"))
@@ -433,6 +448,14 @@ class StreamSettings(BaseModel):
     def instance_id(self) -> str | None:
         return self.worker.instance_id
 
+    def web_token(self) -> str | None:
+        """The web port's bearer token (``webtoken``): the file's, else the setting's; an empty one is refused."""
+        if self.worker.http_token_file is not None:
+            return read_token_file(self.worker.http_token_file)
+        if self.worker.http_token is not None:
+            return check_token(self.worker.http_token.get_secret_value(), TOKEN_ENV)
+        return load_token(None)  # an empty RECURRENCE_HTTP_TOKEN (read as unset above) is refused here
+
     @property
     def canonical_url(self) -> str:
         """The URL other workers forward statistics requests to."""
@@ -451,9 +474,9 @@ class StreamSettings(BaseModel):
 def read_config_file(path: Path) -> dict[str, Any]:
     """The TOML config file: tables ``[kafka]``, ``[topics]``, ``[worker]``; anything else is refused."""
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as error:
-        raise SettingsError(f"cannot read config file {path}: {error.strerror or error}") from None
+        data = tomllib.loads(read_small(path, "config file").decode("utf-8"))
+    except UnicodeDecodeError:
+        raise SettingsError(f"config file {path} is not UTF-8 text") from None
     except tomllib.TOMLDecodeError as error:
         raise SettingsError(f"config file {path} is not valid TOML: {error}") from None
     known = {model.section for model in _SECTIONS.values()}

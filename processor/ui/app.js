@@ -18,8 +18,47 @@ function el(tag, attrs, ...children) {
   return node;
 }
 
+// The server's bearer token, when it has one (RECURRENCE_HTTP_TOKEN): taken from the URL fragment
+// (/ui#token=...), which never leaves the browser, and removed from the address bar; else asked for once,
+// when a request is refused (401). Kept for this tab only (sessionStorage) and sent with every request.
+const TOKEN_KEY = "recurrence-token";
+let asking = null; // the one question in flight, shared by every request refused at the same time
+
+function takeTokenFromFragment() {
+  const fragment = new URLSearchParams(location.hash.slice(1));
+  const token = fragment.get("token");
+  if (!token) return;
+  sessionStorage.setItem(TOKEN_KEY, token);
+  fragment.delete("token");
+  const rest = fragment.toString();
+  history.replaceState(null, "", location.pathname + location.search + (rest ? `#${rest}` : ""));
+}
+
+function askToken(refused) {
+  if (sessionStorage.getItem(TOKEN_KEY) !== refused) return Promise.resolve(true); // already asked and answered
+  if (!asking) {
+    asking = new Promise((resolve) => setTimeout(() => {
+      const entered = window.prompt("This server asks for its access token (RECURRENCE_HTTP_TOKEN):");
+      if (entered) sessionStorage.setItem(TOKEN_KEY, entered.trim());
+      asking = null;
+      resolve(Boolean(entered));
+    }, 0));
+  }
+  return asking;
+}
+
+async function api(path, accept) {
+  for (;;) {
+    const token = sessionStorage.getItem(TOKEN_KEY);
+    const headers = { Accept: accept };
+    if (token) headers.Authorization = `Bearer ${token}`;
+    const response = await fetch(path, { headers });
+    if (response.status !== 401 || !(await askToken(token))) return response;
+  }
+}
+
 async function getJSON(path) {
-  const response = await fetch(path, { headers: { Accept: "application/json" } });
+  const response = await api(path, "application/json");
   if (!response.ok) {
     let detail = response.statusText;
     try { detail = (await response.json()).error || detail; } catch (_) { /* not JSON */ }
@@ -47,7 +86,7 @@ function explainLink(id, scope) {
     box.hidden = false;
     pre.textContent = "loading…";
     try {
-      const response = await fetch(explainPath(id, scope, "text"));
+      const response = await api(explainPath(id, scope, "text"), "text/plain");
       pre.textContent = await response.text();
     } catch (error) {
       pre.textContent = String(error);
@@ -313,4 +352,5 @@ async function load() {
   }
 }
 
+takeTokenFromFragment();
 load();

@@ -6,9 +6,17 @@ record indexes and then fanned out; with ``?scope=`` it goes to the scope's
 partition owner. Each answer is compared with the embedded runner over the
 same journal (the oracle): the same Explainer, only the journal positions'
 origins differ (a file line there, a topic offset here).
+
+The workers have a web token (``RECURRENCE_HTTP_TOKEN``), so every check goes
+through the guard, the fan-out between workers included; the last tests ask
+them as a stranger would (``tests/hostile.py``, the same checks as
+``recurrence serve``'s), start a second worker on a data folder in use, and
+cut a file ``ledger-dump --follow`` writes.
 """
 
 import re
+import subprocess
+import time
 import urllib.parse
 from collections import Counter
 from collections.abc import Iterator
@@ -19,7 +27,7 @@ import orjson
 import pytest
 
 from devkit.deployment import Deployment, Worker, owned_partitions, write_journal
-from devkit.localrun import REPO, wait_for
+from devkit.localrun import REPO, free_port, recurrence_command, wait_for
 from recurrence.processor.archive import FileArchive
 from recurrence.processor.embedded import replay, statistics
 from recurrence.processor.explain import Explainer
@@ -31,6 +39,7 @@ from recurrence.processor.store.memory import MemoryStore
 from recurrence.processor.synthetic import JournalSpec, generate
 from recurrence.processor.tune import tune
 from recurrence.processor.verify import distinct
+from recurrence.processor.webtoken import TOKEN_ENV
 from recurrence.schemas.constants import DEFAULT_PATTERN_SCOPES
 from recurrence.schemas.readsurface import Explanation, PatternSuggestions, ThresholdWhatIf
 from tests.apicheck import failures
@@ -42,6 +51,7 @@ from tests.browser import (
     page_readings,
     tune_readings,
 )
+from tests.hostile import TOKEN, check_hostile_requests, check_token_guard, request
 
 EXAMPLE = REPO / "examples" / "rfc-minimum.jsonl"
 _ORIGIN = re.compile(r"journal line \d+|[\w.-]+\[\d+\]@\d+")
@@ -72,6 +82,7 @@ def cluster(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> I
     store, ledger = MemoryStore(), work / "oracle.jsonl"
     replay(str(journal), store, ledger)
     deployment = Deployment(kafka_bootstrap, work)
+    deployment.extra_env[TOKEN_ENV] = TOKEN
     try:
         deployment.apply_topics()
         workers = [deployment.worker("w1").start(), deployment.worker("w2").start()]
@@ -175,7 +186,7 @@ def test_the_openapi_document_holds_against_a_live_worker(cluster: Cluster) -> N
     worker = cluster.workers[0]
     _, document = worker.get_json("/openapi.json")
     assert "/metrics" in document["paths"] and "/explain/{id}" in document["paths"]
-    found, ran = failures(worker.url, max_examples=15)
+    found, ran = failures(worker.url, max_examples=15, token=TOKEN)
     assert set(ran) == set(document["paths"]) - {"/openapi.json"}
     assert not found, "\n\n".join(found)
 
@@ -183,7 +194,9 @@ def test_the_openapi_document_holds_against_a_live_worker(cluster: Cluster) -> N
 def test_the_worker_page_shows_what_statistics_say(cluster: Cluster) -> None:
     worker = cluster.workers[1]
     patterns = _embedded_patterns(cluster)
-    shown = page_readings(worker.url + "/ui", SCREENSHOTS / "ui-worker.png")
+    # The token in the URL's fragment (never sent to the server): the page takes it, and drops it from the address.
+    shown = page_readings(f"{worker.url}/ui#token={TOKEN}", SCREENSHOTS / "ui-worker.png")
+    assert "token" not in shown["address"] and not shown["csp_violations"], shown["csp_violations"]
     status, served = worker.get_json("/statistics?top=50")
     assert status == 200
     want = expected_readings(served)
@@ -213,9 +226,88 @@ def test_tune_on_either_worker_is_recurrence_tune_of_the_journal(cluster: Cluste
 
 def test_the_worker_page_draws_the_tune_chart(cluster: Cluster) -> None:
     worker = cluster.workers[0]
-    shown = tune_readings(worker.url + "/ui", SCREENSHOTS / "tune-chart-worker.png")
+    shown = tune_readings(f"{worker.url}/ui#token={TOKEN}", SCREENSHOTS / "tune-chart-worker.png")
     status, body = worker.get_json("/tune")
     assert status == 200
     want = expected_tune(body)
     assert shown["bars"] == want["bars"] and shown["table"] == want["table"]
     assert shown["marked"] == want["marked"] == [3]
+
+
+# -- a stranger's requests, a second worker, a cut file (issue 26) --------------------------------------------
+VALUES = {"scope_id": "rfc-minimum", "id": "experience/E7@1", "name": "app.js"}
+
+
+def test_every_data_path_of_a_worker_asks_for_the_token(cluster: Cluster) -> None:
+    worker = cluster.workers[0]
+    documented = request(worker.url, "/openapi.json", TOKEN).json()["paths"]
+    asked = check_token_guard(worker.url, documented, VALUES)
+    assert {"/metrics", "/statistics", "/dead-letters", "/patterns", "/openapi.json"} <= set(asked)
+    # Faust's own views are not served: not the app's details at /, not the tables at /table/.
+    for path in ("/router/", "/table/", "/table/recurrence-state/", "/graph", "/stats/", "/performance/"):
+        assert request(worker.url, path).status == 401
+        assert request(worker.url, path, TOKEN).status == 404, path
+    assert request(worker.url, "/", TOKEN).headers["location"] == "/ui"
+
+
+def test_hostile_requests_to_a_worker_are_refused_with_a_4xx_and_little_log(cluster: Cluster) -> None:
+    worker = cluster.workers[1]
+    before = worker.log_path.read_bytes()
+    for _ in range(2):
+        seen = check_hostile_requests(worker.url)
+    assert seen["GET /explain/experience%2FE7@18446744073709551616 (token)"] == 404
+    logged = worker.log_path.read_bytes()[len(before):].decode(errors="replace")
+    assert "Traceback" not in logged and "\x1b" not in logged
+    refusals = [line for line in logged.splitlines() if "recurrence.web" in line]
+    assert len(refusals) <= 6, refusals
+
+
+def _rebalances(worker: Worker) -> float:
+    status, body = worker.get("/metrics")
+    assert status == 200
+    found = re.search(rb"^recurrence_rebalances(?:_total)? (\S+)$", body, re.MULTILINE)
+    assert found is not None
+    return float(found.group(1))
+
+
+def test_a_second_worker_on_a_data_folder_in_use_exits_2_at_once_and_the_first_is_left_alone(
+    cluster: Cluster,
+) -> None:
+    first = cluster.workers[0]
+    split = owned_partitions(cluster.workers, cluster.deployment.partitions)
+    assert split is not None and first.proc is not None
+    rebalances = _rebalances(first)
+    second = Worker(cluster.deployment, "w1-again", free_port(), first.datadir).start()
+    assert second.proc is not None
+    began = time.monotonic()
+    code = second.proc.wait(timeout=30)
+    took = time.monotonic() - began
+    said = [line for line in second.log_path.read_text().splitlines() if line and not line.startswith("=====")]
+    assert code == 2 and took < 5, (code, took, said)
+    assert len(said) == 1 and str(first.datadir) in said[0] and f"pid {first.proc.pid}" in said[0], said
+    time.sleep(3)  # a join would have started a rebalance by now
+    assert _rebalances(first) == rebalances
+    assert owned_partitions(cluster.workers, cluster.deployment.partitions) == split
+
+
+def test_ledger_dump_follow_stops_when_its_file_is_cut(cluster: Cluster, tmp_path: Path) -> None:
+    out = tmp_path / "followed.jsonl"
+    process = subprocess.Popen(
+        [*recurrence_command(), "ledger-dump", "--follow", "--out", str(out)],
+        env=cluster.deployment.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        wait_for(lambda: out.exists() and out.stat().st_size > 0, 60, 0.2, "ledger-dump to write the records")
+        with out.open("r+b") as handle:
+            handle.truncate(0)
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 2, stderr
+    assert len(stderr.strip().splitlines()) == 1 and "was truncated" in stderr, stderr
+    assert out.read_bytes() == b"", "nothing was written at the old position"
+    # And an existing file is not overwritten without --force.
+    out.write_bytes(b"keep\n")
+    result = cluster.deployment.run("ledger-dump", "--out", str(out), check=False)
+    assert result.returncode == 2 and "--force" in result.stderr and out.read_bytes() == b"keep\n"

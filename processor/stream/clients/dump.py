@@ -31,13 +31,14 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any, Final
+from typing import Any, Final
 
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from ....topics.names import TopicNames
 from ...exceptions import SettingsError
+from ...outputfile import Writable
 from ...verify import record_id as derived_record_id
 from ..batch.types import ID_HEADER, SOURCE_HEADER
 from ..settings import KafkaConnection
@@ -212,7 +213,7 @@ class OutputReader:
         self.summary.seconds = time.monotonic() - began
         return [dumped for _, dumped in records]
 
-    async def follow(self, out: IO[bytes], stop: asyncio.Event, render: Callable[[Dumped], bytes] = value_line) -> None:
+    async def follow(self, out: Writable, stop: asyncio.Event, render: Callable[[Dumped], bytes] = value_line) -> None:
         """The snapshot, then every new distinct record as it arrives, until ``stop`` is set."""
         began = time.monotonic()
         async with started(self.connection, committed_reader(self.connection)) as consumer:
@@ -250,7 +251,7 @@ async def read_records(
     return records, reader.summary
 
 
-async def dump(connection: KafkaConnection, topics: Sequence[str], out: IO[bytes], dedupe: bool = True) -> DumpSummary:
+async def dump(connection: KafkaConnection, topics: Sequence[str], out: Writable, dedupe: bool = True) -> DumpSummary:
     records, summary = await read_records(connection, topics, dedupe)
     for value in records:
         out.write(value + b"\n")

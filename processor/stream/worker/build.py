@@ -18,6 +18,8 @@ import faust
 
 from ....topics.names import PATTERNS_TABLE_NAME, TABLE_NAME
 from ...engineconfig import EngineConfig
+from ...websecurity import handler_args
+from ...webtoken import Access
 from ..batch.metrics import LiveReadings, Metrics
 from ..batch.probes import readiness, rebalances, restore_progress
 from ..batch.processing import BatchProcessor
@@ -93,6 +95,8 @@ def worker_app(settings: StreamSettings) -> WorkerApp:
         web_host=settings.web_host,
         web_port=settings.web_port,
         canonical_url=settings.canonical_url,
+        # The request line's limit and the quiet protocol logger (websecurity), as on `recurrence serve`.
+        web_application_options={"handler_args": handler_args()},
     )
 
 
@@ -155,7 +159,7 @@ def build_worker(settings: StreamSettings) -> RecurrenceService:
             owners=patterns.cluster.owners,
         ),
         connection=settings.kafka,
-    ))
+    ), Access(settings.web_token()))
     return service
 
 

@@ -64,13 +64,15 @@ from aiokafka.partitioner import murmur2
 
 from ...engine import Engine
 from ...engineconfig import EngineConfig
-from ...explain import Explainer, NotFoundError, RevisionRef
+from ...explain import Explainer, NotFoundError, identity_kind
 from ...httpapi import Server, dead_letters_body, merge_revisions, narrow, patterns_body
 from ...patterns import listing, listing_order
+from ...printable import echoed
 from ...recordindex import dead_letter_counts, record_key
-from ...routes import Ask, Probe, Relayed, Unavailable, add_not_found, install
+from ...routes import Ask, Probe, Relayed, Unavailable, install
 from ...state import Shadow, State
 from ...store.base import StateStore, Transaction
+from ...webtoken import Access
 from ...whatif import chart_thresholds, merge, rows, scope_shadows, served
 from ..batch.metrics import CONTENT_TYPE, Metrics
 from ..batch.probes import ProbeInputs, liveness, readiness
@@ -110,12 +112,15 @@ def _same(url_a: str, url_b: str) -> bool:
 class Peers:
     """The other workers, asked over HTTP (one session, opened on first use)."""
 
-    def __init__(self) -> None:
+    def __init__(self, headers: Mapping[str, str] | None = None) -> None:
         self._session: aiohttp.ClientSession | None = None
+        self._headers = dict(headers or {})
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=FORWARD_TIMEOUT))
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=FORWARD_TIMEOUT), headers=self._headers
+            )
         return self._session
 
     async def get(self, url: str, path: str, params: dict[str, str]) -> tuple[int, Any]:
@@ -165,7 +170,7 @@ class ReadSurface:
     async def local_explain(self, identity: str, partitions: Iterable[int]) -> dict[str, Any] | None:
         """The explanation from these partitions of this worker, or None when none of them holds the id."""
         states = self._states(partitions)
-        revision = RevisionRef.parse(identity)
+        revision = identity_kind(identity)
         if revision is not None:
             parts = []
             for state in states:
@@ -294,6 +299,7 @@ class ReadSurface:
         return found[0]
 
     async def explain(self, identity: str, scope_id: str | None, ask: Ask) -> dict[str, Any]:
+        identity_kind(identity)  # an id that cannot exist is not looked up, here or at another worker
         if ask.local:
             result = await self.local_explain(identity, self.owners().get(self.my_url, set()))
         elif scope_id is not None:
@@ -303,14 +309,14 @@ class ReadSurface:
         else:
             result = await self._explain_anywhere(identity)
         if result is None:
-            raise NotFoundError(f"no record or revision {identity} on this worker's partitions")
+            raise NotFoundError(f"no record or revision {echoed(identity)} on this worker's partitions")
         return narrow(result, scope_id)
 
     async def _explain_anywhere(self, identity: str) -> dict[str, Any] | None:
         """Own partitions first; then every other owner (a revision: cards from all of them)."""
         owners, mine = self.coverage()
         found = await self.local_explain(identity, mine)
-        is_revision = RevisionRef.parse(identity) is not None
+        is_revision = identity_kind(identity) is not None
         if found is not None and not is_revision:
             return found
         parts = [] if found is None else [found]
@@ -403,7 +409,8 @@ class ReadSurface:
         return self.metrics.render(), CONTENT_TYPE
 
 
-def register(app: Any, surface: ReadSurface) -> None:
-    """Put the read surface's route table on the aiohttp application of the faust.App's web driver."""
-    install(app.web.web_app.router, surface)
-    add_not_found(app.web.web_app, surface.server)
+def register(app: Any, surface: ReadSurface, access: Access) -> None:
+    """Put the read surface's route table on the aiohttp application of the faust.App's web driver; requests to
+    other workers carry the token (they share it)."""
+    surface.peers = Peers(access.headers())
+    install(app.web.web_app, surface, access)
