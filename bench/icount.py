@@ -67,7 +67,7 @@ def counted_with_state(argv: Sequence[str], state: Path) -> int:
 def replay_count(journal: Path, workdir: Path) -> int:
     state = workdir / f"state-{journal.stem}"
     return counted_with_state([PYTHON, "-m", "recurrence.processor.cli", "replay", str(journal), "--state", str(state),
-                               "--out", str(workdir / f"ledger-{journal.stem}.jsonl")], state)
+                               "--out", str(workdir / f"ledger-{journal.stem}.jsonl"), "--jobs", "1"], state)
 
 
 def window_parser() -> argparse.ArgumentParser:

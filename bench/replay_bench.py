@@ -119,7 +119,8 @@ def replay_once(journal: Path, workdir: Path, tag: str) -> tuple[float, float, P
     state, ledger = workdir / f"state-{tag}", workdir / f"ledger-{tag}.jsonl"
     subprocess.run(["rm", "-rf", str(state), str(ledger)], check=True)
     seconds, rss, stderr = timed_child(
-        module("recurrence.processor.cli", "replay", str(journal), "--state", str(state), "--out", str(ledger))
+        module("recurrence.processor.cli", "replay", str(journal), "--state", str(state), "--out", str(ledger),
+               "--jobs", "1")  # one process: what an entry costs (bench/jobs_bench.py for --jobs N)
     )
     found = re.search(rb"entries in ([0-9.]+)s", stderr)
     return seconds, rss, ledger, float(found.group(1)) if found else seconds
@@ -187,7 +188,7 @@ def curve(journal: Path, workdir: Path, checkpoints: list[int]) -> dict[str, Any
     """
     state, ledger = workdir / "state-curve", workdir / "ledger-curve.jsonl"
     subprocess.run(["rm", "-rf", str(state), str(ledger)], check=True)
-    argv = module("recurrence.processor.cli", "replay", "-", "--state", str(state), "--out", str(ledger))
+    argv = module("recurrence.processor.cli", "replay", "-", "--state", str(state), "--out", str(ledger), "--jobs", "1")
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     assert proc.stdin is not None
     stamps: dict[int, tuple[float, float]] = {}

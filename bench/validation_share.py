@@ -64,7 +64,8 @@ def main() -> int:
     engine.Engine._parse = staticmethod(timed_parse)  # type: ignore[method-assign,assignment]  # noqa: SLF001
     with tempfile.TemporaryDirectory(prefix="recurrence-share-") as tmp:
         started = time.perf_counter()
-        code = cli(["replay", str(args.journal), "--state", f"{tmp}/state", "--out", f"{tmp}/ledger.jsonl"])
+        code = cli(["replay", str(args.journal), "--state", f"{tmp}/state", "--out", f"{tmp}/ledger.jsonl",
+                    "--jobs", "1"])
         seconds = time.perf_counter() - started
     if code != 0 or not spent[1]:
         print(f"validation_share: the replay exited {code} after {spent[1]} entries", file=sys.stderr)

@@ -36,14 +36,13 @@ from aiokafka.producer.message_accumulator import BatchBuilder
 
 from recurrence.processor.engineconfig import EngineConfig
 from recurrence.processor.gcpolicy import freeze_startup_objects
+from recurrence.processor.partitioning import partition_for, scope_key
 from recurrence.processor.store.rocksdb import RocksStore
 from recurrence.processor.stream.batch import processing
 from recurrence.processor.stream.batch.processing import BatchProcessor
 from recurrence.processor.stream.batch.types import Entry
-from recurrence.processor.stream.clients.publish import scope_key
 from recurrence.processor.stream.settings import StreamSettings
 from recurrence.processor.stream.worker.sink import _Batches
-from recurrence.processor.stream.worker.views import partition_for
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))

@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from ..schemas.constants import DEFAULT_TOP_REVISIONS
-from .cliargs import EXIT_OK, non_negative_int, port_number, positive_int, ratio
+from .cliargs import EXIT_OK, non_negative_int, partition_count_arg, port_number, positive_int, ratio
 from .embedded import (
     DEFAULT_BATCH,
     ReplayInterrupted,
@@ -50,8 +50,8 @@ from .journalfile import shown
 from .patterns import listing
 from .printable import escape_log_arguments, printable, printable_json, printable_lines
 from .state import State
-from .store.base import Transaction
-from .store.rocksdb import RocksStore
+from .statedir import DEFAULT_PARTITIONS, MAX_PARTITIONS
+from .store.base import StateStore, Transaction
 from .synthetic import JournalSpec, generate
 from .verify import compare, read_records
 from .whatif import MAX_THRESHOLD, parse_thresholds
@@ -63,7 +63,7 @@ REPLAY_SETTINGS = ("review_threshold", "pattern_scopes")
 
 
 @contextmanager
-def _state(path: Path, must_exist: bool = False, read_only: bool = False) -> Iterator[RocksStore]:
+def _state(path: Path, must_exist: bool = False, read_only: bool = False) -> Iterator[StateStore]:
     store = open_state(path, must_exist=must_exist, read_only=read_only)
     try:
         yield store
@@ -93,7 +93,13 @@ def _report(summary: RunSummary, journal: str) -> None:
             f"({summary.resumed.offset:,} bytes already applied)",
             file=sys.stderr,
         )
-    elif summary.replayed_whole:
+    if summary.caught_up:
+        print(
+            f"recurrence replay: read {summary.caught_up} lines again for partitions a crash left behind the ledger "
+            "(applied to them only; nothing written twice)",
+            file=sys.stderr,
+        )
+    if summary.replayed_whole:
         print(
             "recurrence replay: the journal does not start with the part already applied; "
             "replayed it whole (nothing already written is written again)",
@@ -113,9 +119,10 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     state, out = Path(args.state), Path(args.out)
     check_paths(args.journal, state, out)
     stopped: ReplayInterrupted | None = None
-    with _state(state) as store, StopSignals() as stop:
+    with StopSignals() as stop:
         try:
-            summary = replay(args.journal, store, out, config, batch_size=args.batch, stop=stop)
+            summary = replay(args.journal, state, out, config, batch_size=args.batch, stop=stop, jobs=args.jobs,
+                             partitions=args.partitions)
         except ReplayInterrupted as error:
             stopped = error
     # Reported once the handlers are restored and the state is closed: a further signal is then an
@@ -265,6 +272,16 @@ def _add_replay(commands: "argparse._SubParsersAction[argparse.ArgumentParser]")
     add_flags(p, REPLAY_SETTINGS, note="; fixed per state directory")
     p.add_argument(
         "--batch", type=positive_int, default=DEFAULT_BATCH, help="entries per durable commit (default %(default)s)"
+    )
+    p.add_argument(
+        "--jobs", type=positive_int, default=None, metavar="N",
+        help="processes, each running the engine over its share of the scopes; the ledger is the same bytes "
+        "whatever N (default: the cores this process may use, 1 for a journal file under 1 MiB)",
+    )
+    p.add_argument(
+        "--partitions", type=partition_count_arg, default=None, metavar="P",
+        help=f"partitions of a new state (scopes are spread over them; fixed when the state is created, and "
+        f"--jobs cannot use more processes than partitions; default {DEFAULT_PARTITIONS}, at most {MAX_PARTITIONS})",
     )
     p.set_defaults(func=_cmd_replay)
 

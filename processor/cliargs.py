@@ -9,7 +9,10 @@ import argparse
 
 from .exceptions import EXIT_FAILED, EXIT_OK, EXIT_UNUSABLE
 
-__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_UNUSABLE", "non_negative_int", "port_number", "positive_int", "ratio"]
+__all__ = [
+    "EXIT_FAILED", "EXIT_OK", "EXIT_UNUSABLE", "non_negative_int", "partition_count_arg", "port_number",
+    "positive_int", "ratio",
+]
 
 
 def positive_int(text: str) -> int:
@@ -30,6 +33,13 @@ def ratio(text: str) -> float:
     value = float(text)
     if not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError("must be between 0 and 1")
+    return value
+
+
+def partition_count_arg(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 256:
+        raise argparse.ArgumentTypeError("must be 1..256")
     return value
 
 

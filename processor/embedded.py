@@ -24,40 +24,53 @@ import errno
 import hashlib
 import logging
 import os
-import signal
 import stat
-import threading
 import time
-from collections.abc import Callable
-from contextlib import closing
+from collections.abc import Iterator
+from contextlib import closing, contextmanager, suppress
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
-from types import FrameType, TracebackType
-from typing import IO, Any, Final, Self
+from typing import IO, TYPE_CHECKING, Any, Final
 
 import orjson
 
 from .archive import JOURNAL_PATH_KEY, LEDGER_PATH_KEY, FileArchive
+from .coordinator import Run, RunSummary, Writer
 from .engine import Engine
 from .engineconfig import EngineConfig
 from .exceptions import (
+    ConfigMismatchError,
     Interrupted,
     LedgerMismatchError,
     SettingsError,
     StateDirError,
     UnusableError,
 )
-from .gcpolicy import full_collections_between_batches
 from .journalfile import Checkpoint, JournalReader, Progress, check_journal, shown
-from .patterns import PatternTracker, is_recurred
-from .recordindex import index_record
+from .partitioning import Router, assign
 from .regularfile import check_regular
-from .state import key, row_cache
+from .shard import LocalShard, ShardClient
+from .state import key
+from .statedir import (
+    APPLIED_KEY,
+    DEFAULT_PARTITIONS,
+    EPOCH_KEY,
+    PARTITIONS_KEY,
+    Applied,
+    MemoryState,
+    StateDir,
+    open_view,
+    partition_count,
+)
 from .stateheader import HEADER_KEYS, ROW_LAYOUT, check_layout, check_pinned, config_of
-from .store.base import RowCache, StateStore, Transaction
-from .store.rocksdb import RocksStore
-from .tally import Tally
+from .stopsignals import Abandon, StopNow, StopSignals
+from .store.base import StateStore, Transaction
+
+if TYPE_CHECKING:
+    from .workers import RemoteShard
+
+__all__ = ["RunSummary", "StopSignals", "open_state", "replay", "statistics"]
 
 log = logging.getLogger("recurrence.embedded")
 
@@ -70,7 +83,6 @@ JOURNAL_KEY: Final = key("journal")
 # When the last batch committed (the writer's clock, milliseconds since the epoch): what a follower
 # shows as "written at" (``recurrence serve``, processor/follow.py), never read by the engine.
 WRITTEN_KEY: Final = key("written")
-_DIAGNOSED: Final = "dl"
 
 _REBUILD: Final = (
     "restore the ledger file the state wrote, or rebuild: replay the journal into a fresh --state with a fresh --out"
@@ -296,13 +308,17 @@ def _inside(child: Path, parent: Path) -> bool:
 
 
 def _linked_into(directory: Path, target: Path) -> bool:
-    """Is ``target`` a (hard) link to a file of ``directory``?"""
+    """Is ``target`` a (hard) link to a file of ``directory`` or of a folder inside it (the stores')?"""
     try:
         wanted = target.stat()
-        with os.scandir(directory) as entries:
-            return any(os.path.samestat(entry.stat(), wanted) for entry in entries)
     except OSError:
         return False
+    for folder, _, names in os.walk(directory):
+        for name in names:
+            with suppress(OSError):
+                if os.path.samestat(os.stat(os.path.join(folder, name)), wanted):
+                    return True
+    return False
 
 
 def check_paths(journal: str, state: Path, out: Path) -> None:
@@ -332,194 +348,28 @@ def check_paths(journal: str, state: Path, out: Path) -> None:
         )
 
 
-# -- signals -----------------------------------------------------------------------------------
-
-
-class _StopNow(BaseException):
-    """A stop requested while the runner waits for input: nothing is half done there.
-
-    A BaseException, like KeyboardInterrupt, so no ``except Exception`` on the way swallows it.
-    """
-
-
-class _Abandon(BaseException):
-    """Raised by a second signal wherever the runner is: the batch in progress is dropped."""
-
-    def __init__(self, signal_number: int) -> None:
-        super().__init__(signal_number)
-        self.signal_number = signal_number
-
-
-class StopSignals:
-    """SIGINT/SIGTERM as a request to stop cleanly, for the ``with`` block (main thread only).
-
-    The first signal lets the entry in progress finish and the batch so far
-    become durable; while the runner is blocked reading input it ends the read
-    at once. A second signal abandons the batch immediately: whatever part of
-    it reached the ledger is cut by the next run.
-    """
-
-    SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self) -> None:
-        self.received: int | None = None
-        self.waiting: Callable[[], bool] = lambda: False
-        self._previous: dict[int, Any] = {}
-
-    def __enter__(self) -> Self:
-        if threading.current_thread() is threading.main_thread():
-            for number in self.SIGNALS:
-                self._previous[number] = signal.signal(number, self._handle)
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> None:
-        self._restore()
-
-    def _restore(self) -> None:
-        for number, handler in self._previous.items():
-            signal.signal(number, handler)
-        self._previous.clear()
-
-    def _handle(self, number: int, frame: FrameType | None) -> None:
-        if self.received is not None:
-            self._restore()  # a third signal gets the default behaviour, wherever it lands
-            raise _Abandon(number)
-        self.received = number  # no logging here: a handler may interrupt a log call in progress
-        if self.waiting():
-            raise _StopNow
-
-    def check(self) -> None:
-        """Before blocking on input: a stop already requested ends the run here."""
-        if self.received is not None:
-            raise _StopNow
-
-
 # -- the run -------------------------------------------------------------------------------
 
-
-@dataclass
-class RunSummary(Tally):
-    blank_lines: int = 0
-    seconds: float = 0.0
-    truncated_bytes: int = 0
-    # Resume: the checkpoint whose prefix was skipped; or replayed_whole when the state had one but
-    # the journal does not start with it.
-    resumed: Checkpoint | None = None
-    replayed_whole: bool = False
-    repeated_dead_letters: int = 0
-    patterns: int = 0  # cross-scope pattern suggestions made by this run (``recurrence patterns``)
-
-    def line(self) -> str:
-        rate = self.entries / self.seconds if self.seconds > 0 else 0.0
-        repeated = (
-            f"; {self.repeated_dead_letters} dead letters already written by an earlier run were not repeated"
-            if self.repeated_dead_letters
-            else ""
-        )
-        patterns = f"; {self.patterns} new pattern suggestions" if self.patterns else ""
-        return (
-            f"recurrence replay: {self.entries} entries in {self.seconds:.2f}s ({rate:,.0f} entries/s); "
-            f"{self.describe()}{repeated}{patterns}"
-        )
-
-    def nothing_applied(self) -> str | None:
-        """When every entry was dead-lettered (a binary file, the wrong file): what the run ends with, else None.
-
-        Not an error (contract section 4: dead letters exit 0), but a run that applied nothing is
-        almost always the wrong input, and a summary line of counts is easy to read past.
-        """
-        dead = sum(self.dead_letters.values())
-        if not self.entries or dead + self.repeated_dead_letters < self.entries or set(self.records) - {"dead_letter"}:
-            return None
-        if not dead:
-            return f"every entry ({self.entries}) had been dead-lettered by an earlier run; nothing was applied"
-        code, count = max(self.dead_letters.items(), key=lambda item: (item[1], item[0]))
-        return f"every entry ({self.entries}) was dead-lettered, most as {code} ({count}); nothing was applied"
+#: A regular-file journal below this size runs in one process unless --jobs says otherwise: forking
+#: and opening the partitions would cost more than a second process saves.
+SMALL_JOURNAL_BYTES: Final = 1 << 20
+#: main: [epoch, checkpoint] when a run ended with every partition durable at that checkpoint.
+CLEAN_KEY: Final = key("clean")
 
 
-def _diagnosed_key(line_number: int, entry: bytes) -> bytes:
-    """This journal line, this text: dead-lettered once, never again (whatever a re-read would say)."""
-    return key(_DIAGNOSED, hashlib.sha256(b"%d\n" % line_number + entry).hexdigest())
-
-
-class _Batch:
-    """Entries since the last commit: their ledger lines and state changes, committed together."""
-
-    def __init__(
-        self, store: StateStore, cache: RowCache, config: EngineConfig, ledger: Ledger, reader: JournalReader,
-        summary: RunSummary,
-    ) -> None:
-        self.store, self.cache, self.config = store, cache, config
-        self.ledger, self.reader, self.summary = ledger, reader, summary
-        self.committed = reader.checkpoint()
-        self._begin()
-
-    def _begin(self) -> None:
-        self.txn = Transaction(self.store, self.cache)
-        self.engine = Engine(self.txn, self.config)
-        self.patterns = PatternTracker(self.txn, self.config.pattern_scopes)
-        self.pending: list[bytes] = []
-        self.pending_bytes = 0
-        self.diagnosed: dict[bytes, bytes | None] = {}
-        self.entries = 0
-
-    def add(self, line_number: int, entry: bytes) -> None:
-        summary = self.summary
-        summary.entries += 1
-        self.entries += 1
-        for record in self.engine.process(entry, {"line": line_number}):
-            if record.error is not None:
-                if not self._first_diagnosis(line_number, entry):
-                    summary.repeated_dead_letters += 1
-                    continue
-                log.debug("dead letter %s at line %d", record.error, line_number)
-            # ``recurrence explain`` finds a record by id: the offset its line will have in the ledger.
-            index_record(self.txn, record, b"%d" % (self.ledger.length + self.pending_bytes))
-            self.pending.append(record.line + b"\n")
-            self.pending_bytes += len(record.line) + 1
-            summary.record(record)
-            if is_recurred(record):
-                suggestion = self.patterns.observe(record.data())
-                if suggestion is not None:
-                    summary.patterns += 1
-
-    def _first_diagnosis(self, line_number: int, entry: bytes) -> bool:
-        row = _diagnosed_key(line_number, entry)
-        if row in self.diagnosed or self.store.get(row) is not None:
-            return False
-        self.diagnosed[row] = b""
-        return True
-
-    def commit(self) -> None:
-        """Ledger lines durable first, then the state batch that records them, atomically."""
-        checkpoint = self.reader.checkpoint()
-        if not self.entries and not self.pending and checkpoint == self.committed:
-            return
-        if self.pending:
-            self.ledger.append(b"".join(self.pending))
-        mark = self.ledger.sync()
-        self.txn.prepare()
-        rows: dict[bytes, bytes | None] = {
-            LEDGER_KEY: mark.encode(),
-            JOURNAL_KEY: checkpoint.encode(),
-            WRITTEN_KEY: b"%d" % (time.time_ns() // 1_000_000),
-        }
-        rows.update(self.diagnosed)
-        try:
-            self.txn.flush(rows)
-        except StateDirError as error:
-            raise StateDirError(
-                f"{error}; this batch was not committed: free space (or fix the disk) and run again to resume"
-            ) from error
-        self.committed = checkpoint
-        self._begin()
+def default_jobs(journal: str) -> int:
+    """The cores this process may use, or 1 for a small journal file."""
+    if journal != "-":
+        with suppress(OSError):
+            info = os.stat(journal)
+            if stat.S_ISREG(info.st_mode) and info.st_size < SMALL_JOURNAL_BYTES:
+                return 1
+    return len(os.sched_getaffinity(0))
 
 
 def _open_ledger(
-    store: StateStore, out: Path, config: EngineConfig | None, journal: str
-) -> tuple[EngineConfig, Ledger, int]:
+    store: StateStore, out: Path, config: EngineConfig | None, journal: str, partitions: int | None
+) -> tuple[EngineConfig, Ledger, int, int]:
     """Check the state and the ledger against each other; stamp a fresh state before its first batch."""
     # Where ``recurrence explain`` reads records and entries back (informational: the ledger is
     # bound by its bytes, and an explain may name other paths).
@@ -528,6 +378,15 @@ def _open_ledger(
         stamps[JOURNAL_PATH_KEY] = os.fsencode(_real(journal))
     check_format(store, stamps)
     config = bind_config(store, config, stamps)
+    count = partition_count(store)
+    if count is None:
+        count = partitions or DEFAULT_PARTITIONS
+        stamps[PARTITIONS_KEY] = b"%d" % count
+    elif partitions is not None and partitions != count:
+        raise ConfigMismatchError(
+            f"the state has {count} partitions (fixed when it was created), not {partitions}; leave --partitions "
+            "out, or use a fresh --state"
+        )
     raw = store.get(LEDGER_KEY)
     mark = None if raw is None else LedgerMark.decode(raw)
     if mark is None and _has_engine_rows(store):
@@ -546,99 +405,228 @@ def _open_ledger(
     if cut:
         ledger.cut(mark.length)
         log.warning("ledger recovery: cut %d uncommitted bytes after offset %d", cut, mark.length)
-    return config, ledger, cut
+    return config, ledger, cut, count
 
 
-def _resume(store: StateStore, reader: JournalReader, summary: RunSummary) -> None:
-    raw = store.get(JOURNAL_KEY)
+def _clean_mark(epoch: int, checkpoint: Checkpoint | None) -> bytes:
+    return orjson.dumps([epoch, None if checkpoint is None else [checkpoint.offset, checkpoint.line]])
+
+
+def _behind(state: "StateDir | MemoryState", existing: list[int], epoch: int) -> tuple[int, int]:
+    """Where the partition furthest behind stands (a crash left it behind the ledger): read-only look."""
+    open_partition = state.opener(read_only=True)
+    lowest: tuple[int, int] | None = None
+    for partition in existing:
+        store = open_partition(partition)
+        try:
+            raw = store.get(APPLIED_KEY)
+        finally:
+            store.close()
+        applied = None if raw is None else Applied.decode(raw)
+        at = (applied.offset, applied.line) if applied is not None and applied.epoch == epoch else (0, 0)
+        lowest = at if lowest is None else min(lowest, at)
+    return lowest if lowest is not None else (0, 0)
+
+
+@dataclass
+class _Start:
+    epoch: int
+    catch_up_through: int  # lines up to this one are read again for partitions behind the ledger
+    sync_first: bool  # partitions must be durable before a new epoch's first batch
+
+
+def _resume(
+    main: StateStore, state: "StateDir | MemoryState", reader: JournalReader, summary: RunSummary,
+    existing: list[int],
+) -> _Start:
+    raw = main.get(JOURNAL_KEY)
+    epoch_raw = main.get(EPOCH_KEY)
+    epoch = 0 if epoch_raw is None else int(epoch_raw)
     if raw is None:
-        return
+        return _Start(epoch, 0, False)
     checkpoint = Checkpoint.decode(raw)
-    if reader.resume(checkpoint):
+    clean = main.get(CLEAN_KEY) == _clean_mark(epoch, checkpoint)
+    behind = (checkpoint.offset, checkpoint.line) if clean or not existing else _behind(state, existing, epoch)
+    lagging = behind < (checkpoint.offset, checkpoint.line)
+    if reader.resume(checkpoint, behind if lagging else None):
         summary.resumed = checkpoint
+        if lagging:
+            log.warning(
+                "partitions behind the ledger after a crash: reading lines %d..%d again for them",
+                behind[1] + 1, checkpoint.line,
+            )
         log.info("resumed after line %d (%d bytes already applied)", checkpoint.line, checkpoint.offset)
-    elif checkpoint.offset:
-        summary.replayed_whole = True
-        log.info("the journal does not start with the %d bytes already applied: replaying it whole", checkpoint.offset)
+        return _Start(epoch, checkpoint.line if lagging else 0, False)
+    if not checkpoint.offset:
+        return _Start(epoch, 0, False)
+    if lagging:
+        raise StateDirError(
+            f"a crash left part of the state behind its ledger (it applied up to line {behind[1]}, the ledger holds "
+            f"line {checkpoint.line}), and this journal does not start with the {checkpoint.offset:,} bytes the "
+            "state read: replay the journal it was built from first (it catches up), then this one"
+        )
+    summary.replayed_whole = True
+    log.info("the journal does not start with the %d bytes already applied: replaying it whole", checkpoint.offset)
+    # A new epoch: partition positions of the old journal mean nothing in this one.
+    return _Start(epoch + 1, 0, not clean)
+
+
+def _weights(journal: str, offset: int, router: Router) -> dict[int, int]:
+    """Lines per partition among the next ``ASSIGN_WINDOW`` lines of a journal file (read apart)."""
+    weights: dict[int, int] = {}
+    with suppress(OSError), open(journal, "rb") as handle:
+        handle.seek(offset)
+        for line in islice(handle, ASSIGN_WINDOW):
+            entry = line.rstrip(b"\r\n")
+            if entry:
+                partition = router.partition(entry)
+                weights[partition] = weights.get(partition, 0) + 1
+    return weights
 
 
 def replay(
     journal: str,
-    store: StateStore,
+    state: "Path | MemoryState",
     out: Path,
     config: EngineConfig | None = None,
     batch_size: int = DEFAULT_BATCH,
     progress_stream: IO[str] | None = None,
     stop: StopSignals | None = None,
+    jobs: int | None = None,
+    partitions: int | None = None,
 ) -> RunSummary:
-    """Apply ``journal`` to ``store``, appending records to ``out``; see the module docstring."""
+    """Apply ``journal`` to the state directory ``state``, appending records to ``out``; see the module
+    docstring. ``jobs``: processes (default: ``default_jobs``); ``partitions``: of a new state. A
+    ``MemoryState`` (tests, dry runs) runs in this process."""
     stop = stop or StopSignals()
     summary = RunSummary()
     started = time.monotonic()
+    location = StateDir(state) if isinstance(state, Path) else state
+    location.refuse_old_layout()
+    processes = jobs if jobs is not None else default_jobs(journal)
+    if isinstance(location, MemoryState):
+        processes = 1
+    workers: list[RemoteShard] = []
+    if processes > 1:
+        from .workers import fork_workers  # noqa: PLC0415 - one process needs none of it (pipes, threads)
+
+        # Forked before anything else is opened (no store, no thread): see ``workers``.
+        workers = fork_workers(processes)
     completed = False
     try:
         # The journal is opened first: an unreadable one stops the run before the state is stamped.
-        with JournalReader(journal) as reader:
-            config, ledger, summary.truncated_bytes = _open_ledger(store, out, config, journal)
-            with closing(ledger):
-                stop.waiting = lambda: reader.waiting
-                reader.before_wait = stop.check
-                completed = _run_with_progress(store, config, ledger, reader, batch_size, progress_stream, summary)
-    except _Abandon as abandoned:
+        with JournalReader(journal) as reader, _main_store(location) as main:
+            completed = _replay(journal, location, out, config, batch_size, progress_stream, stop, partitions,
+                                reader, main, workers, summary)
+    except Abandon as abandoned:
+        for worker in workers:
+            worker.abort()
         summary.seconds = time.monotonic() - started
         raise ReplayInterrupted(abandoned.signal_number, summary, abandoned=True) from None
+    finally:
+        for worker in workers:
+            worker.close()
     summary.seconds = time.monotonic() - started
     if stop.received is not None and not completed:
         raise ReplayInterrupted(stop.received, summary)
     return summary
 
 
-def _run_with_progress(
-    store: StateStore,
-    config: EngineConfig,
-    ledger: Ledger,
-    reader: JournalReader,
-    batch_size: int,
-    progress_stream: IO[str] | None,
-    summary: RunSummary,
-) -> bool:
-    progress = Progress(reader.total_bytes, progress_stream)
+@contextmanager
+def _main_store(state: "StateDir | MemoryState") -> Iterator[StateStore]:
+    store = state.open_main()
     try:
-        return _run(store, config, ledger, reader, batch_size, progress, summary)
+        yield store
+    except BaseException:
+        # The run already failed (a full disk, say): RocksDB may refuse to close as well,
+        # and that second error must not hide the first.
+        try:
+            store.close()
+        except Exception as error:  # rocksdict raises plain Exception
+            log.debug("closing the state after a failure also failed: %s", type(error).__name__)
+        raise
+    try:
+        store.close()
+    except Exception as error:
+        where = shown(state.root) if isinstance(state, StateDir) else "in memory"
+        raise StateDirError(f"cannot close the state {where}: {error}") from error
+
+
+def _replay(
+    journal: str, state: "StateDir | MemoryState", out: Path, config: EngineConfig | None, batch_size: int,
+    progress_stream: IO[str] | None, stop: StopSignals, partitions: int | None, reader: JournalReader,
+    main: StateStore, workers: "list[RemoteShard]", summary: RunSummary,
+) -> bool:
+    config, ledger, summary.truncated_bytes, count = _open_ledger(main, out, config, journal, partitions)
+    with closing(ledger):
+        stop.waiting = lambda: reader.waiting
+        reader.before_wait = stop.check
+        existing = state.existing()
+        try:
+            start = _resume(main, state, reader, summary, existing)
+        except StopNow:
+            return False
+        router = Router(count)
+        lines: Iterator[tuple[int, bytes]] = iter(reader)
+        shards: list[ShardClient]
+        if workers:
+            # Partitions go to processes by their share of the journal's next lines (heaviest first onto
+            # the lightest); a pipe cannot be read twice: round robin.
+            weights = _weights(journal, reader.read_bytes, router) if reader.total_bytes is not None else {}
+            owned = [parts for parts in assign(weights, count, len(workers)) if parts]
+            for extra in workers[len(owned) :]:
+                extra.close()
+            shards = list(workers[: len(owned)])
+            owner = [0] * count
+            for index, parts in enumerate(owned):
+                for partition in parts:
+                    owner[partition] = index
+        else:
+            owned = [list(range(count))]
+            shards = [LocalShard()]
+            owner = [0] * count
+        try:
+            return _run(state, config, batch_size, progress_stream, stop, reader, lines, main, ledger, summary,
+                        start, router, shards, owned, owner, existing)
+        except BaseException:
+            for shard in shards:
+                shard.abort()
+            raise
+
+
+def _run(
+    state: "StateDir | MemoryState", config: EngineConfig, batch_size: int, progress_stream: IO[str] | None,
+    stop: StopSignals, reader: JournalReader, lines: Iterator[tuple[int, bytes]], main: StateStore, ledger: Ledger,
+    summary: RunSummary, start: "_Start", router: Router, shards: list[ShardClient], owned: list[list[int]],
+    owner: list[int], existing: list[int],
+) -> bool:
+    for shard, parts in zip(shards, owned, strict=True):
+        shard.open(state, config, None if isinstance(shard, LocalShard) else parts, existing, start.sync_first)
+    summary.processes = len(shards)
+    progress = Progress(reader.total_bytes, progress_stream, reader.read_bytes, len(shards))
+    writer = Writer(main, ledger, config, summary, LEDGER_KEY, JOURNAL_KEY)
+    epoch = b"%d" % start.epoch
+
+    def rows() -> dict[bytes, bytes | None]:
+        return {EPOCH_KEY: epoch, WRITTEN_KEY: b"%d" % (time.time_ns() // 1_000_000)}
+
+    run = Run(reader, router, shards, owner, writer, summary, progress, batch_size, start.epoch,
+              start.catch_up_through, rows)
+    try:
+        completed = run.run(lines, stop)
+        run.finish()
+        # Every partition is durable at the checkpoint: the next run need not look at them.
+        raw = main.get(JOURNAL_KEY)
+        main.apply({CLEAN_KEY: _clean_mark(start.epoch, None if raw is None else Checkpoint.decode(raw))})
     finally:
         summary.blank_lines = reader.blank_lines
         progress.update(summary.entries, reader.read_bytes, force=True)
         progress.close()
-
-
-def _run(
-    store: StateStore,
-    config: EngineConfig,
-    ledger: Ledger,
-    reader: JournalReader,
-    batch_size: int,
-    progress: Progress,
-    summary: RunSummary,
-) -> bool:
-    """Apply the journal batch by batch; False when a stop request ended it before its end."""
-    try:
-        _resume(store, reader, summary)
-    except _StopNow:
-        return False
-    batch = _Batch(store, row_cache(), config, ledger, reader, summary)
-    completed = True
-    with full_collections_between_batches() as collections:
-        try:
-            for line_number, entry in reader:
-                batch.add(line_number, entry)
-                if batch.entries >= batch_size:
-                    batch.commit()
-                    collections.between_batches()
-                progress.update(summary.entries, reader.read_bytes)
-        except _StopNow:
-            completed = False  # raised only while waiting for input: every entry read so far is whole in the batch
-        batch.commit()
     return completed
+
+
+#: Lines read (apart) to weigh partitions before they are given to worker processes.
+ASSIGN_WINDOW: Final = 5_000
 
 
 # -- read side -----------------------------------------------------------------------------
@@ -669,8 +657,9 @@ def open_archive(store: StateStore, ledger: Path | None = None, journal: Path | 
     return archive
 
 
-def open_state(path: Path, must_exist: bool = False, read_only: bool = False) -> RocksStore:
+def open_state(path: Path, must_exist: bool = False, read_only: bool = False) -> StateStore:
+    """The state for reading (``StateView``): every command but ``replay``, which opens its stores itself."""
     if must_exist and not path.is_dir():
         raise StateDirError(f"no state directory at {shown(path)}; run 'recurrence replay' first")
-    # Durable writes: after a power cut the state never falls behind what it recorded of the ledger.
-    return RocksStore.open(path, read_only=read_only, durable=not read_only)
+    del read_only  # readers never write; kept for callers that say so
+    return open_view(path)

@@ -44,27 +44,41 @@ def shown(path: str | os.PathLike[str]) -> str:
 
 
 class Progress:
-    """A single self-rewriting stderr line, only when the stream is a terminal."""
+    """A single self-rewriting stderr line, only when the stream is a terminal.
 
-    def __init__(self, total_bytes: int | None, stream: IO[str] | None = None) -> None:
+    ``replay --jobs N`` feeds it what the ledger has committed, whichever process ran it, so the
+    line covers every worker; ``processes`` is shown when there is more than one.
+    """
+
+    def __init__(
+        self, total_bytes: int | None, stream: IO[str] | None = None, start_bytes: int = 0, processes: int = 1
+    ) -> None:
         self.total = total_bytes
         self.stream = stream or sys.stderr
         self.enabled = self.stream is not None and self.stream.isatty()
         self.started = time.monotonic()
         self.last = 0.0
+        self.start_bytes = start_bytes
+        self.processes = processes
 
     def update(self, entries: int, done_bytes: int, force: bool = False) -> None:
         now = time.monotonic()
         if not self.enabled or (not force and now - self.last < 0.25):
             return
         self.last = now
-        rate = entries / max(now - self.started, 1e-9)
+        elapsed = max(now - self.started, 1e-9)
+        rate = entries / elapsed
+        workers = f" ({self.processes} processes)" if self.processes > 1 else ""
         if self.total:
             share = min(done_bytes / self.total, 1.0)
             bar = "#" * int(share * 30)
-            text = f"[{bar:<30}] {share:6.1%} {entries:,} entries {rate:,.0f}/s"
+            text = f"[{bar:<30}] {share:6.1%} {entries:,} entries {rate:,.0f}/s{workers}"
+            done = done_bytes - self.start_bytes
+            if done > 0 and done_bytes < self.total:
+                left = (self.total - done_bytes) * elapsed / done
+                text += f", {int(left) // 60}:{int(left) % 60:02d} left"
         else:
-            text = f"{entries:,} entries {rate:,.0f}/s"
+            text = f"{entries:,} entries {rate:,.0f}/s{workers}"
         self.stream.write("\r" + text)
         self.stream.flush()
 
@@ -165,27 +179,44 @@ class JournalReader:
         self._done_lines = 0
 
     # -- resume --------------------------------------------------------------------------
-    def resume(self, at: Checkpoint) -> bool:
-        """Skip the prefix ``at`` describes if the journal starts with it; else read from the start."""
+    def resume(self, at: Checkpoint, back_to: tuple[int, int] | None = None) -> bool:
+        """Skip the prefix ``at`` describes if the journal starts with it; else read from the start.
+
+        ``back_to`` (byte offset, line) at or before ``at``: when the prefix matches, reading goes on
+        from there instead (the lines between are read again: ``replay`` catches up partitions a
+        crash left behind the ledger).
+        """
         if at.offset == 0 or (self.total_bytes is not None and self.total_bytes < at.offset):
             return False  # nothing to skip, or shorter than what was consumed: not the same journal
         spool = None if self.total_bytes is not None else self._new_spool()
+        back = back_to if back_to is not None and back_to[0] < at.offset else None
         prefix = hashlib.sha256()
-        size = self._read_prefix(at.offset, prefix, spool)
+        size = self._read_prefix(at.offset if back is None else back[0], prefix, spool)
+        at_back = prefix.copy()
+        if back is not None and size == back[0]:
+            size += self._read_prefix(at.offset - back[0], prefix, spool)
         if size == at.offset and prefix.hexdigest() == at.sha256:
-            if spool is not None:
-                spool.close()
-            self._hash, self.read_bytes, self._lines = prefix, at.offset, at.line
-            self._done_bytes, self._done_lines = at.offset, at.line
             self.resumed = at
+            if back is None:
+                if spool is not None:
+                    spool.close()
+                self._hash, self.read_bytes, self._lines = prefix, at.offset, at.line
+                self._done_bytes, self._done_lines = at.offset, at.line
+                return True
+            self._hash, self.read_bytes, self._lines = at_back, back[0], back[1]
+            self._done_bytes, self._done_lines = back
+            self._reread_from(back[0], spool)
             return True
+        self._reread_from(0, spool)
+        return False
+
+    def _reread_from(self, offset: int, spool: IO[bytes] | None) -> None:
         if spool is None:
-            self._source.seek(0)
+            self._source.seek(offset)
         else:
-            spool.seek(0)
+            spool.seek(offset)
             self._spool = spool
             self._source = io.BufferedReader(_Chain(spool, self._source), _CHUNK)
-        return False
 
     @staticmethod
     def _new_spool() -> IO[bytes]:

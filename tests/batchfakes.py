@@ -10,12 +10,11 @@ from collections.abc import Awaitable, Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any
 
+from recurrence.processor.partitioning import partition_for, scope_key
 from recurrence.processor.store.base import Transaction
 from recurrence.processor.store.memory import MemoryStore
 from recurrence.processor.stream.batch.types import ChangelogRecord, Entry
-from recurrence.processor.stream.clients.publish import scope_key
 from recurrence.processor.stream.settings import StreamSettings
-from recurrence.processor.stream.worker.views import partition_for
 from recurrence.processor.synthetic import JournalSpec, generate
 
 TOPICS = StreamSettings(topic_prefix="unit").topics

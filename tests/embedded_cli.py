@@ -19,7 +19,7 @@ from typing import Any, Literal
 from recurrence.processor.embedded import open_state, statistics
 from recurrence.processor.synthetic import JournalSpec, write
 
-Target = Literal["fsync", "flush", "process"]
+Target = Literal["fsync", "flush", "process", "commit", "shard"]
 When = Literal["before", "after"]
 
 _SITECUSTOMIZE = '''
@@ -40,12 +40,23 @@ def _act(hook):
             os.kill(os.getpid(), number)
 
 
+def _first(hook):
+    """A hook with ``once`` fires in the first process that reaches it (forked workers count apart)."""
+    if not hook.get("once"):
+        return True
+    try:
+        os.close(os.open(hook["once"], os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
 def _fire(target, when):
     for hook in _HOOKS:
         if hook["target"] == target and hook["when"] == when:
             key = (target, when)
             _COUNTS[key] = _COUNTS.get(key, 0) + 1
-            if _COUNTS[key] == hook["n"]:
+            if _COUNTS[key] == hook["n"] and _first(hook):
                 _act(hook)
 
 
@@ -71,6 +82,12 @@ if _HOOKS:
     if "process" in targets:
         from recurrence.processor.engine import Engine
         _wrap(Engine, "process", "process")
+    if "commit" in targets:  # the main store's commit of a batch (the coordinator)
+        from recurrence.processor.coordinator import Writer
+        _wrap(Writer, "commit", "commit")
+    if "shard" in targets:  # a shard flushing committed batches into its partitions
+        from recurrence.processor.shard import Shard
+        _wrap(Shard, "commit", "shard")
     count_file = os.environ.get("RECURRENCE_TEST_COUNTS")
     if count_file:
         counted = lambda: {f"{t}-{w}": n for (t, w), n in _COUNTS.items()}
@@ -80,12 +97,16 @@ if _HOOKS:
 
 @dataclass(frozen=True)
 class Hook:
-    """At the ``n``-th call of ``target`` (before or after it runs): ``kill``, ``enospc``, or send these signals."""
+    """At the ``n``-th call of ``target`` (before or after it runs): ``kill``, ``enospc``, or send these signals.
+
+    Counts are per process: a forked worker starts with its parent's.
+    """
 
     target: Target
     when: When
     n: int
     action: str | tuple[int, ...] = "kill"
+    once: str = ""  # a path: only the first process to reach the hook acts (its file marks it)
 
 
 def hook_env(directory: Path, hooks: Sequence[Hook], count_file: Path | None = None) -> dict[str, str]:

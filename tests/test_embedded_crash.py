@@ -1,7 +1,7 @@
 """A crash or a full disk at any durability point duplicates nothing and loses nothing (issue 7, item 2).
 
 The real CLI runs in a subprocess; a generated sitecustomize kills it with
-SIGKILL at the Nth ``os.fsync`` or ``Transaction.flush`` (before or after the
+SIGKILL at the Nth ``os.fsync``, main-store commit or partition flush (before or after the
 call), and ``RLIMIT_FSIZE`` makes writes fail with EFBIG (Python ignores
 SIGXFSZ). The rerun, without the fault, must leave exactly the ledger an
 uninterrupted run writes, byte for byte, and the same statistics.
@@ -37,8 +37,10 @@ def clean(tmp_path_factory: pytest.TempPathFactory) -> Clean:
     path = journal(base / "journal.jsonl", entries=450)
     state, out = base / "state", base / "ledger.jsonl"
     args: list[str | Path] = ["replay", path, "--state", state, "--out", out, "--batch", BATCH]
-    calls = call_counts(base / "hooks", args, ["fsync", "flush"])
-    assert calls == {"fsync-before": 6, "flush-before": 5}  # the new ledger's directory, then one per batch
+    calls = call_counts(base / "hooks", args, ["fsync", "commit", "shard"])
+    # fsync: the new ledger's directory, then the ledger once per batch; commit: the main store once per
+    # batch; shard: the partitions flush each committed batch (at the next batch, and at the end).
+    assert calls == {"fsync-before": 6, "commit-before": 5, "shard-before": 5}
     return Clean(path, out.read_bytes(), stats(state), calls)
 
 
@@ -52,26 +54,28 @@ def _no_duplicates(ledger: Path) -> None:
     assert not [k for k, n in keys.items() if n > 1]
 
 
-# (target, when, n): fsync call 1 syncs the new ledger's directory; call k+1 ends batch k.
+# (target, when, n): fsync call 1 syncs the new ledger's directory; call k+1 ends batch k. The main
+# store commits batch k after that fsync (commit k), the partitions flush it after that (shard k; the
+# first shard call flushes batch 1 when batch 2 begins, the last one at the end of the run).
 POINTS: dict[str, dict[str, tuple[Target, When, int]]] = {
     "first": {
         "after the ledger's creation": ("fsync", "after", 1),
         "after the ledger write": ("fsync", "before", 2),
         "after the fsync": ("fsync", "after", 2),
-        "before the state commit": ("flush", "before", 1),
-        "after the state commit": ("flush", "after", 1),
+        "after the state commit": ("commit", "after", 1),
+        "after the partitions flushed it": ("shard", "after", 1),
     },
     "middle": {
         "after the ledger write": ("fsync", "before", 4),
         "after the fsync": ("fsync", "after", 4),
-        "before the state commit": ("flush", "before", 3),
-        "after the state commit": ("flush", "after", 3),
+        "after the state commit": ("commit", "after", 3),
+        "after the partitions flushed it": ("shard", "after", 3),
     },
     "last": {
         "after the ledger write": ("fsync", "before", 6),
         "after the fsync": ("fsync", "after", 6),
-        "before the state commit": ("flush", "before", 5),
-        "after the state commit": ("flush", "after", 5),
+        "after the state commit": ("commit", "after", 5),
+        "after the partitions flushed it": ("shard", "after", 5),
     },
 }
 

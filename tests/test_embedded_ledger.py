@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from recurrence.processor.cli import main
-from recurrence.processor.embedded import LEDGER_KEY, open_state
+from recurrence.processor.embedded import LEDGER_KEY
+from recurrence.processor.statedir import main_path
+from recurrence.processor.store.rocksdb import RocksStore
 from tests.embedded_cli import journal
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "rfc-minimum.jsonl"
@@ -128,7 +130,7 @@ def test_a_state_without_a_ledger_mark_is_refused(
     built: tuple[Path, Path, Path, bytes], capsys: pytest.CaptureFixture[str]
 ) -> None:
     path, state, out, _ = built
-    store = open_state(state)
+    store = RocksStore.open(main_path(state))
     store.apply({LEDGER_KEY: None})  # as an older recurrence left it
     store.close()
     refused(replay(capsys, path, state, out), "no ledger mark", REBUILD)
@@ -162,14 +164,16 @@ def test_out_inside_or_equal_to_the_state_directory_is_refused(
 ) -> None:
     state = tmp_path / "state"
     assert replay(capsys, EXAMPLE, state, tmp_path / "ledger.jsonl").code == 0
-    files = {p: p.read_bytes() for p in state.iterdir() if p.is_file()}
+    files = {p: p.read_bytes() for p in state.rglob("*") if p.is_file()}
     via_link = tmp_path / "state-link"
     via_link.symlink_to(state)
     hard = tmp_path / "hard-current"
-    os.link(state / "CURRENT", hard)
-    for out in (state / "CURRENT", state / "new.jsonl", state, via_link / "x.jsonl", hard):
+    os.link(state / "main" / "CURRENT", hard)
+    hard_partition = tmp_path / "hard-partition-current"
+    os.link(next(state.glob("partitions/*/CURRENT")), hard_partition)
+    for out in (state / "main" / "CURRENT", state / "new.jsonl", state, via_link / "x.jsonl", hard, hard_partition):
         refused(replay(capsys, EXAMPLE, state, out), "overlap", "outside the state directory")
-    refused(replay(capsys, EXAMPLE, via_link, state / "LOG"), "overlap")
+    refused(replay(capsys, EXAMPLE, via_link, state / "main" / "LOG"), "overlap")
     for path, content in files.items():
         if path.name != "LOG":  # RocksDB's own info log
             assert path.read_bytes() == content

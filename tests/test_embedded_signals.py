@@ -28,6 +28,7 @@ class Clean:
     ledger: bytes
     first_100: bytes
     first_150: bytes
+    first_200: bytes
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +36,7 @@ def clean(tmp_path_factory: pytest.TempPathFactory) -> Clean:
     base = tmp_path_factory.mktemp("clean")
     path = journal(base / "journal.jsonl", entries=450)
     ledgers = []
-    sources = [("all", path)] + [(str(n), head(path, base / f"{n}.jsonl", n)) for n in (100, 150)]
+    sources = [("all", path)] + [(str(n), head(path, base / f"{n}.jsonl", n)) for n in (100, 150, 200)]
     for name, source in sources:
         out = base / f"{name}.jsonl.out"
         assert replay(source, base / f"state-{name}", out).returncode == 0
@@ -66,10 +67,11 @@ def test_a_signal_finishes_the_entry_commits_the_batch_so_far_and_exits_128_plus
     stopped = replay(clean.journal, state, out, "--batch", BATCH, env=env)
     assert stopped.returncode == code
     summary, stop = _stderr_lines(stopped.stderr)
-    assert summary.startswith("recurrence replay: 150 entries")
+    # The batch in progress (entries 101-200, read before the signal) finishes and is made durable.
+    assert summary.startswith("recurrence replay: 200 entries")
     assert stop == f"recurrence replay: stopped by signal {number}; run again to resume"
-    assert out.read_bytes() == clean.first_150  # entries 101-150 were made durable, not dropped
-    _rerun_completes(clean, state, out, resumed_at=150)
+    assert out.read_bytes() == clean.first_200  # entries 101-200 were made durable, not dropped
+    _rerun_completes(clean, state, out, resumed_at=200)
 
 
 def test_a_second_signal_abandons_the_batch_at_once(clean: Clean, tmp_path: Path) -> None:
@@ -89,9 +91,9 @@ def test_a_second_signal_while_committing_leaves_a_tail_the_rerun_cuts(clean: Cl
     stopped = replay(clean.journal, state, out, "--batch", BATCH, env=hook_env(tmp_path / "hooks", hooks))
     assert stopped.returncode == 130
     assert "abandoned" in _stderr_lines(stopped.stderr)[-1]
-    assert out.read_bytes() == clean.first_150  # on disk, but the state only recorded 100 entries
+    assert out.read_bytes() == clean.first_200  # on disk, but the state only recorded 100 entries
     rerun = _rerun_completes(clean, state, out, resumed_at=100)
-    assert f"recovered the ledger ({len(clean.first_150) - len(clean.first_100)} uncommitted".encode() in rerun
+    assert f"recovered the ledger ({len(clean.first_200) - len(clean.first_100)} uncommitted".encode() in rerun
 
 
 def test_a_signal_while_waiting_for_stdin_stops_at_once(clean: Clean, tmp_path: Path) -> None:

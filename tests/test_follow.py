@@ -10,6 +10,7 @@ ends, the follower reaches the final state.
 import asyncio
 import subprocess
 import time
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -18,8 +19,8 @@ from devkit.localrun import recurrence_command
 from recurrence.processor.embedded import open_state, replay, statistics
 from recurrence.processor.exceptions import StateDirError
 from recurrence.processor.follow import Follower, StateMark, files_signature, follow, follow_state, state_mark
+from recurrence.processor.statedir import MemoryState, main_path, open_view
 from recurrence.processor.store.base import StateStore
-from recurrence.processor.store.memory import MemoryStore
 from recurrence.processor.store.rocksdb import RocksStore
 from recurrence.processor.synthetic import JournalSpec, generate
 
@@ -31,18 +32,21 @@ def _journal(path: Path, entries: int, seed: int = 3) -> list[bytes]:
     return lines
 
 
-def _replay(journal: Path, state: Path, ledger: Path, batch: int = 1000) -> subprocess.Popen[bytes]:
+def _replay(
+    journal: Path, state: Path, ledger: Path, batch: int = 1000, jobs: int = 1
+) -> subprocess.Popen[bytes]:
     return subprocess.Popen([*recurrence_command(), "replay", str(journal), "--state", str(state), "--out",
-                             str(ledger), "--batch", str(batch)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                             str(ledger), "--batch", str(batch), "--jobs", str(jobs)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
 def _as_of(lines: list[bytes], mark: StateMark, tmp: Path) -> list[dict[str, object]]:
     """Statistics of an in-memory replay of the first ``mark.line`` lines (the oracle for a view)."""
     prefix = tmp / f"prefix-{mark.line}.jsonl"
     prefix.write_bytes(b"".join(lines[: mark.line]))
-    store = MemoryStore()
-    replay(str(prefix), store, tmp / f"ledger-{mark.line}.jsonl")
-    return statistics(store, None, 20)
+    state = MemoryState()
+    replay(str(prefix), state, tmp / f"ledger-{mark.line}.jsonl")
+    return statistics(state.view(), None, 20)
 
 
 def test_the_mark_is_the_checkpoint_and_the_commit_time(tmp_path: Path) -> None:
@@ -71,10 +75,10 @@ def test_opening_a_view_changes_nothing_the_signature_watches(tmp_path: Path) ->
     assert _replay(journal, state, ledger).wait(timeout=120) == 0
     before = files_signature(state)
     for _ in range(3):
-        RocksStore.open_follower(state).close()
+        open_view(state, follower=True).close()
     assert files_signature(state) == before
     # a commit does change it
-    store = open_state(state)
+    store = RocksStore.open(main_path(state))
     store.apply({b'["written"]': b"1"})
     store.close()
     assert files_signature(state) != before
@@ -83,7 +87,7 @@ def test_opening_a_view_changes_nothing_the_signature_watches(tmp_path: Path) ->
 
 def test_every_view_is_one_committed_batch_and_the_last_is_the_end(tmp_path: Path) -> None:
     journal, state, ledger = tmp_path / "j.jsonl", tmp_path / "state", tmp_path / "l.jsonl"
-    lines = _journal(journal, 2500, seed=9)
+    lines = _journal(journal, 8000, seed=9)  # ~20 batches: enough for views between them on a busy machine
     first = tmp_path / "first.jsonl"
     first.write_bytes(b"".join(lines[:200]))
     assert _replay(first, state, ledger).wait(timeout=120) == 0
@@ -91,7 +95,9 @@ def test_every_view_is_one_committed_batch_and_the_last_is_the_end(tmp_path: Pat
     assert follower.mark.line == 200
     marks: list[StateMark] = []
     checked: list[int] = []
-    writer = _replay(journal, state, ledger, batch=40)  # resumes after line 200, many small batches
+    # Resumes after line 200, in batches of 400: a view is kept when every
+    # partition stands at the same batch (processor/statedir.py), which a batch must outlast.
+    writer = _replay(journal, state, ledger, batch=400)
     try:
         while writer.poll() is None or follower.changed():
             if follower.changed():
@@ -105,7 +111,7 @@ def test_every_view_is_one_committed_batch_and_the_last_is_the_end(tmp_path: Pat
             time.sleep(0.05)
     finally:
         assert writer.wait(timeout=120) == 0, writer.stderr
-    assert checked, "no view opened while the writer was running"
+    assert checked, f"no view opened while the writer was running: {[m.line for m in marks]}"
     assert follower.mark.line == len(lines) and follower.mark.ledger_bytes == ledger.stat().st_size
     assert [m.line for m in marks] == sorted(m.line for m in marks)
     final = open_state(state, must_exist=True, read_only=True)
@@ -127,7 +133,7 @@ def test_follow_hands_each_new_view_to_the_server_and_reaches_the_end(tmp_path: 
 
     async def scenario() -> None:
         task = asyncio.create_task(follow(follower, lambda view, mark: served.append((view, mark)),
-                                          interval=0.05, min_interval=0.2))
+                                          interval=0.05, pace=lambda: 0.2))
         writer = _replay(journal, state, ledger, batch=100)
         while writer.poll() is None:
             await asyncio.sleep(0.05)
@@ -160,7 +166,7 @@ def test_a_view_that_cannot_open_leaves_the_last_one_served(tmp_path: Path) -> N
         opened[0] += 1
         if opened[0] == 2:
             raise StateDirError("gone")
-        return RocksStore.open_follower(state)
+        return open_view(state, follower=True)
 
     changes = iter(range(1000))
     follower = Follower(flaky, lambda: next(changes))  # every look sees a change
@@ -168,7 +174,7 @@ def test_a_view_that_cannot_open_leaves_the_last_one_served(tmp_path: Path) -> N
     replaced: list[StateMark] = []
 
     async def scenario() -> None:
-        task = asyncio.create_task(follow(follower, lambda _, mark: replaced.append(mark), 0.01, 0.01))
+        task = asyncio.create_task(follow(follower, lambda _, mark: replaced.append(mark), 0.01, lambda: 0.01))
         deadline = time.monotonic() + 10
         while not replaced and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
@@ -184,3 +190,38 @@ def test_a_view_that_cannot_open_leaves_the_last_one_served(tmp_path: Path) -> N
 def test_a_missing_state_is_refused(tmp_path: Path) -> None:
     with pytest.raises(StateDirError, match="run 'recurrence replay' first"):
         follow_state(tmp_path / "none")
+
+
+def test_while_the_files_keep_changing_views_open_at_the_pace_and_at_once_when_they_stop() -> None:
+    from recurrence.processor.store.memory import MemoryStore
+
+    moving = [True]
+    looks = [0]
+
+    def signature() -> int:
+        if moving[0]:
+            looks[0] += 1  # a replay writing without pause: the files differ at every look
+        return looks[0]
+
+    follower = Follower(MemoryStore, signature)
+    opened: list[float] = []
+
+    async def scenario() -> float:
+        loop = asyncio.get_running_loop()
+        task = asyncio.create_task(follow(follower, lambda *_: opened.append(loop.time()), 0.01, lambda: 0.3))
+        await asyncio.sleep(1.0)
+        moving[0] = False  # the replay ended
+        stopped = loop.time()
+        await asyncio.sleep(0.2)
+        task.cancel()
+        return stopped
+
+    stopped = asyncio.run(scenario())
+    while_moving = [at for at in opened if at < stopped]
+    # ~100 looks saw new files; the views came at the pace: at most one per 0.3 s
+    assert 2 <= len(while_moving) <= 4, while_moving
+    assert all(b - a >= 0.29 for a, b in pairwise(while_moving))
+    # once the files stopped changing, the next looks opened the last view at once (not 0.3 s later)
+    after = [at for at in opened if at >= stopped]
+    assert len(after) == 1 and after[0] - stopped < 0.1
+    follower.close()

@@ -7,7 +7,7 @@ from types import ModuleType
 
 import orjson
 
-from recurrence.processor.stream.worker.views import partition_for
+from recurrence.processor.partitioning import partition_for
 
 ROOT = Path(__file__).resolve().parent.parent
 

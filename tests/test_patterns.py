@@ -116,13 +116,14 @@ def test_the_text_form_summarizes_long_lists(tmp_path: Path, capsys: pytest.Capt
 
 def test_the_embedded_runner_tracks_patterns_from_the_ledger(tmp_path: Path) -> None:
     from recurrence.processor.embedded import replay
+    from recurrence.processor.statedir import MemoryState
     from recurrence.processor.synthetic import JournalSpec, write
 
     journal, out = Path(tmp_path) / "j.jsonl", Path(tmp_path) / "l.jsonl"
     write(JournalSpec(entries=3000, scopes=10, seed=8), str(journal))
-    store = MemoryStore()
-    summary = replay(str(journal), store, out)
-    found = listing(Transaction(store), 3)
+    state = MemoryState()
+    summary = replay(str(journal), state, out)
+    found = listing(Transaction(state.view()), 3)
     assert found and summary.patterns == len(found)
     # The same suggestions, recomputed independently from the ledger's recurred observations.
     again = Transaction(MemoryStore())

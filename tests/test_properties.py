@@ -8,9 +8,8 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from recurrence.processor.embedded import replay
+from recurrence.processor.embedded import open_state, replay
 from recurrence.processor.store.memory import MemoryStore
-from recurrence.processor.store.rocksdb import RocksStore
 from recurrence.processor.synthetic import JournalSpec, generate
 from tests.builders import Runner
 
@@ -90,9 +89,9 @@ def test_memory_and_rocksdb_backends_and_batching_agree(
     base = Path(tmp_path_factory.mktemp("rocks"))  # type: ignore[attr-defined]
     journal = base / "journal.jsonl"
     journal.write_bytes(b"".join(line + b"\n" for line in lines))
-    store = RocksStore.open(base / "state")
+    replay(str(journal), base / "state", base / "ledger.jsonl", batch_size=batch)
+    store = open_state(base / "state")
     try:
-        replay(str(journal), store, base / "ledger.jsonl", batch_size=batch)
         assert (base / "ledger.jsonl").read_bytes().splitlines(keepends=True) == expected
         assert Runner(store=store).engine.statistics() == memory.engine.statistics()
     finally:

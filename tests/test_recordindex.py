@@ -8,6 +8,7 @@ import orjson
 from recurrence.processor.embedded import replay
 from recurrence.processor.recordindex import dead_letter_counts, index_record, record_key
 from recurrence.processor.records import Emitted
+from recurrence.processor.statedir import MemoryState
 from recurrence.processor.store.base import Transaction
 from recurrence.processor.store.memory import MemoryStore
 from recurrence.processor.synthetic import JournalSpec, generate
@@ -31,12 +32,13 @@ def test_the_embedded_counts_are_the_ledgers_dead_letters(tmp_path: Path) -> Non
     lines = list(generate(JournalSpec(entries=500, scopes=4, seed=9, garbage_ratio=0.05)))
     journal, ledger = tmp_path / "journal.jsonl", tmp_path / "ledger.jsonl"
     journal.write_bytes(b"".join(line + b"\n" for line in lines))
-    store = MemoryStore()
-    replay(str(journal), store, ledger)
+    state = MemoryState()
+    replay(str(journal), state, ledger)
     # A rewritten journal (the first line dropped) is replayed whole: the counts stay those of the ledger.
     rewritten = tmp_path / "rewritten.jsonl"
     rewritten.write_bytes(b"".join(line + b"\n" for line in lines[1:]))
-    replay(str(rewritten), store, ledger)
+    replay(str(rewritten), state, ledger)
+    store = state.view()
     records = [orjson.loads(line) for line in ledger.read_bytes().splitlines()]
     dead = Counter(r["error"] for r in records if r["record"] == "dead_letter")
     assert dead and dead_letter_counts(Transaction(store)) == dict(dead)

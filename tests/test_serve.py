@@ -29,7 +29,6 @@ from recurrence.processor.embedded import open_state
 from recurrence.processor.follow import state_mark
 from recurrence.processor.routes import Ask
 from recurrence.processor.serve import EmbeddedReadSurface, application
-from recurrence.processor.store.rocksdb import RocksStore
 from recurrence.processor.synthetic import JournalSpec, generate
 from recurrence.processor.webtoken import TOKEN_ENV
 from recurrence.schemas.readsurface import (
@@ -199,6 +198,9 @@ def test_the_page_shows_what_recurrence_stats_says(served: Served) -> None:
     needing = [f"{s['scope_id']} {_revision(r)}" for s in stats
                for r in s["recurrence"]["top_revisions"][: s["recurrence"]["needing_review"]]]
     assert shown["review"] == needing
+    assert shown["review_chosen"] == [row for row in needing if row.split(" ")[0] == shown["chosen"]]
+    lines = len(served.journal_lines())
+    assert shown["worker_hidden"] and shown["status"].startswith(f"state as of journal line {lines:,} ")
     # The chosen scope's sparklines are its revisions' verdicts, as `explain` lists them.
     chosen = next(s for s in stats if s["scope_id"] == shown["chosen"])
     for revision in chosen["recurrence"]["top_revisions"][:3]:
@@ -313,7 +315,7 @@ def test_the_api_check_finds_an_answer_the_document_does_not_describe(served: Se
         async def dead_letters(self, ask: Ask) -> dict[str, Any]:
             return {"total": "many", "by_code": {}}
 
-    store = RocksStore.open(served.state, read_only=True)
+    store = open_state(served.state)
     app = application(Wrong(store, served.ledger))
     port = free_port()
     runner = web.AppRunner(app)

@@ -20,14 +20,15 @@ from devkit.deployment import write_journal
 from devkit.oracle import Oracle
 from recurrence.processor.embedded import replay
 from recurrence.processor.engineconfig import EngineConfig
+from recurrence.processor.partitioning import partition_for
 from recurrence.processor.patterns import listing, suggestion
+from recurrence.processor.statedir import MemoryState
 from recurrence.processor.store.base import Transaction
-from recurrence.processor.store.memory import MemoryStore
 from recurrence.processor.stream.batch.metrics import Metrics
 from recurrence.processor.stream.batch.processing import BatchProcessor
 from recurrence.processor.stream.batch.steps import PatternStep
 from recurrence.processor.stream.batch.types import ID_HEADER, Entry
-from recurrence.processor.stream.worker.views import NotReadyError, PatternTable, ReadSurface, partition_for
+from recurrence.processor.stream.worker.views import NotReadyError, PatternTable, ReadSurface
 from recurrence.processor.synthetic import JournalSpec, generate
 from recurrence.schemas.constants import DEFAULT_PATTERN_SCOPES
 
@@ -184,11 +185,11 @@ def test_patterns_agent_equals_the_embedded_tracker(
 
 def _oracle_rows(lines: list[bytes], min_scopes: int, workdir: Path) -> list[dict[str, Any]]:
     """``recurrence patterns --all --json`` of an embedded replay with ``--pattern-scopes``."""
-    store = MemoryStore()
+    state = MemoryState()
     journal = workdir / "journal.jsonl"
     write_journal(journal, lines)
-    replay(str(journal), store, workdir / "ledger.jsonl", EngineConfig(pattern_scopes=min_scopes))
-    return listing(Transaction(store), min_scopes, suggested_only=False)
+    replay(str(journal), state, workdir / "ledger.jsonl", EngineConfig(pattern_scopes=min_scopes))
+    return listing(Transaction(state.view()), min_scopes, suggested_only=False)
 
 
 def test_a_foreign_record_on_the_repartition_topic_is_skipped() -> None:

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from devkit.deployment import write_journal
 from devkit.oracle import Oracle
 from recurrence.processor.engineconfig import EngineConfig
+from recurrence.processor.partitioning import partition_for
 from recurrence.processor.recordindex import dead_letter_counts, record_key
 from recurrence.processor.store.base import Transaction
 from recurrence.processor.store.memory import MemoryStore
@@ -32,7 +33,6 @@ from recurrence.processor.stream.clients.topicsapply import _describe_drift
 from recurrence.processor.stream.settings import StreamSettings
 from recurrence.processor.stream.worker.sink import _Batches
 from recurrence.processor.stream.worker.snapshots import MAX_AGE
-from recurrence.processor.stream.worker.views import partition_for
 from recurrence.processor.verify import compare
 from recurrence.topics.definitions import JOURNAL_MAX_RECORD_BYTES, OUTPUT_MAX_RECORD_BYTES, topic_specs
 

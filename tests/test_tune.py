@@ -20,12 +20,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from devkit.localrun import recurrence_command
-from recurrence.processor.embedded import replay, statistics
+from recurrence.processor.embedded import open_state, replay, statistics
 from recurrence.processor.engineconfig import EngineConfig
 from recurrence.processor.state import SHADOW_STREAKS, State
+from recurrence.processor.statedir import MemoryState
 from recurrence.processor.store.base import Transaction
 from recurrence.processor.store.memory import MemoryStore
-from recurrence.processor.store.rocksdb import RocksStore
 from recurrence.processor.synthetic import JournalSpec, generate
 from recurrence.processor.tune import table, tune
 from recurrence.processor.whatif import parse_thresholds, scope_shadows, what_if
@@ -43,10 +43,10 @@ def write(path: Path, lines: list[bytes]) -> Path:
 def replayed(journal: Path, k: int, work: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The ledger records and ``stats`` of a real replay at threshold k (a fresh state and ledger)."""
     ledger = work / f"ledger-{k}.jsonl"
-    store = MemoryStore()
-    replay(str(journal), store, ledger, EngineConfig(review_threshold=k))
+    state = MemoryState()
+    replay(str(journal), state, ledger, EngineConfig(review_threshold=k))
     records = [orjson.loads(line) for line in ledger.read_bytes().splitlines()]
-    return records, statistics(store, None, None)
+    return records, statistics(state.view(), None, None)
 
 
 def flags_from_ledger(records: list[dict[str, Any]], k: int) -> tuple[Counter[str], Counter[str]]:
@@ -149,9 +149,10 @@ def test_streaks_longer_than_the_counters_tell_apart_stay_exact_up_to_their_last
 def test_the_state_of_a_replay_keeps_the_same_counters_tune_computes(tmp_path: Path) -> None:
     journal = write(tmp_path / "journal.jsonl",
                     list(generate(JournalSpec(entries=1500, scopes=3, seed=5, experiences_per_scope=3))))
-    store = RocksStore.open(tmp_path / "state")
+    replay(str(journal), tmp_path / "state", tmp_path / "ledger.jsonl", EngineConfig(review_threshold=4),
+           batch_size=97, jobs=2)
+    store = open_state(tmp_path / "state")
     try:
-        replay(str(journal), store, tmp_path / "ledger.jsonl", EngineConfig(review_threshold=4), batch_size=97)
         state = State(Transaction(store))
         kept = what_if(state, THRESHOLDS)
         scopes, incomplete = scope_shadows(state)

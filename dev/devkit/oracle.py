@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from recurrence.processor.embedded import replay, statistics
-from recurrence.processor.store.memory import MemoryStore
+from recurrence.processor.statedir import MemoryState
+from recurrence.processor.store.base import StateStore
 from recurrence.processor.verify import Grouped, by_scope
 
 from .localrun import recurrence_command
@@ -24,15 +25,15 @@ class Oracle:
     """The embedded runner's ledger for a journal, and its state for statistics."""
 
     records: list[bytes]
-    store: MemoryStore
+    store: StateStore
 
     @classmethod
     def run(cls, journal: Path, workdir: Path) -> "Oracle":
-        store = MemoryStore()
+        state = MemoryState()
         out = workdir / f"oracle-{uuid.uuid4().hex[:8]}.jsonl"
-        replay(str(journal), store, out)
+        replay(str(journal), state, out)
         records = [line.rstrip(b"\n") for line in out.read_bytes().splitlines() if line.strip()]
-        return cls(records, store)
+        return cls(records, state.view())
 
     def statistics(self, scope_id: str | None = None, top: int | None = None) -> list[dict[str, Any]]:
         return statistics(self.store, scope_id, top)
@@ -43,12 +44,12 @@ class Oracle:
 
 
 def embedded_ledger(journal: Path, workdir: Path) -> tuple[list[bytes], float]:
-    """``recurrence replay`` of ``journal`` into a fresh state: every ledger record, and the run's seconds
-    (process start included)."""
+    """``recurrence replay --jobs 1`` of ``journal`` into a fresh state: every ledger record, and the run's
+    seconds (process start included; one process, the reference a worker is compared with)."""
     state, out = workdir / f"oracle-state-{journal.stem}", workdir / f"oracle-{journal.stem}.jsonl"
     started = time.perf_counter()
     subprocess.run(
-        [*recurrence_command(), "replay", str(journal), "--state", str(state), "--out", str(out)],
+        [*recurrence_command(), "replay", str(journal), "--state", str(state), "--out", str(out), "--jobs", "1"],
         check=True,
         capture_output=True,
     )

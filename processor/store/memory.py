@@ -29,5 +29,8 @@ class MemoryStore:
                     bisect.insort(self._keys, key)
                 self._data[key] = value
 
+    def sync(self) -> None:
+        """Nothing to make durable (the partitioned runner asks every store)."""
+
     def close(self) -> None:
         return None

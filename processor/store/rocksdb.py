@@ -29,10 +29,11 @@ _BLOOM_BITS_PER_KEY = 10
 _TARGET_FILE_BYTES = 8 * 2**20
 
 
-def rocks_options() -> Options:
+def rocks_options(cache: Cache | None = None) -> Options:
+    """Options for a state store; ``cache``: a block cache shared with the process's other stores."""
     table = BlockBasedOptions()
     table.set_bloom_filter(_BLOOM_BITS_PER_KEY, False)
-    table.set_block_cache(Cache(_BLOCK_CACHE_BYTES))
+    table.set_block_cache(cache if cache is not None else Cache(_BLOCK_CACHE_BYTES))
     table.set_cache_index_and_filter_blocks(False)
     options = Options(raw_mode=True)
     options.create_if_missing(True)
@@ -55,6 +56,10 @@ def write_batch(changes: Mapping[bytes, bytes | None]) -> WriteBatch:
 
 
 class RocksStore:
+    #: Whether this process has opened a database: RocksDB's background threads then exist, and a
+    #: forked child must not use RocksDB (``workers`` starts fresh interpreters instead).
+    opened_in_process = False
+
     def __init__(self, db: Any, owned: bool = True, durable: bool = False, scratch: Path | None = None) -> None:
         self._db = db
         self._owned = owned
@@ -67,14 +72,17 @@ class RocksStore:
         self._write_options.sync = durable
 
     @classmethod
-    def open(cls, path: Path, read_only: bool = False, durable: bool = False) -> "RocksStore":
+    def open(
+        cls, path: Path, read_only: bool = False, durable: bool = False, options: Options | None = None
+    ) -> "RocksStore":
         if not read_only:
             try:
                 path.mkdir(parents=True, exist_ok=True)
             except OSError as error:
                 raise StateDirError(f"cannot create state directory {path}: {error.strerror}") from error
         access = AccessType.read_only() if read_only else AccessType.read_write()
-        options = rocks_options()
+        options = options if options is not None else rocks_options()
+        RocksStore.opened_in_process = True
         try:
             # The options go in twice on purpose: given only ``options``, rocksdict reopens an existing
             # database with the column family options it reloads from the OPTIONS file, where the
@@ -98,6 +106,7 @@ class RocksStore:
         options = rocks_options()
         options.create_if_missing(False)
         options.set_max_open_files(-1)
+        RocksStore.opened_in_process = True
         scratch = Path(tempfile.mkdtemp(prefix="recurrence-follow-"))
         try:
             db = Rdict(str(path), options=options, column_families={"default": options},
@@ -125,6 +134,13 @@ class RocksStore:
         try:
             self._db.write(batch, self._write_options)
         except Exception as error:  # a full or failing disk: the batch did not land
+            raise StateDirError(f"cannot write the state: {error}") from error
+
+    def sync(self) -> None:
+        """Make every write so far durable (the WAL fsync'ed), for a store written without ``durable``."""
+        try:
+            self._db.flush_wal(True)
+        except Exception as error:
             raise StateDirError(f"cannot write the state: {error}") from error
 
     def close(self) -> None:

@@ -34,8 +34,8 @@ from recurrence.processor.explain import Explainer
 from recurrence.processor.patterns import listing
 from recurrence.processor.recordindex import dead_letter_counts
 from recurrence.processor.state import State
-from recurrence.processor.store.base import Transaction
-from recurrence.processor.store.memory import MemoryStore
+from recurrence.processor.statedir import MemoryState
+from recurrence.processor.store.base import StateStore, Transaction
 from recurrence.processor.synthetic import JournalSpec, generate
 from recurrence.processor.tune import tune
 from recurrence.processor.verify import distinct
@@ -51,14 +51,14 @@ from tests.browser import (
     page_readings,
     tune_readings,
 )
-from tests.hostile import TOKEN, check_hostile_requests, check_token_guard, request
+from tests.hostile import TOKEN, check_hostile_requests, check_token_guard, report, request
 
 EXAMPLE = REPO / "examples" / "rfc-minimum.jsonl"
 _ORIGIN = re.compile(r"journal line \d+|[\w.-]+\[\d+\]@\d+")
 
 
 class Cluster:
-    def __init__(self, deployment: Deployment, workers: list[Worker], store: MemoryStore, ledger: Path,
+    def __init__(self, deployment: Deployment, workers: list[Worker], store: StateStore, ledger: Path,
                  journal: Path) -> None:
         self.deployment, self.workers = deployment, workers
         self.explainer = Explainer(State(Transaction(store)), FileArchive(store, ledger, journal))
@@ -79,8 +79,9 @@ def cluster(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> I
     journal = work / "journal.jsonl"
     generated = generate(JournalSpec(entries=400, scopes=6, seed=21, garbage_ratio=0.04, experiences_per_scope=6))
     write_journal(journal, [*EXAMPLE.read_bytes().splitlines(), *generated])
-    store, ledger = MemoryStore(), work / "oracle.jsonl"
-    replay(str(journal), store, ledger)
+    state, ledger = MemoryState(), work / "oracle.jsonl"
+    replay(str(journal), state, ledger)
+    store = state.view()
     deployment = Deployment(kafka_bootstrap, work)
     deployment.extra_env[TOKEN_ENV] = TOKEN
     try:
@@ -205,6 +206,16 @@ def test_the_worker_page_shows_what_statistics_say(cluster: Cluster) -> None:
     assert shown["dead_letters"] == dict(Counter(r["error"] for r in cluster.records if r["record"] == "dead_letter"))
     assert list(shown["pattern_rows"].items()) == list(expected_pattern_rows(patterns).items())
     assert shown["explanation"].startswith("revision ")
+    # Its own partitions, their positions and lag, and its readiness, as /progress says.
+    status, progress = worker.get_json("/progress")
+    assert status == 200 and progress["runner"] == "worker"
+    assert not shown["worker_hidden"] and progress["partitions"]
+    assert shown["partitions"] == {
+        p["partition"]: [str(p["partition"]), f"{p['position']:,}" if p["position"] is not None else "–",
+                         f"{p['lag']:,}" if p["lag"] is not None else "–", "ready" if p["ready"] else "restoring"]
+        for p in progress["partitions"]
+    }
+    assert shown["status"].startswith(f"worker {progress['url']}: journal partitions ")
 
 
 def test_tune_on_either_worker_is_recurrence_tune_of_the_journal(cluster: Cluster) -> None:
@@ -256,6 +267,7 @@ def test_hostile_requests_to_a_worker_are_refused_with_a_4xx_and_little_log(clus
     for _ in range(2):
         seen = check_hostile_requests(worker.url)
     assert seen["GET /explain/experience%2FE7@18446744073709551616 (token)"] == 404
+    print(f"\n[hostile: worker]\n{report(seen)}")
     logged = worker.log_path.read_bytes()[len(before):].decode(errors="replace")
     assert "Traceback" not in logged and "\x1b" not in logged
     refusals = [line for line in logged.splitlines() if "recurrence.web" in line]

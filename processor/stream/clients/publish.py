@@ -16,31 +16,18 @@ import time
 from dataclasses import dataclass
 from typing import IO, Any, Final
 
-import orjson
 from aiokafka import AIOKafkaProducer
 
 from ....topics.definitions import JOURNAL_MAX_RECORD_BYTES
 from ...exceptions import UnusableError
 from ...journalfile import JournalReader, Progress
+from ...partitioning import UNKEYED_PARTITION, scope_key
 from ..settings import KafkaConnection
 from .brokers import bounded, require_topics, started
 
-UNKEYED_PARTITION: Final = 0
 _WINDOW: Final = 2000  # records in flight before waiting for acknowledgements
 # A record alone in its record batch: the batch header (61 bytes) and the record's own framing.
 _FRAMING: Final = 128
-
-
-def scope_key(line: bytes) -> bytes | None:
-    try:
-        value: Any = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        return None
-    if isinstance(value, dict):
-        scope = value.get("scope_id")
-        if isinstance(scope, str) and scope:
-            return scope.encode()
-    return None
 
 
 @dataclass

@@ -60,12 +60,12 @@ from urllib.parse import quote
 
 import aiohttp
 import orjson
-from aiokafka.partitioner import murmur2
 
 from ...engine import Engine
 from ...engineconfig import EngineConfig
 from ...explain import Explainer, NotFoundError, identity_kind
 from ...httpapi import Server, dead_letters_body, merge_revisions, narrow, patterns_body
+from ...partitioning import partition_for
 from ...patterns import listing, listing_order
 from ...printable import echoed
 from ...recordindex import dead_letter_counts, record_key
@@ -83,11 +83,6 @@ from .topicarchive import Location, PassArchive, TopicReader, in_passes
 log = logging.getLogger("recurrence.stream.web")
 
 FORWARD_TIMEOUT: Final = 10.0
-
-
-def partition_for(scope_id: str, partitions: int) -> int:
-    """The Java/aiokafka default partitioner: the journal (and changelog) partition of a scope."""
-    return int(murmur2(scope_id.encode()) & 0x7FFFFFFF) % partitions
 
 
 class NotReadyError(Unavailable):

@@ -1,0 +1,299 @@
+"""The replay's one reader and one writer, between the journal and the shards (``replay --jobs N``).
+
+The reader reads each journal line once, finds its partition (``Router``)
+and sends it, with its line number, to the shard that owns that partition,
+in batches. Every shard returns each batch's records by line number; the
+writer merges them back into line order, which is the order one process
+would have written them in, so the ledger is the same bytes whatever the
+number of processes. In that order it keeps what spans scopes: the record
+index (each record's ledger offset), dead-letter rows and counts, and the
+pattern tracker, all in the main store.
+
+Per batch, in this order (the durability argument of ``embedded``): the
+batch's ledger lines are appended and fsync'ed; the main store commits,
+atomically and durably, the ledger mark, the journal checkpoint, the record
+index, dead-letter and pattern rows; only then are the shards told the batch
+is committed, and they flush its partition rows. The shards run up to
+``DEPTH`` batches ahead of the writer, so the fsyncs overlap the engine.
+
+A crash before the main commit leaves ledger bytes the next run cuts and
+regenerates; after it, partitions that had not flushed the batch are behind
+the ledger, and the next run reads the journal again from the earliest
+partition's position, applying those lines only to the partitions behind and
+dropping their records (the ledger has them): *catch-up* batches.
+"""
+
+import hashlib
+import heapq
+import logging
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+from .engineconfig import EngineConfig
+from .exceptions import StateDirError
+from .gcpolicy import full_collections_between_batches
+from .journalfile import Checkpoint, JournalReader, Progress
+from .partitioning import Router
+from .patterns import PatternTracker, is_recurred
+from .recordindex import index_record
+from .records import Emitted
+from .shard import BatchSpec, Line, LocalShard, ShardClient
+from .state import key, row_cache
+from .stopsignals import StopNow, StopSignals
+from .store.base import StateStore, Transaction
+from .tally import Tally
+
+log = logging.getLogger("recurrence.embedded")
+
+#: Batches the shards may run ahead of the ledger (only with worker processes: in one process a batch
+#: is committed as soon as it has run, exactly as before there were shards).
+DEPTH: Final = 2
+_DIAGNOSED: Final = "dl"
+
+
+@dataclass
+class RunSummary(Tally):
+    blank_lines: int = 0
+    seconds: float = 0.0
+    truncated_bytes: int = 0
+    # Resume: the checkpoint whose prefix was skipped; or replayed_whole when the state had one but
+    # the journal does not start with it.
+    resumed: Checkpoint | None = None
+    replayed_whole: bool = False
+    repeated_dead_letters: int = 0
+    patterns: int = 0  # cross-scope pattern suggestions made by this run (``recurrence patterns``)
+    caught_up: int = 0  # lines read again for partitions a crash left behind the ledger
+    processes: int = 1
+
+    def line(self) -> str:
+        rate = self.entries / self.seconds if self.seconds > 0 else 0.0
+        repeated = (
+            f"; {self.repeated_dead_letters} dead letters already written by an earlier run were not repeated"
+            if self.repeated_dead_letters
+            else ""
+        )
+        patterns = f"; {self.patterns} new pattern suggestions" if self.patterns else ""
+        processes = f" in {self.processes} processes" if self.processes > 1 else ""
+        return (
+            f"recurrence replay: {self.entries} entries in {self.seconds:.2f}s ({rate:,.0f} entries/s{processes}); "
+            f"{self.describe()}{repeated}{patterns}"
+        )
+
+
+    def nothing_applied(self) -> str | None:
+        """When every entry was dead-lettered (a binary file, the wrong file): what the run ends with, else None.
+
+        Not an error (contract section 4: dead letters exit 0), but a run that applied nothing is
+        almost always the wrong input, and a summary line of counts is easy to read past.
+        """
+        dead = sum(self.dead_letters.values())
+        if not self.entries or dead + self.repeated_dead_letters < self.entries or set(self.records) - {"dead_letter"}:
+            return None
+        if not dead:
+            return f"every entry ({self.entries}) had been dead-lettered by an earlier run; nothing was applied"
+        code, count = max(self.dead_letters.items(), key=lambda item: (item[1], item[0]))
+        return f"every entry ({self.entries}) was dead-lettered, most as {code} ({count}); nothing was applied"
+
+
+class LedgerFile(Protocol):
+    length: int
+
+    def append(self, data: bytes) -> None: ...
+
+    def sync(self) -> "Mark": ...
+
+
+class Mark(Protocol):
+    def encode(self) -> bytes: ...
+
+
+def diagnosed_key(line_number: int, entry: bytes) -> bytes:
+    """This journal line, this text: dead-lettered once, never again (whatever a re-read would say)."""
+    return key(_DIAGNOSED, hashlib.sha256(b"%d\n" % line_number + entry).hexdigest())
+
+
+class Writer:
+    """The ledger side of each batch: records in line order, and the main store's rows that go with them."""
+
+    def __init__(
+        self, main: StateStore, ledger: LedgerFile, config: EngineConfig, summary: RunSummary,
+        ledger_key: bytes, journal_key: bytes,
+    ) -> None:
+        self.main, self.ledger, self.config, self.summary = main, ledger, config, summary
+        self.ledger_key, self.journal_key = ledger_key, journal_key
+        self.cache = row_cache(10_000)
+        self._begin()
+
+    def _begin(self) -> None:
+        self.txn = Transaction(self.main, self.cache)
+        self.patterns = PatternTracker(self.txn, self.config.pattern_scopes)
+        self.pending: list[bytes] = []
+        self.pending_bytes = 0
+        self.diagnosed: dict[bytes, bytes | None] = {}
+
+    def write(self, results: Iterable[tuple[int, list[Emitted]]], entry_of: Callable[[int], bytes]) -> None:
+        summary = self.summary
+        for line_number, records in results:
+            for record in records:
+                if record.error is not None:
+                    if not self._first_diagnosis(line_number, entry_of(line_number)):
+                        summary.repeated_dead_letters += 1
+                        continue
+                    log.debug("dead letter %s at line %d", record.error, line_number)
+                # ``recurrence explain`` finds a record by id: the offset its line will have in the ledger.
+                index_record(self.txn, record, b"%d" % (self.ledger.length + self.pending_bytes))
+                self.pending.append(record.line + b"\n")
+                self.pending_bytes += len(record.line) + 1
+                summary.record(record)
+                if is_recurred(record) and self.patterns.observe(record.data()) is not None:
+                    summary.patterns += 1
+
+    def _first_diagnosis(self, line_number: int, entry: bytes) -> bool:
+        row = diagnosed_key(line_number, entry)
+        if row in self.diagnosed or self.main.get(row) is not None:
+            return False
+        self.diagnosed[row] = b""
+        return True
+
+    def commit(self, checkpoint: Checkpoint, rows: dict[bytes, bytes | None]) -> None:
+        """Ledger lines durable first, then the main store's batch that records them, atomically."""
+        if self.pending:
+            self.ledger.append(b"".join(self.pending))
+        mark = self.ledger.sync()
+        self.txn.prepare()
+        changes: dict[bytes, bytes | None] = {self.ledger_key: mark.encode(), self.journal_key: checkpoint.encode()}
+        changes.update(rows)
+        changes.update(self.diagnosed)
+        try:
+            self.txn.flush(changes)
+        except StateDirError as error:
+            raise StateDirError(
+                f"{error}; this batch was not committed: free space (or fix the disk) and run again to resume"
+            ) from error
+        self._begin()
+
+
+@dataclass
+class _Sent:
+    spec: BatchSpec
+    lines: list[Line]
+    checkpoint: Checkpoint
+    entries: int
+
+
+class Run:
+    """One replay's batches: read, route, run on the shards, merge, write, commit."""
+
+    def __init__(
+        self,
+        reader: JournalReader,
+        router: Router,
+        shards: Sequence[ShardClient],
+        owner: Sequence[int],
+        writer: Writer,
+        summary: RunSummary,
+        progress: Progress,
+        batch_size: int,
+        epoch: int,
+        catch_up_through: int,
+        extra_rows: Callable[[], dict[bytes, bytes | None]],
+    ) -> None:
+        self.reader, self.router, self.shards, self.owner = reader, router, shards, owner
+        self.writer, self.summary, self.progress = writer, summary, progress
+        self.batch_size = batch_size
+        self.epoch = epoch
+        self.catch_up_through = catch_up_through
+        self.extra_rows = extra_rows
+        # In one process a batch is committed as soon as it has run; from a pipe too (lines may come
+        # slowly, and a batch held back would wait for the next one to be written).
+        local = len(shards) == 1 and isinstance(shards[0], LocalShard)
+        self.depth = 0 if local or reader.total_bytes is None else DEPTH
+        self._sent: deque[_Sent] = deque()
+        self._number = 0
+        self.committed: int | None = None  # the last batch whose ledger lines and main rows are durable
+        self._start = reader.checkpoint()
+        self._committed_checkpoint = self._start
+
+    def run(self, lines: Iterator[tuple[int, bytes]], stop: StopSignals) -> bool:
+        """Apply the journal batch by batch; False when a stop request ended it before its end."""
+        completed = True
+        with full_collections_between_batches() as collections:
+            try:
+                batch: list[Line] = []
+                catching_up = False
+                partition = self.router.partition
+                for number, entry in lines:
+                    late = number <= self.catch_up_through
+                    if batch and late != catching_up:
+                        self._send(batch, catching_up, before=number)
+                        batch = []
+                    catching_up = late
+                    batch.append((number, entry, partition(entry)))
+                    if len(batch) >= self.batch_size:
+                        self._send(batch, catching_up)
+                        batch = []
+                        collections.between_batches()
+                        if stop.received is not None:
+                            completed = False
+                            break
+            except StopNow:
+                completed = False  # raised only while waiting for input: every line read so far is whole
+            self._send(batch, catching_up)
+            while self._sent:
+                self._commit_oldest()
+        return completed
+
+    def _send(self, lines: list[Line], catch_up: bool, before: int | None = None) -> None:
+        checkpoint = self.reader.checkpoint()
+        if before is not None and catch_up:
+            # The next line was read already: this batch ends where catching up ends, at the checkpoint.
+            assert self.reader.resumed is not None
+            checkpoint = self.reader.resumed
+        if not lines and checkpoint == self._start:
+            return
+        self._number += 1
+        spec = BatchSpec(
+            self._number, self.epoch, (self._start.offset, self._start.line), (checkpoint.offset, checkpoint.line),
+            catch_up,
+        )
+        self._start = checkpoint
+        if len(self.shards) == 1:
+            self.shards[0].submit(spec, lines, self.committed)
+        else:
+            parts: list[list[Line]] = [[] for _ in self.shards]
+            owner = self.owner
+            for line in lines:
+                parts[owner[line[2]]].append(line)
+            for shard, part in zip(self.shards, parts, strict=True):
+                shard.submit(spec, part, self.committed)
+        self._sent.append(_Sent(spec, lines, checkpoint, 0 if catch_up else len(lines)))
+        while len(self._sent) > self.depth:
+            self._commit_oldest()
+
+    def _commit_oldest(self) -> None:
+        sent = self._sent.popleft()
+        results = [shard.results(sent.spec.number) for shard in self.shards]
+        if sent.spec.catch_up:
+            self.summary.caught_up += len(sent.lines)
+        else:
+            merged: Iterable[tuple[int, list[Emitted]]] = results[0] if len(results) == 1 else heapq.merge(*results)
+            entries: dict[int, bytes] = {}
+
+            def entry_of(number: int) -> bytes:
+                if not entries:
+                    entries.update((n, e) for n, e, _ in sent.lines)
+                return entries[number]
+
+            self.writer.write(merged, entry_of)
+            self.writer.commit(sent.checkpoint, self.extra_rows())
+            self._committed_checkpoint = sent.checkpoint
+            self.summary.entries += sent.entries
+        self.committed = sent.spec.number
+        self.progress.update(self.summary.entries, sent.checkpoint.offset)
+
+    def finish(self) -> None:
+        for shard in self.shards:
+            shard.finish(self.committed)
+

@@ -1,0 +1,309 @@
+"""The embedded state directory: a main store and a fixed number of partition stores.
+
+```
+STATE/main/              RocksDB: the header, the ledger mark, the journal checkpoint, the record index,
+                         dead-letter rows and counts, pattern rows (everything written in ledger order)
+STATE/partitions/007/    RocksDB: the engine rows of the scopes whose partition is 7, the header, and
+                         how far into the journal this partition has applied (``APPLIED_KEY``)
+```
+
+The partition count is chosen when the state is created (``--partitions``)
+and never changes; a scope's partition is Kafka's default partitioner over
+its id (``partitioning``). ``replay --jobs N`` only assigns partitions to
+processes, so N may change between runs. A partition's store is created the
+first time one of its scopes appears.
+
+Readers (``stats``, ``explain``, ``patterns``, ``serve``) open a ``StateView``:
+one read-only ``StateStore`` over all of them, which sends a key to the store
+that holds it (the main store's namespaces by name, every other row by its
+scope) and merges scans across partitions in key order. A state of the
+earlier single-store layout (RocksDB files directly in STATE) is still read;
+``replay`` refuses it with the one line that says what to do.
+"""
+
+import heapq
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, Protocol
+
+import orjson
+from rocksdict import Cache, WriteBufferManager
+
+from .exceptions import StateDirError
+from .journalfile import shown
+from .partitioning import partition_for
+from .store.base import StateStore
+from .store.memory import MemoryStore
+from .store.rocksdb import RocksStore, rocks_options
+
+MAIN: Final = "main"
+PARTITIONS: Final = "partitions"
+#: Partitions of a new state: as many processes as a replay can use, few enough to open quickly (a
+#: RocksDB store costs 4-5 ms of CPU to create or open and a dozen fsyncs to create, 15-25 ms on a busy
+#: disk; a store is created only when one of its scopes appears). ``--partitions`` chooses another.
+DEFAULT_PARTITIONS: Final = 8
+MAX_PARTITIONS: Final = 256
+
+#: Main-store rows: the runner's own, written in ledger order by the one process that writes the ledger.
+MAIN_NAMESPACES: Final = frozenset(
+    {"format", "config", "partitions", "epoch", "clean", "written", "ledger", "journal", "ledger_path",
+     "journal_path", "rid", "dlc", "dl", "pat"}
+)
+PARTITIONS_KEY: Final = b'["partitions"]'
+EPOCH_KEY: Final = b'["epoch"]'
+#: Partition-store row: [epoch, offset, line] -- every journal line of this partition up to there is applied.
+APPLIED_KEY: Final = b'["applied"]'
+
+_REBUILD: Final = "replay the journal into a fresh --state with a fresh --out"
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """How far a partition has applied the journal of its state's current epoch."""
+
+    epoch: int
+    offset: int
+    line: int
+
+    def encode(self) -> bytes:
+        return orjson.dumps([self.epoch, self.offset, self.line])
+
+    @classmethod
+    def decode(cls, raw: bytes) -> "Applied":
+        epoch, offset, line = orjson.loads(raw)
+        return cls(int(epoch), int(offset), int(line))
+
+
+def main_path(root: Path) -> Path:
+    return root / MAIN
+
+
+def partition_path(root: Path, partition: int) -> Path:
+    return root / PARTITIONS / f"{partition:03d}"
+
+
+def is_single_store(root: Path) -> bool:
+    """A state of the layout before partitions: one RocksDB directly in the directory."""
+    return (root / "CURRENT").exists() and not main_path(root).exists()
+
+
+def refuse_single_store(root: Path) -> None:
+    if is_single_store(root):
+        raise StateDirError(
+            f"the state {shown(root)} has the single-store layout of an earlier recurrence, which replay no longer "
+            f"writes (stats, explain, patterns and serve still read it); to go on: {_REBUILD}"
+        )
+
+
+def existing_partitions(root: Path) -> list[int]:
+    """The partitions whose store was created (a name the layout does not use is not one)."""
+    try:
+        names = os.listdir(root / PARTITIONS)
+    except FileNotFoundError:
+        return []
+    except OSError as error:
+        raise StateDirError(f"cannot list the state's partitions in {shown(root)}: {error.strerror}") from error
+    return sorted(int(name) for name in names if len(name) == 3 and name.isdigit())
+
+
+class PartitionStores:
+    """Opens this process's partition stores with one block cache and one memtable budget between them,
+    so memory does not grow with the number of partitions a process owns."""
+
+    _CACHE_BYTES: Final = 32 * 2**20
+    _MEMTABLE_BYTES: Final = 32 * 2**20
+
+    def __init__(self, root: Path, read_only: bool = False, share: float = 1.0) -> None:
+        """``share``: this process's part of one process's budget (``replay --jobs N``: 1/N each)."""
+        self.root = root
+        self.read_only = read_only
+        self._cache = Cache(max(8 * 2**20, int(self._CACHE_BYTES * share)))
+        self._buffers = WriteBufferManager(max(8 * 2**20, int(self._MEMTABLE_BYTES * share)), False)
+
+    def open(self, partition: int) -> RocksStore:
+        options = rocks_options(self._cache)
+        options.set_write_buffer_manager(self._buffers)
+        # Not durable (no fsync per batch): a partition the crash left behind the ledger is caught up from
+        # the journal on the next run (embedded.py); only the main store must never fall behind the ledger.
+        return RocksStore.open(partition_path(self.root, partition), read_only=self.read_only, durable=False,
+                               options=options)
+
+
+def _namespace_and_scope(key: bytes) -> tuple[str, str | None]:
+    parts = orjson.loads(key)
+    scope = parts[1] if len(parts) > 1 and isinstance(parts[1], str) else None
+    return str(parts[0]), scope
+
+
+def _prefix_parts(prefix: bytes) -> list[object]:
+    if not prefix:
+        return []
+    body = prefix[:-1] + b"]" if prefix.endswith(b",") else prefix
+    try:
+        parts = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return []
+    return parts if isinstance(parts, list) else []
+
+
+class StateView:
+    """One read-only ``StateStore`` over a partitioned state directory (see the module docstring)."""
+
+    def __init__(self, main: StateStore, partitions: Mapping[int, StateStore], count: int) -> None:
+        self.main = main
+        self.partitions = dict(partitions)
+        self.count = count
+
+    def as_of(self) -> Applied | None:
+        """Where every partition stands, when they agree (None: no partition, or they differ)."""
+        found = {store.get(APPLIED_KEY) for store in self.partitions.values()}
+        if len(found) != 1:
+            return None
+        raw = found.pop()
+        return None if raw is None else Applied.decode(raw)
+
+    def partitions_agree(self) -> bool:
+        return not self.partitions or self.as_of() is not None
+
+    def _store_for(self, namespace: str, scope: str | None) -> StateStore | None:
+        if namespace in MAIN_NAMESPACES or scope is None:
+            return self.main
+        return self.partitions.get(partition_for(scope, self.count))
+
+    def get(self, key: bytes) -> bytes | None:
+        try:
+            namespace, scope = _namespace_and_scope(key)
+        except (orjson.JSONDecodeError, IndexError, TypeError):
+            return self.main.get(key)
+        store = self._store_for(namespace, scope)
+        return None if store is None else store.get(key)
+
+    def iterate_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        parts = _prefix_parts(prefix)
+        if parts and isinstance(parts[0], str) and parts[0] in MAIN_NAMESPACES:
+            yield from self.main.iterate_prefix(prefix)
+            return
+        if len(parts) > 1 and isinstance(parts[0], str) and isinstance(parts[1], str):
+            store = self._store_for(parts[0], parts[1])
+            if store is not None:
+                yield from store.iterate_prefix(prefix)
+            return
+        stores = [self.main, *self.partitions.values()] if not parts else list(self.partitions.values())
+        yield from heapq.merge(*(store.iterate_prefix(prefix) for store in stores), key=lambda row: row[0])
+
+    def apply(self, changes: Mapping[bytes, bytes | None]) -> None:
+        raise StateDirError("a state opened for reading cannot be written")
+
+    def close(self) -> None:
+        failure: Exception | None = None
+        for store in [*self.partitions.values(), self.main]:
+            try:
+                store.close()
+            except Exception as error:
+                failure = failure or error
+        if failure is not None:
+            raise failure
+
+
+class Store(StateStore, Protocol):
+    def sync(self) -> None: ...
+
+
+class StateDir:
+    """The state as a directory (see the module docstring)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def refuse_old_layout(self) -> None:
+        refuse_single_store(self.root)
+
+    def open_main(self) -> RocksStore:
+        # Durable writes: after a power cut the main store never falls behind what it recorded of the ledger.
+        return RocksStore.open(main_path(self.root), durable=True)
+
+    def existing(self) -> list[int]:
+        return existing_partitions(self.root)
+
+    def opener(self, read_only: bool = False, share: float = 1.0) -> Callable[[int], Store]:
+        return PartitionStores(self.root, read_only=read_only, share=share).open
+
+
+class MemoryState:
+    """A state held in memory (tests, dry runs): the same layout, one process."""
+
+    def __init__(self) -> None:
+        self.main = MemoryStore()
+        self.partitions: dict[int, MemoryStore] = {}
+
+    def refuse_old_layout(self) -> None:
+        return None
+
+    def open_main(self) -> MemoryStore:
+        return self.main
+
+    def existing(self) -> list[int]:
+        return sorted(self.partitions)
+
+    def opener(self, read_only: bool = False, share: float = 1.0) -> Callable[[int], Store]:
+        def open_partition(partition: int) -> MemoryStore:
+            return self.partitions.setdefault(partition, MemoryStore())
+
+        return open_partition
+
+    def view(self) -> "StateView":
+        return StateView(self.main, self.partitions, partition_count(self.main) or 1)
+
+
+def partition_count(main: StateStore) -> int | None:
+    raw = main.get(PARTITIONS_KEY)
+    return None if raw is None else int(raw)
+
+
+#: Attempts a follower makes to find every partition at the same batch (each a fresh set of views).
+_CONSISTENT_TRIES: Final = 20
+
+
+def open_view(root: Path, follower: bool = False) -> StateStore:
+    """The state for reading: a ``StateView``, or the single store of an earlier layout.
+
+    ``follower``: each store as a RocksDB secondary (``RocksStore.open_follower``), for a state a replay
+    may be writing. The partitions are flushed one after the other, so a view is kept only when they
+    all stand at the same batch (their ``applied`` rows agree; ``StateView.as_of``); the main store may
+    be a batch or two ahead of them while a replay runs (its records index and counts, never the
+    statistics). After ``_CONSISTENT_TRIES`` views caught between two flushes: StateDirError (a
+    follower keeps the view it has and looks again).
+    """
+    if not follower:
+        return _open_view(root, False)
+    for attempt in range(_CONSISTENT_TRIES):
+        view = _open_view(root, True)
+        if not isinstance(view, StateView) or view.partitions_agree():
+            return view
+        view.close()
+        time.sleep(0.01 * (attempt + 1))
+    raise StateDirError(f"the state {shown(root)} is between two batches; look again")
+
+
+def _open_view(root: Path, follower: bool) -> StateStore:
+    def opened(path: Path) -> RocksStore:
+        return RocksStore.open_follower(path) if follower else RocksStore.open(path, read_only=True)
+
+    if is_single_store(root):
+        return opened(root)
+    main = opened(main_path(root))
+    partitions: dict[int, StateStore] = {}
+    try:
+        count = partition_count(main)
+        for partition in existing_partitions(root) if count else []:
+            partitions[partition] = opened(partition_path(root, partition))
+    except BaseException:
+        for store in [*partitions.values(), main]:
+            with suppress(Exception):
+                store.close()
+        raise
+    return StateView(main, partitions, count or 1)
