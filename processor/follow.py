@@ -23,9 +23,17 @@ flush or compaction changes the set of table files; so the names, sizes and
 modification times of the state's files (RocksDB's info logs and rocksdict's
 config file aside: they change without a commit) are the *signature* that
 says a new view may differ. It is one directory listing (recursive, so a
-state of several stores is followed the same way), taken every ``interval``;
-while a replay writes without pause a new view opens at most every
-``min_interval``.
+state of several stores is followed the same way), taken every ``interval``.
+
+Pace: a new view costs its reader more than the open: every answer is
+computed again (``/statistics`` of 50 scopes on a 200k-entry state: ~1 s of
+CPU). While a replay writes without pause (the files differ at every look) a
+new view opens at most every ``pace()`` seconds; ``serve`` passes four times
+the CPU it spent since the last view (every answer, whoever asked), so
+following takes at most about a fifth of a core from the writer, whatever
+the state's size and however many pages are open. As soon as the
+files stop changing (the replay ended or paused), the next look opens the
+view: the end of a replay shows at once.
 
 What the view is as of comes from the state, never the reader's clock: the
 checkpoint the runner commits with every batch (journal lines and bytes
@@ -50,7 +58,7 @@ from .store.base import StateStore
 log = logging.getLogger("recurrence.follow")
 
 INTERVAL: Final = 0.25
-MIN_INTERVAL: Final = 1.0
+MIN_PACE: Final = 1.0
 # Files that change while nothing is committed: RocksDB's info log (and its rotated copies), rocksdict's
 # config (rewritten by every open, a reader's included).
 _NOT_STATE: Final = ("LOG", "rocksdict-config.json")
@@ -85,8 +93,10 @@ def state_mark(store: StateStore) -> StateMark:
     raw = store.get(JOURNAL_KEY)
     checkpoint = Checkpoint.decode(raw) if raw is not None else None
     as_of = store.as_of() if isinstance(store, StateView) else None
-    if as_of is not None and checkpoint is not None and as_of.line < checkpoint.line:
-        # A replay is running: its main store is ahead of the partitions the statistics come from.
+    if as_of is not None and checkpoint is not None and as_of.line != checkpoint.line:
+        # A replay is running: the statistics come from the partitions, which the main store's checkpoint
+        # may lead (committed first) or trail (a batch the writer committed after the view opened the main
+        # store and before it opened the partitions): they say how far the numbers are.
         checkpoint = Checkpoint(as_of.offset, as_of.line, checkpoint.sha256)
     raw = store.get(LEDGER_KEY)
     ledger = LedgerMark.decode(raw).length if raw is not None else 0
@@ -131,6 +141,14 @@ class Follower:
     def changed(self) -> bool:
         return self._signature() != self._seen
 
+    def look(self) -> Hashable:
+        """The state's files as they are now."""
+        return self._signature()
+
+    def differs(self, signature: Hashable) -> bool:
+        """Do these files differ from those of the view served?"""
+        return signature != self._seen
+
     def open_next(self) -> tuple[Hashable, StateStore, StateMark]:
         """A new view (may run on another thread: it touches nothing the current view's readers use)."""
         # The signature is taken before the view opens: a commit that lands during the open changes
@@ -157,16 +175,23 @@ async def follow(
     follower: Follower,
     replaced: Callable[[StateStore, StateMark], None],
     interval: float = INTERVAL,
-    min_interval: float = MIN_INTERVAL,
+    pace: Callable[[], float] = lambda: MIN_PACE,
 ) -> None:
-    """Look for changes every ``interval``; open a new view (off the event loop) when the files changed,
-    hand it to ``replaced`` on the loop's thread (between two requests), then close the old one."""
+    """Look at the files every ``interval``; open a new view (off the event loop) when they changed, at most
+    every ``pace()`` seconds while they keep changing; hand it to ``replaced`` on the loop's thread (between
+    two requests), then close the old one."""
     loop = asyncio.get_running_loop()
     failing = False
+    opened = loop.time()
+    previous: Hashable = None
     while True:
         await asyncio.sleep(interval)
-        if not follower.changed():
+        current = follower.look()
+        settled, previous = current == previous, current
+        if not follower.differs(current):
             continue
+        if not settled and loop.time() - opened < pace():
+            continue  # still being written: the next view waits for the pace, or for the writer to stop
         try:
             seen, view, mark = await loop.run_in_executor(None, follower.open_next)
         except StateDirError as error:
@@ -177,11 +202,11 @@ async def follow(
             failing = True
             continue
         failing = False
+        opened = loop.time()
         old = follower.replace(seen, view, mark)
         replaced(view, mark)
         old.close()
         log.debug("state now as of journal line %d (%d views opened)", mark.line, follower.views_opened)
-        await asyncio.sleep(max(0.0, min_interval - interval))
 
 
 def follow_state(path: Path) -> Follower:

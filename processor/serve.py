@@ -13,6 +13,7 @@ kept until the next one replaces it.
 import asyncio
 import logging
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -22,7 +23,7 @@ from aiohttp import web
 from .archive import FileArchive
 from .embedded import bind_config, statistics
 from .explain import Explainer, NotFoundError
-from .follow import Follower, StateMark, follow, state_mark
+from .follow import MIN_PACE, Follower, StateMark, follow, state_mark
 from .httpapi import Server, dead_letters_body, narrow, patterns_body
 from .patterns import listing
 from .recordindex import dead_letter_counts
@@ -37,6 +38,10 @@ from .whatif import chart_thresholds, rows, scope_shadows, served
 log = logging.getLogger("recurrence.serve")
 
 DEFAULT_PORT: Final = 6067
+# While a replay writes, a new view of the state at most every PACE_FACTOR times the CPU the server spent
+# since the last one (every answer computed for it, the page's included): serving a page that follows a
+# replay takes at most about 1 / (1 + PACE_FACTOR) of a core from the writer.
+PACE_FACTOR: Final = 4.0
 
 
 class EmbeddedReadSurface:
@@ -62,9 +67,15 @@ class EmbeddedReadSurface:
         self.archive = FileArchive(store, self._ledger, self._journal)
         self.config = bind_config(store, None)
         self.views += 1
+        self._cpu_at_view = time.process_time()
         self._statistics: dict[int, list[dict[str, Any]]] = {}
         self._dead_letters: dict[str, int] | None = None
         self._patterns: dict[str, Any] | None = None
+
+    def pace(self) -> float:
+        """Seconds before the next view while the state keeps changing (``follow``): the CPU this process
+        spent since the view was installed (answers, the page's requests, everything), times PACE_FACTOR."""
+        return max(MIN_PACE, PACE_FACTOR * (time.process_time() - self._cpu_at_view))
 
     def _statistics_for(self, top: int) -> list[dict[str, Any]]:
         found = self._statistics.get(top)
@@ -133,7 +144,7 @@ def serve(surface: EmbeddedReadSurface, host: str, port: int, access: Access,
     if follower is not None:
 
         async def following(app: web.Application) -> AsyncIterator[None]:
-            task = asyncio.create_task(follow(follower, surface.replace))
+            task = asyncio.create_task(follow(follower, surface.replace, pace=surface.pace))
             yield
             task.cancel()
 

@@ -5,7 +5,9 @@ can; elsewhere the browser tests skip and say so. Selenium is pointed at the
 system binaries explicitly, so it never tries to download a browser or driver.
 """
 
+import contextlib
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,60 +19,128 @@ SCREENSHOTS = REPO / "out"
 PAGE_TIMEOUT = 30.0
 
 
-def page_readings(url: str, screenshot: Path, ask_token: str | None = None) -> dict[str, Any]:
-    """Load the page, wait until it has drawn everything, save a screenshot; the numbers it shows.
-
-    With ``ask_token`` the server asks for a token the URL does not carry: the page must ask for it exactly once
-    (a prompt, answered with it), however many of its requests were refused. A token in the URL's fragment
-    must leave the address bar. The browser's console is read for Content-Security-Policy violations."""
-    chromium, driver_path = find("chromium"), find("chromedriver")
-    if chromium is None or driver_path is None:
+@contextlib.contextmanager
+def chromium(width: int = 1280, height: int = 1300) -> Iterator[Any]:
+    """A headless Chromium driven by Selenium, or a skip that says how to install it."""
+    browser, driver_path = find("chromium"), find("chromedriver")
+    if browser is None or driver_path is None:
         pytest.skip("chromium and chromedriver are not installed: `make tools` installs Debian's chromium and "
                     "chromium-driver (needs apt as root)")
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions
-    from selenium.webdriver.support.ui import WebDriverWait
 
     options = webdriver.ChromeOptions()
-    options.binary_location = chromium
+    options.binary_location = browser
     for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                     "--window-size=1280,1300"):
+                     f"--window-size={width},{height}"):
         options.add_argument(argument)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(driver_path), options=options)
     try:
-        driver.get(url)
-        if ask_token is not None:
-            WebDriverWait(driver, PAGE_TIMEOUT).until(expected_conditions.alert_is_present())
-            prompt = driver.switch_to.alert
-            prompt.send_keys(ask_token)
-            prompt.accept()  # a second prompt would stop the waits below (an unexpected alert)
-        WebDriverWait(driver, PAGE_TIMEOUT).until(
-            lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-loaded")
-        )
-        body = driver.find_element(By.TAG_NAME, "body")
-        assert body.get_attribute("data-loaded") == "true", driver.find_element(By.ID, "status").text
-        # The top revisions' sparklines arrive with their own requests; wait until none is pending.
-        WebDriverWait(driver, PAGE_TIMEOUT).until(
-            lambda d: all(cell.text != "…" for cell in d.find_elements(By.CSS_SELECTOR, "td[data-spark]"))
-        )
-        scopes: dict[str, dict[str, int]] = {}
-        for cell in driver.find_elements(By.CSS_SELECTOR, "#scopes td[data-field]"):
-            scope = cell.get_attribute("data-scope")
-            field = cell.get_attribute("data-field")
-            assert scope is not None and field is not None
-            scopes.setdefault(scope, {})[field] = int(cell.text)
-        totals = {
-            cell.get_attribute("data-total"): int(cell.text)
-            for cell in driver.find_elements(By.CSS_SELECTOR, "#totals [data-total]")
-        }
-        dead_letters = {
-            cell.get_attribute("data-code"): int(cell.text)
-            for cell in driver.find_elements(By.CSS_SELECTOR, "#dead-letters td[data-code]")
-        }
+        yield driver
+    finally:
+        driver.quit()
+
+
+def wait(driver: Any, condition: Any, timeout: float = PAGE_TIMEOUT) -> Any:
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, timeout, poll_frequency=0.1).until(condition)
+
+
+def open_page(driver: Any, url: str, ask_token: str | None = None) -> None:
+    """Load the page and wait until it has drawn everything (its sparklines arrive with their own requests).
+
+    With ``ask_token`` the server asks for a token the URL does not carry: the page must ask for it exactly once
+    (a prompt, answered with it), however many of its requests were refused."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+
+    driver.get(url)
+    if ask_token is not None:
+        wait(driver, expected_conditions.alert_is_present())
+        prompt = driver.switch_to.alert
+        prompt.send_keys(ask_token)
+        prompt.accept()  # a second prompt would stop the waits below (an unexpected alert)
+    wait(driver, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-loaded"))
+    assert driver.find_element(By.TAG_NAME, "body").get_attribute("data-loaded") == "true", \
+        driver.find_element(By.ID, "status").text
+    wait(driver, lambda d: all(cell.text != "…" for cell in d.find_elements(By.CSS_SELECTOR, "td[data-spark]")))
+
+
+def number(cell: Any) -> int:
+    """A number the page shows: its exact value (``data-value``), checked against the text (thousands separated)."""
+    value = int(cell.get_attribute("data-value"))
+    assert cell.text == f"{value:,}", (cell.text, value)
+    return value
+
+
+# Read in one script run: the page may draw itself again (a live update) between two WebDriver commands.
+_NUMBERS = """
+const cell = (c) => [c.getAttribute("data-value"), c.textContent];
+return {
+  scopes: [...document.querySelectorAll("#scopes td[data-field]")]
+    .map((c) => [c.getAttribute("data-scope"), c.getAttribute("data-field"), ...cell(c)]),
+  totals: [...document.querySelectorAll("#totals [data-total]")].map((c) => [c.getAttribute("data-total"), ...cell(c)]),
+};
+"""
+
+
+def _checked(value: str, text: str) -> int:
+    number = int(value)
+    assert text == f"{number:,}", (text, number)
+    return number
+
+
+def table_numbers(driver: Any) -> dict[str, Any]:
+    """The scopes table's and the totals' numbers (exact values, their text checked to be thousands separated)."""
+    found = driver.execute_script(_NUMBERS)
+    scopes: dict[str, dict[str, int]] = {}
+    for scope, field, value, text in found["scopes"]:
+        scopes.setdefault(scope, {})[field] = _checked(value, text)
+    totals = {name: _checked(value, text) for name, value, text in found["totals"]}
+    return {"scopes": scopes, "totals": totals}
+
+
+def open_explanation(driver: Any, row: Any) -> str:
+    """Click the row's explain button; the explanation must open in the row right after it. Its text."""
+    from selenium.webdriver.common.by import By
+
+    key = row.get_attribute("data-key")
+    table = row.find_element(By.XPATH, "./ancestor::table").get_attribute("id")
+    row.find_element(By.CSS_SELECTOR, "button.explain").click()
+    # The table draws itself again (rows are replaced): found by the table and the key, never the old element.
+    selector = f'#{table} tr.explanation-row[data-explains="{key}"]'
+    wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, selector)
+         and d.find_element(By.CSS_SELECTOR, selector + " pre").text not in ("", "loading…"))
+    opened = driver.find_element(By.CSS_SELECTOR, selector)
+    # Beside its row: the very next row of the same table, not a box elsewhere on the page.
+    own = driver.find_element(By.CSS_SELECTOR, f'#{table} tr[data-key="{key}"]:not(.explanation-row)')
+    beside = driver.execute_script("return arguments[0].nextElementSibling === arguments[1]", own, opened)
+    assert beside, f"the explanation of {key} is not the row after it"
+    text: str = opened.find_element(By.TAG_NAME, "pre").text
+    return text
+
+
+def page_readings(url: str, screenshot: Path, ask_token: str | None = None) -> dict[str, Any]:
+    """Load the page, wait until it has drawn everything, save a screenshot; the numbers it shows.
+
+    ``ask_token``: as ``open_page``. A token in the URL's fragment must leave the address bar. The browser's
+    console is read for Content-Security-Policy violations."""
+    from selenium.webdriver.common.by import By
+
+    with chromium() as driver:
+        open_page(driver, url, ask_token)
+        numbers = table_numbers(driver)
+        dead_letters = {cell.get_attribute("data-code"): number(cell)
+                        for cell in driver.find_elements(By.CSS_SELECTOR, "#dead-letters td[data-code]")}
+        chosen = driver.find_element(By.CSS_SELECTOR, "#scopes tr.chosen").get_attribute("data-scope")
+        # The review list is the chosen scope's; "every scope" shows them all.
+        review_chosen = [row.get_attribute("data-review")
+                         for row in driver.find_elements(By.CSS_SELECTOR, "tr[data-review]")]
+        driver.find_element(By.ID, "review-all").click()
         review = [row.get_attribute("data-review") for row in driver.find_elements(By.CSS_SELECTOR, "tr[data-review]")]
+        driver.find_element(By.ID, "review-all").click()
         sparks = {
             cell.get_attribute("data-spark"): (cell.find_element(By.TAG_NAME, "svg").get_attribute("data-verdicts")
                                                if cell.find_elements(By.TAG_NAME, "svg") else None)
@@ -82,29 +152,26 @@ def page_readings(url: str, screenshot: Path, ask_token: str | None = None) -> d
             row.get_attribute("data-pattern"): row.find_elements(By.TAG_NAME, "td")[-1].text
             for row in driver.find_elements(By.CSS_SELECTOR, "#patterns tr[data-pattern]")
         }
-        chosen = driver.find_element(By.CSS_SELECTOR, "#scopes tr.chosen").get_attribute("data-scope")
+        partitions = {
+            int(row.get_attribute("data-partition")): [cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
+            for row in driver.find_elements(By.CSS_SELECTOR, "#partitions tr[data-partition]")
+        }
         # Open one explanation in the page, as a person would.
-        links = driver.find_elements(By.CSS_SELECTOR, "#top a.explain")
-        explanation = ""
-        if links:
-            links[0].click()
-            WebDriverWait(driver, PAGE_TIMEOUT).until(
-                lambda d: d.find_element(By.ID, "explanation").text not in ("", "loading…")
-            )
-            explanation = driver.find_element(By.ID, "explanation").text
-            driver.execute_script("window.scrollTo(0, 0)")
-            time.sleep(0.2)
+        rows = driver.find_elements(By.CSS_SELECTOR, "#top tr[data-revision]")
+        explanation = open_explanation(driver, rows[0]) if rows else ""
+        driver.execute_script("window.scrollTo(0, 0)")
+        time.sleep(0.2)
         screenshot.parent.mkdir(parents=True, exist_ok=True)
         height = int(driver.execute_script("return document.documentElement.scrollHeight"))
         driver.set_window_size(1280, max(1300, height + 120))
         driver.save_screenshot(str(screenshot))
-        console = [entry["message"] for entry in driver.get_log("browser")]  # type: ignore[no-untyped-call]
-        return {"scopes": scopes, "totals": totals, "dead_letters": dead_letters, "review": review,
+        console = [entry["message"] for entry in driver.get_log("browser")]
+        return {**numbers, "dead_letters": dead_letters, "review": review, "review_chosen": review_chosen,
+                "address": driver.current_url, "csp_violations": [m for m in console if "Content Security Policy" in m],
                 "sparks": sparks, "patterns": patterns, "pattern_rows": pattern_rows, "chosen": chosen,
-                "explanation": explanation, "address": driver.current_url,
-                "csp_violations": [m for m in console if "Content Security Policy" in m]}
-    finally:
-        driver.quit()
+                "explanation": explanation, "partitions": partitions,
+                "status": driver.find_element(By.ID, "status").text,
+                "worker_hidden": driver.find_element(By.ID, "worker").get_attribute("hidden") is not None}
 
 
 def expected_readings(statistics: list[dict[str, Any]]) -> dict[str, Any]:
@@ -124,28 +191,10 @@ def expected_pattern_rows(listed: list[dict[str, Any]]) -> dict[str, str]:
 
 def tune_readings(url: str, screenshot: Path) -> dict[str, Any]:
     """Load the page, wait for the what-if chart; what its bars, marker and table say, and a screenshot of it."""
-    chromium, driver_path = find("chromium"), find("chromedriver")
-    if chromium is None or driver_path is None:
-        pytest.skip("chromium and chromedriver are not installed: `make tools` installs Debian's chromium and "
-                    "chromium-driver (needs apt as root)")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
 
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                     "--window-size=1280,1300"):
-        options.add_argument(argument)
-    driver = webdriver.Chrome(service=Service(driver_path), options=options)
-    try:
-        driver.get(url)
-        WebDriverWait(driver, PAGE_TIMEOUT).until(
-            lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-loaded")
-        )
-        assert driver.find_element(By.TAG_NAME, "body").get_attribute("data-loaded") == "true", \
-            driver.find_element(By.ID, "status").text
+    with chromium() as driver:
+        open_page(driver, url)
         bars: dict[int, dict[str, int]] = {}
         for bar in driver.find_elements(By.CSS_SELECTOR, "#tune-chart rect[data-series]"):
             threshold, series = bar.get_attribute("data-threshold"), bar.get_attribute("data-series")
@@ -169,8 +218,6 @@ def tune_readings(url: str, screenshot: Path) -> dict[str, Any]:
         return {"bars": bars, "marked": marked, "table": table,
                 "note": driver.find_element(By.ID, "tune-note").text,
                 "configured": driver.find_element(By.ID, "tune-configured").text}
-    finally:
-        driver.quit()
 
 
 def expected_tune(body: dict[str, Any]) -> dict[str, Any]:

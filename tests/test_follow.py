@@ -10,6 +10,7 @@ ends, the follower reaches the final state.
 import asyncio
 import subprocess
 import time
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -86,7 +87,7 @@ def test_opening_a_view_changes_nothing_the_signature_watches(tmp_path: Path) ->
 
 def test_every_view_is_one_committed_batch_and_the_last_is_the_end(tmp_path: Path) -> None:
     journal, state, ledger = tmp_path / "j.jsonl", tmp_path / "state", tmp_path / "l.jsonl"
-    lines = _journal(journal, 2500, seed=9)
+    lines = _journal(journal, 8000, seed=9)  # ~20 batches: enough for views between them on a busy machine
     first = tmp_path / "first.jsonl"
     first.write_bytes(b"".join(lines[:200]))
     assert _replay(first, state, ledger).wait(timeout=120) == 0
@@ -132,7 +133,7 @@ def test_follow_hands_each_new_view_to_the_server_and_reaches_the_end(tmp_path: 
 
     async def scenario() -> None:
         task = asyncio.create_task(follow(follower, lambda view, mark: served.append((view, mark)),
-                                          interval=0.05, min_interval=0.2))
+                                          interval=0.05, pace=lambda: 0.2))
         writer = _replay(journal, state, ledger, batch=100)
         while writer.poll() is None:
             await asyncio.sleep(0.05)
@@ -173,7 +174,7 @@ def test_a_view_that_cannot_open_leaves_the_last_one_served(tmp_path: Path) -> N
     replaced: list[StateMark] = []
 
     async def scenario() -> None:
-        task = asyncio.create_task(follow(follower, lambda _, mark: replaced.append(mark), 0.01, 0.01))
+        task = asyncio.create_task(follow(follower, lambda _, mark: replaced.append(mark), 0.01, lambda: 0.01))
         deadline = time.monotonic() + 10
         while not replaced and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
@@ -189,3 +190,38 @@ def test_a_view_that_cannot_open_leaves_the_last_one_served(tmp_path: Path) -> N
 def test_a_missing_state_is_refused(tmp_path: Path) -> None:
     with pytest.raises(StateDirError, match="run 'recurrence replay' first"):
         follow_state(tmp_path / "none")
+
+
+def test_while_the_files_keep_changing_views_open_at_the_pace_and_at_once_when_they_stop() -> None:
+    from recurrence.processor.store.memory import MemoryStore
+
+    moving = [True]
+    looks = [0]
+
+    def signature() -> int:
+        if moving[0]:
+            looks[0] += 1  # a replay writing without pause: the files differ at every look
+        return looks[0]
+
+    follower = Follower(MemoryStore, signature)
+    opened: list[float] = []
+
+    async def scenario() -> float:
+        loop = asyncio.get_running_loop()
+        task = asyncio.create_task(follow(follower, lambda *_: opened.append(loop.time()), 0.01, lambda: 0.3))
+        await asyncio.sleep(1.0)
+        moving[0] = False  # the replay ended
+        stopped = loop.time()
+        await asyncio.sleep(0.2)
+        task.cancel()
+        return stopped
+
+    stopped = asyncio.run(scenario())
+    while_moving = [at for at in opened if at < stopped]
+    # ~100 looks saw new files; the views came at the pace: at most one per 0.3 s
+    assert 2 <= len(while_moving) <= 4, while_moving
+    assert all(b - a >= 0.29 for a, b in pairwise(while_moving))
+    # once the files stopped changing, the next looks opened the last view at once (not 0.3 s later)
+    after = [at for at in opened if at >= stopped]
+    assert len(after) == 1 and after[0] - stopped < 0.1
+    follower.close()

@@ -229,6 +229,35 @@ def test_terminal_text_never_carries_a_control_character_from_the_journal(tmp_pa
     missing = run("explain", "experience/E7\x1b[31m@99", "--state", str(state))
     refused(missing, "\\x1b[31m")
     assert not TERMINAL_CONTROLS.search(missing.stderr)
+    # The same text over HTTP (``text/plain``, what curl prints to a terminal), and the refusals' JSON.
+    from recurrence.processor.serve import EmbeddedReadSurface, application
+
+    store = open_state(state)
+    try:
+        texts = _ask_text(application(EmbeddedReadSurface(store)), [
+            f"/explain/{recurred['observation_id']}", "/explain/experience%2FE7%1B%5B31m@1",
+            "/explain/experience%2FE7%1B%5B31m@99", "/explain/%1B%5D0;pwned%07",
+        ])
+    finally:
+        store.close()
+    assert [status for status, _ in texts] == [200, 200, 404, 404]
+    for _, text in texts:
+        assert not TERMINAL_CONTROLS.search(text), text[:300]
+    assert "\\x1b]0;pwned\\x07" in texts[0][1]
+
+
+def _ask_text(app: web.Application, paths: list[str]) -> list[tuple[int, str]]:
+    import asyncio
+
+    async def main() -> list[tuple[int, str]]:
+        async with TestClient(TestServer(app)) as client:
+            answers = []
+            for path in paths:
+                response = await client.get(path)
+                answers.append((response.status, await response.text()))
+            return answers
+
+    return asyncio.run(main())
 
 
 def test_printable_escapes_every_control_and_keeps_the_rest() -> None:

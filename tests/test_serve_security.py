@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from devkit.localrun import free_port, recurrence_command, wait_for
-from tests.hostile import PUBLIC, TOKEN, check_hostile_requests, check_token_guard, request
+from tests.hostile import PUBLIC, TOKEN, check_hostile_requests, check_token_guard, report, request
 from tests.tools import REPO
 
 # The product's own modules are imported by the tests that use them, so the behavioural tests above them
@@ -89,6 +89,7 @@ def test_hostile_requests_are_refused_with_a_4xx_and_at_most_a_line_of_log_each_
         seen = check_hostile_requests(served.url)
     assert seen["GET /explain/experience%2FE7@18446744073709551616 (token)"] == 404
     assert seen["POST /statistics (token)"] == 405
+    print(f"\n[hostile: recurrence serve]\n{report(seen)}")
     time.sleep(0.5)
     logged = served.log.read_text(errors="replace")[len(before):]
     assert "Traceback" not in logged and "\x1b" not in logged

@@ -128,3 +128,44 @@ def test_the_installed_commands_run_the_bundled_example(installed: Path, applica
         shown = _run(installed, application, "recurrence", command, "--help")
         assert shown.returncode == 0, shown.stderr[-3000:]
         assert f"usage: recurrence {command}" in shown.stdout
+
+
+def test_the_installed_serve_follows_its_state_and_ledger_dump_reads_its_flags(
+    installed: Path, application: Path
+) -> None:
+    import urllib.request
+
+    from devkit.localrun import free_port, wait_for
+
+    state, ledger = application.parent / "state", application.parent / "ledger.jsonl"
+    replay = _run(installed, application, "recurrence", "replay", str(EXAMPLE), "--state", str(state),
+                  "--out", str(ledger))
+    assert replay.returncode == 0, replay.stderr[-3000:]
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "VIRTUAL_ENV"}}
+    server = subprocess.Popen([str(installed / "bin" / "recurrence"), "serve", "--state", str(state), "--port",
+                               str(port)], cwd=application, env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE)
+
+    def get(path: str) -> bytes:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
+            body: bytes = response.read()
+            return body
+
+    def progress() -> dict[str, object] | None:
+        try:
+            found: dict[str, object] = json.loads(get("/progress"))
+            return found
+        except OSError:
+            return None
+
+    try:
+        shown = wait_for(lambda: server.poll() is None and progress(), 60, 0.2, "the installed serve")
+        assert shown["journal"] == {"line": len(EXAMPLE.read_bytes().splitlines()), "offset": EXAMPLE.stat().st_size}
+        assert b'recurrence_dead_letters_total{code="invalid_json"} 0.0' in get("/metrics")
+        assert b"class Grid" in get("/ui/app.js")
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    refused = _run(installed, application, "recurrence", "ledger-dump", "--format", "%x")
+    assert refused.returncode == 2 and "unknown token %x" in refused.stderr

@@ -1,20 +1,48 @@
 // The statistics page: reads the JSON read surface of whichever server serves it (a worker or
 // `recurrence serve`) and draws it. No framework, nothing fetched from elsewhere; every value from
-// the server is set as text, never parsed as HTML.
+// the server is set as text, never parsed as HTML, and no style is set inline (the page's own
+// style sheet only).
+//
+// It lives: /progress is polled every POLL_MS with If-None-Match; while the state has not moved the
+// server answers 304 and nothing else is asked. When it moved, the data is fetched again and drawn
+// into the same tables, keeping what the reader chose (the scope, each table's sort and filter, the
+// explanations open): no reload, no flicker.
 "use strict";
 
 const FIELDS = ["selected", "recurred", "avoided", "unknown", "unlinked_handoff_citations", "needing_review"];
+const LABELS = {
+  selected: "selected", recurred: "recurred", avoided: "avoided", unknown: "unknown",
+  unlinked_handoff_citations: "unlinked citations", needing_review: "needing review",
+};
+// One line each, where the word appears (RFC: "linked selections without a terminal verdict";
+// "Handoff citations that cannot be joined to a Task Outcome").
+const DEFINITIONS = {
+  unknown: "unknown: the lesson was selected into context, but the Task Outcome showed neither its check " +
+    "passing under the risky condition nor the failure again; derived, never written, and a growing share " +
+    "means the verification binding never fires.",
+  unlinked_handoff_citations: "unlinked citations: Handoff citations no Task Outcome can be joined to; a gap " +
+    "in provenance coverage, not a selection and not a failed recall.",
+};
 const TOP = 50;          // top_revisions asked per scope (the needing-review list is their head)
 const CARDS = 20;        // revisions of the chosen scope whose verdict history is drawn
+const POLL_MS = 1000;    // how often /progress is asked whether the state moved (a 304 while it has not)
+const SEARCH_ROWS = 200; // signature matches listed at most
+
+const NUMBER = new Intl.NumberFormat();
+function num(value) { return value === null || value === undefined ? "–" : NUMBER.format(value); }
 
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
   for (const [name, value] of Object.entries(attrs || {})) {
+    if (value === undefined || value === null) continue;
     if (name === "class") node.className = value;
-    else if (name.startsWith("data-")) node.setAttribute(name, value);
+    else if (name.startsWith("data-") || name.startsWith("aria-") || name === "role") node.setAttribute(name, value);
     else node[name] = value;
   }
-  for (const child of children) node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  for (const child of children) {
+    if (child === null || child === undefined) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
   return node;
 }
 
@@ -47,18 +75,20 @@ function askToken(refused) {
   return asking;
 }
 
-async function api(path, accept) {
+// Every request of the page goes through here: the token, no HTTP cache (the page sends its own
+// If-None-Match where it wants a 304), and the question for a token when the server refuses without one.
+async function request(path, options) {
   for (;;) {
     const token = sessionStorage.getItem(TOKEN_KEY);
-    const headers = { Accept: accept };
+    const headers = { ...((options && options.headers) || {}) };
     if (token) headers.Authorization = `Bearer ${token}`;
-    const response = await fetch(path, { headers });
+    const response = await fetch(path, { cache: "no-store", ...(options || {}), headers });
     if (response.status !== 401 || !(await askToken(token))) return response;
   }
 }
 
 async function getJSON(path) {
-  const response = await api(path, "application/json");
+  const response = await request(path, { headers: { Accept: "application/json" } });
   if (!response.ok) {
     let detail = response.statusText;
     try { detail = (await response.json()).error || detail; } catch (_) { /* not JSON */ }
@@ -76,28 +106,160 @@ function explainPath(id, scope, format) {
   return `/explain/${encodeURIComponent(id)}?${query}`;
 }
 
-function explainLink(id, scope) {
-  const link = el("a", { href: explainPath(id, scope, "text"), class: "explain" }, "explain");
-  link.addEventListener("click", async (event) => {
-    event.preventDefault();
-    const box = document.getElementById("explanation-box");
-    const pre = document.getElementById("explanation");
-    document.getElementById("explanation-id").textContent = id + (scope ? ` in ${scope}` : "");
-    box.hidden = false;
-    pre.textContent = "loading…";
-    try {
-      const response = await api(explainPath(id, scope, "text"), "text/plain");
-      pre.textContent = await response.text();
-    } catch (error) {
-      pre.textContent = String(error);
-    }
-    box.scrollIntoView({ behavior: "smooth", block: "nearest" });
-  });
-  return link;
+async function explanationText(id, scope) {
+  const response = await request(explainPath(id, scope, "text"), { headers: { Accept: "text/plain" } });
+  const text = await response.text();
+  if (response.ok) return text;
+  try { return `${response.status}: ${JSON.parse(text).error}`; } catch (_) { return `${response.status}: ${text}`; }
 }
 
-function empty(table, columns, text) {
-  table.tBodies[0].append(el("tr", {}, el("td", { colSpan: columns, class: "empty" }, text)));
+// -- tables that sort, filter and open an explanation beside a row -----------------------------------
+
+// A column: name, label, num (right-aligned, formatted), value(row) to sort and filter by, cell(row)
+// for what is shown (defaults to the value), attrs(row) for the cell's data attributes, title.
+class Grid {
+  constructor(table, options) {
+    this.table = table;
+    this.columns = options.columns;
+    this.key = options.key;                    // row -> a stable key (sort, filter and open rows survive a refresh)
+    this.rowAttrs = options.rowAttrs || (() => ({}));
+    this.explain = options.explain || null;    // row -> {id, scope} of its explanation
+    this.onRow = options.onRow || null;        // a click on the row (not on a link or button)
+    this.chosen = options.chosen || (() => false);
+    this.emptyText = options.empty || "nothing to show";
+    this.sort = options.sort || null;          // {name, descending}
+    this.filter = "";
+    this.rows = [];
+    this.open = new Map();                     // key -> the explanation's text (or null while loading)
+    this.count = options.count || null;        // an element that says how many rows are shown
+    this.head();
+    if (options.filterInput) {
+      options.filterInput.addEventListener("input", () => {
+        this.filter = options.filterInput.value.trim().toLowerCase();
+        this.render();
+      });
+    }
+  }
+
+  head() {
+    const row = el("tr");
+    for (const column of this.columns) {
+      const th = el("th", { class: column.num ? "num sortable" : "sortable", title: column.title, scope: "col",
+        "data-sort": column.name });
+      const button = el("button", { type: "button", class: column.defined ? "sort defined" : "sort" }, column.label);
+      button.addEventListener("click", () => {
+        const same = this.sort && this.sort.name === column.name;
+        this.sort = { name: column.name, descending: same ? !this.sort.descending : Boolean(column.num) };
+        this.render();
+      });
+      th.append(button);
+      row.append(th);
+    }
+    if (this.explain) row.append(el("th", { class: "explain-col" }, ""));
+    this.table.tHead.replaceChildren(row);
+  }
+
+  setRows(rows) {
+    this.rows = rows;
+    const keys = new Set(rows.map((r) => this.key(r)));
+    for (const key of [...this.open.keys()]) if (!keys.has(key)) this.open.delete(key);
+    this.render();
+  }
+
+  visible() {
+    let rows = this.rows;
+    if (this.filter) {
+      rows = rows.filter((r) => this.columns.some((c) => String(c.value(r)).toLowerCase().includes(this.filter)));
+    }
+    if (this.sort) {
+      const column = this.columns.find((c) => c.name === this.sort.name);
+      const sign = this.sort.descending ? -1 : 1;
+      rows = [...rows].sort((a, b) => {
+        const x = column.value(a), y = column.value(b);
+        const order = typeof x === "number" && typeof y === "number" ? x - y : String(x).localeCompare(String(y));
+        return sign * order || String(this.key(a)).localeCompare(String(this.key(b)));
+      });
+    }
+    return rows;
+  }
+
+  render() {
+    for (const th of this.table.tHead.rows[0].cells) {
+      const name = th.getAttribute("data-sort");
+      if (!name) continue;
+      const sorted = this.sort && this.sort.name === name;
+      th.setAttribute("aria-sort", sorted ? (this.sort.descending ? "descending" : "ascending") : "none");
+    }
+    const body = this.table.tBodies[0];
+    const shown = this.visible();
+    const width = this.columns.length + (this.explain ? 1 : 0);
+    const rows = [];
+    for (const row of shown) {
+      const key = this.key(row);
+      const attrs = this.rowAttrs(row);
+      const classes = [attrs.class, this.chosen(row) ? "chosen" : ""].filter(Boolean).join(" ");
+      const tr = el("tr", { ...attrs, "data-key": key, class: classes || undefined });
+      for (const column of this.columns) {
+        const value = column.value(row);
+        const shownValue = column.cell ? column.cell(row) : (column.num ? num(value) : value);
+        tr.append(el("td", { class: [column.num ? "num" : "", column.mono ? "mono" : ""].join(" ").trim() || undefined,
+          ...(column.attrs ? column.attrs(row) : {}), "data-value": column.num ? value : undefined }, shownValue));
+      }
+      if (this.explain) tr.append(el("td", { class: "explain-col" }, this.explainButton(row, key)));
+      if (this.onRow) {
+        tr.classList.add("clickable");
+        tr.addEventListener("click", (event) => {
+          if (event.target.closest("button, a, input")) return;
+          this.onRow(row);
+        });
+      }
+      rows.push(tr);
+      if (this.open.has(key)) rows.push(this.explanationRow(row, key, width));
+    }
+    if (!shown.length) {
+      rows.push(el("tr", {}, el("td", { colSpan: width, class: "empty" },
+        this.rows.length ? `none of the ${num(this.rows.length)} rows matches “${this.filter}”` : this.emptyText)));
+    }
+    body.replaceChildren(...rows);
+    if (this.count) {
+      this.count.textContent = shown.length === this.rows.length ? `${num(this.rows.length)} rows`
+        : `${num(shown.length)} of ${num(this.rows.length)} rows`;
+    }
+  }
+
+  explainButton(row, key) {
+    const open = this.open.has(key);
+    const button = el("button", { type: "button", class: "explain", "aria-expanded": String(open) },
+      open ? "close" : "explain");
+    button.addEventListener("click", () => this.toggle(row, key));
+    return button;
+  }
+
+  explanationRow(row, key, width) {
+    const { id, scope } = this.explain(row);
+    const text = this.open.get(key);
+    const pre = el("pre", { class: "explanation" }, text === null ? "loading…" : text);
+    return el("tr", { class: "explanation-row", "data-explains": key },
+      el("td", { colSpan: width }, el("div", { class: "explanation-head" },
+        el("span", { class: "mono" }, id + (scope ? ` in ${scope}` : ""))), pre));
+  }
+
+  async toggle(row, key) {
+    if (this.open.has(key)) {
+      this.open.delete(key);
+      this.render();
+      return;
+    }
+    this.open.set(key, null);
+    this.render();
+    const { id, scope } = this.explain(row);
+    let text;
+    try { text = await explanationText(id, scope); } catch (error) { text = String(error); }
+    if (this.open.has(key)) {
+      this.open.set(key, text);
+      this.render();
+    }
+  }
 }
 
 // The terminal streak after each verdict, over the verdicts' journal positions.
@@ -138,105 +300,6 @@ function sparkline(history) {
   }
   svg.setAttribute("data-verdicts", points.map((p) => (p.event === "recurred" ? "R" : "a")).join(""));
   return svg;
-}
-
-function renderTotals(stats) {
-  const box = document.getElementById("totals");
-  box.replaceChildren();
-  const labels = { unlinked_handoff_citations: "unlinked citations", needing_review: "needing review" };
-  box.append(el("div", { class: "tile" }, el("div", { class: "value", "data-total": "scopes" }, stats.length),
-    el("div", { class: "label" }, "scopes")));
-  for (const field of FIELDS) {
-    const total = stats.reduce((sum, s) => sum + s.recurrence[field], 0);
-    box.append(el("div", { class: "tile" }, el("div", { class: "value", "data-total": field }, total),
-      el("div", { class: "label" }, labels[field] || field)));
-  }
-}
-
-function renderScopes(stats, chosen, choose) {
-  const table = document.getElementById("scopes");
-  table.tBodies[0].replaceChildren();
-  if (!stats.length) return empty(table, 7, "no scope has an accepted entry yet");
-  for (const s of stats) {
-    const row = el("tr", { class: "scope-row" + (s.scope_id === chosen ? " chosen" : ""), "data-scope": s.scope_id },
-      el("td", { class: "mono" }, s.scope_id));
-    for (const field of FIELDS) {
-      row.append(el("td", { class: "num", "data-scope": s.scope_id, "data-field": field }, s.recurrence[field]));
-    }
-    row.addEventListener("click", () => choose(s.scope_id));
-    table.tBodies[0].append(row);
-  }
-}
-
-async function renderTop(scope) {
-  const table = document.getElementById("top");
-  document.getElementById("top-scope").textContent = scope ? `in ${scope.scope_id}` : "";
-  table.tBodies[0].replaceChildren();
-  const revisions = scope ? scope.recurrence.top_revisions.slice(0, CARDS) : [];
-  if (!revisions.length) return empty(table, 5, "no revision of this scope has recurred");
-  const rows = revisions.map((r) => {
-    const id = refText(r.artifact_ref);
-    const spark = el("td", { "data-spark": id }, "…");
-    table.tBodies[0].append(el("tr", { "data-revision": id },
-      el("td", { class: "mono" }, id), el("td", { class: "mono" }, r.signature_key),
-      el("td", { class: "num", "data-field": "streak" }, r.terminal_recurred_streak), spark,
-      el("td", {}, explainLink(id, scope.scope_id))));
-    return { id, spark };
-  });
-  await Promise.all(rows.map(async ({ id, spark }) => {
-    try {
-      const card = (await getJSON(explainPath(id, scope.scope_id, "json"))).cards[0];
-      spark.replaceChildren(sparkline(card.history || []));
-    } catch (error) {
-      spark.textContent = "not available";
-    }
-  }));
-}
-
-function renderReview(stats) {
-  const table = document.getElementById("review");
-  table.tBodies[0].replaceChildren();
-  let shown = 0;
-  for (const s of stats) {
-    // top_revisions is ordered by streak, so the ones needing review come first.
-    const needing = s.recurrence.top_revisions.slice(0, s.recurrence.needing_review);
-    for (const r of needing) {
-      const id = refText(r.artifact_ref);
-      table.tBodies[0].append(el("tr", { "data-review": `${s.scope_id} ${id}` },
-        el("td", { class: "mono" }, s.scope_id), el("td", { class: "mono" }, id),
-        el("td", { class: "mono" }, r.signature_key), el("td", { class: "num" }, r.terminal_recurred_streak),
-        el("td", {}, explainLink(id, s.scope_id))));
-      shown += 1;
-    }
-    const more = s.recurrence.needing_review - needing.length;
-    if (more > 0) empty(table, 5, `${s.scope_id}: ${more} more than listed`);
-  }
-  if (!shown) empty(table, 5, "no revision needs review");
-}
-
-function renderDeadLetters(body) {
-  const table = document.getElementById("dead-letters");
-  table.tBodies[0].replaceChildren();
-  document.getElementById("dead-letters-total").textContent = body.total;
-  const codes = Object.entries(body.by_code);
-  if (!codes.length) return empty(table, 2, "none");
-  for (const [code, count] of codes) {
-    table.tBodies[0].append(el("tr", {}, el("td", { class: "mono" }, code),
-      el("td", { class: "num", "data-code": code }, count)));
-  }
-}
-
-function renderPatterns(body) {
-  const table = document.getElementById("patterns");
-  table.tBodies[0].replaceChildren();
-  if (!body.patterns.length) return empty(table, 4, `no signature has recurred in ${body.min_scopes} scopes yet`);
-  for (const p of body.patterns) {
-    table.tBodies[0].append(el("tr", { "data-pattern": p.signature_key },
-      el("td", { class: "mono" }, p.signature_key),
-      el("td", { class: "num", title: p.scopes.join(", ") }, p.scope_count + (p.more_than_listed ? "+" : "")),
-      el("td", { class: "num" }, p.recurrences),
-      el("td", {}, p.suggested ? "suggested" : `below ${p.min_scopes} scopes`)));
-  }
 }
 
 // The review-threshold what-if (`/tune`, as `recurrence tune` counts it): per threshold, the review
@@ -324,33 +387,441 @@ function renderTune(body) {
       "flags); review proposals: only experience_content records, on their head revision.";
 }
 
-async function load() {
-  const status = document.getElementById("status");
-  try {
-    const [stats, deadLetters, patterns, tune] = await Promise.all([
-      getJSON(`/statistics?top=${TOP}`), getJSON("/dead-letters"), getJSON("/patterns"), getJSON("/tune"),
-    ]);
-    let chosen = null;
-    const choose = async (scopeId) => {
-      chosen = stats.find((s) => s.scope_id === scopeId) || null;
-      renderScopes(stats, scopeId, choose);
-      await renderTop(chosen);
-    };
-    renderTotals(stats);
-    renderReview(stats);
-    renderDeadLetters(deadLetters);
-    renderPatterns(patterns);
-    renderTune(tune);
+// -- the page's state and its sections ------------------------------------------------------------
+
+const page = {
+  stats: [],
+  chosen: null,          // the chosen scope's id
+  shown: undefined,      // the scope whose row was last scrolled into view
+  allReview: false,      // the needing-review list of every scope, not only the chosen one's
+  sparks: new Map(),     // "scope revision" -> its verdict history, or "failed"
+  sparkBasis: new Map(), // scope -> its verdict counts and top revisions when their histories were read
+  progress: null,
+  tag: null,             // /progress's ETag
+  positions: null,       // a worker's positions when its data was last read
+  loadedOnce: false,
+};
+
+function byId(id) { return document.getElementById(id); }
+
+function scopeOf(id) { return page.stats.find((s) => s.scope_id === id) || null; }
+
+function fieldColumn(field, attrs) {
+  return { name: field, label: LABELS[field], num: true, value: (s) => s.recurrence[field],
+    title: DEFINITIONS[field], attrs, defined: Boolean(DEFINITIONS[field]) };
+}
+
+const scopesGrid = new Grid(byId("scopes"), {
+  columns: [
+    { name: "scope", label: "scope", mono: true, value: (s) => s.scope_id, attrs: (s) => ({ "data-scope": s.scope_id }) },
+    ...FIELDS.map((field) => fieldColumn(field, (s) => ({ "data-scope": s.scope_id, "data-field": field }))),
+  ],
+  key: (s) => s.scope_id,
+  rowAttrs: (s) => ({ "data-scope": s.scope_id, class: "scope-row" }),
+  chosen: (s) => s.scope_id === page.chosen,
+  onRow: (s) => choose(s.scope_id),
+  sort: { name: "scope", descending: false },
+  filterInput: byId("scopes-filter"),
+  count: byId("scopes-count"),
+  empty: "no scope has an accepted entry yet",
+});
+
+function sparkCell(row) {
+  const history = page.sparks.get(`${row.scope} ${row.id}`);
+  if (history === undefined) return "…";
+  if (history === "failed") return "not available";
+  return sparkline(history);
+}
+
+const topGrid = new Grid(byId("top"), {
+  columns: [
+    { name: "revision", label: "revision", mono: true, value: (r) => r.id },
+    { name: "signature", label: "signature key", mono: true, value: (r) => r.signature },
+    { name: "streak", label: "streak", num: true, value: (r) => r.streak, attrs: () => ({ "data-field": "streak" }) },
+    { name: "verdicts", label: "verdicts over positions", value: (r) => {
+      const history = page.sparks.get(`${r.scope} ${r.id}`);
+      return Array.isArray(history) ? history.length : -1;
+    }, cell: sparkCell, attrs: (r) => ({ "data-spark": r.id }) },
+  ],
+  key: (r) => `${r.scope} ${r.id}`,
+  rowAttrs: (r) => ({ "data-revision": r.id }),
+  explain: (r) => ({ id: r.id, scope: r.scope }),
+  empty: "no revision of this scope has recurred",
+});
+
+const reviewGrid = new Grid(byId("review"), {
+  columns: [
+    { name: "scope", label: "scope", mono: true, value: (r) => r.scope },
+    { name: "revision", label: "revision", mono: true, value: (r) => r.id },
+    { name: "signature", label: "signature key", mono: true, value: (r) => r.signature },
+    { name: "streak", label: "streak", num: true, value: (r) => r.streak },
+  ],
+  key: (r) => `${r.scope} ${r.id}`,
+  rowAttrs: (r) => ({ "data-review": `${r.scope} ${r.id}` }),
+  explain: (r) => ({ id: r.id, scope: r.scope }),
+  filterInput: byId("review-filter"),
+  count: byId("review-count"),
+  empty: "no revision needs review",
+});
+
+const deadGrid = new Grid(byId("dead-letters"), {
+  columns: [
+    { name: "code", label: "code", mono: true, value: (r) => r.code },
+    { name: "entries", label: "entries", num: true, value: (r) => r.count, attrs: (r) => ({ "data-code": r.code }) },
+  ],
+  key: (r) => r.code,
+  empty: "none",
+});
+
+const patternsGrid = new Grid(byId("patterns"), {
+  columns: [
+    { name: "signature", label: "signature key", mono: true, value: (p) => p.signature_key },
+    { name: "scopes", label: "scopes", num: true, value: (p) => p.scope_count, title: "distinct scopes it recurred in",
+      cell: (p) => num(p.scope_count) + (p.scopes_more_than_listed ? "+" : "") },
+    { name: "revisions", label: "revisions", num: true, value: (p) => p.revisions.length,
+      title: "distinct Experience revisions it recurred on (64 are kept)",
+      cell: (p) => num(p.revisions.length) + (p.revisions_more_than_listed ? "+" : "") },
+    { name: "recurrences", label: "recurrences", num: true, value: (p) => p.recurrences },
+    { name: "state", label: "state", value: (p) => (p.suggested ? "suggested" : `below ${p.min_scopes} scopes`) },
+  ],
+  key: (p) => p.signature_key,
+  rowAttrs: (p) => ({ "data-pattern": p.signature_key }),
+  filterInput: byId("patterns-filter"),
+  empty: "no signature has recurred in several scopes yet",
+});
+
+const partitionsGrid = new Grid(byId("partitions"), {
+  columns: [
+    { name: "partition", label: "partition", num: true, value: (p) => p.partition },
+    { name: "position", label: "journal position", num: true, value: (p) => (p.position === null ? -1 : p.position),
+      cell: (p) => num(p.position), title: "the next journal offset the partition's state recorded" },
+    { name: "lag", label: "lag", num: true, value: (p) => (p.lag === null ? -1 : p.lag), cell: (p) => num(p.lag),
+      title: "journal entries not yet applied (high watermark - position)" },
+    { name: "ready", label: "ready", value: (p) => (p.ready ? "ready" : "restoring") },
+  ],
+  key: (p) => String(p.partition),
+  rowAttrs: (p) => ({ "data-partition": p.partition }),
+  sort: { name: "partition", descending: false },
+  empty: "no journal partition is assigned to this worker",
+});
+
+function renderTotals(stats) {
+  const box = byId("totals");
+  const tiles = [el("div", { class: "tile" }, el("div", { class: "value", "data-total": "scopes", "data-value": stats.length },
+    num(stats.length)), el("div", { class: "label" }, "scopes"))];
+  for (const field of FIELDS) {
+    const total = stats.reduce((sum, s) => sum + s.recurrence[field], 0);
+    tiles.push(el("div", { class: "tile", title: DEFINITIONS[field] },
+      el("div", { class: "value", "data-total": field, "data-value": total }, num(total)),
+      el("div", { class: DEFINITIONS[field] ? "label defined" : "label" }, LABELS[field])));
+  }
+  box.replaceChildren(...tiles);
+}
+
+function topRows(scope) {
+  if (!scope) return [];
+  return scope.recurrence.top_revisions.slice(0, CARDS).map((r) => ({
+    scope: scope.scope_id, id: refText(r.artifact_ref), signature: r.signature_key, streak: r.terminal_recurred_streak,
+  }));
+}
+
+function reviewRows() {
+  const rows = [];
+  let beyond = 0;
+  for (const s of page.stats) {
+    if (!page.allReview && s.scope_id !== page.chosen) continue;
+    // top_revisions is ordered by streak, so the ones needing review come first.
+    const needing = s.recurrence.top_revisions.slice(0, s.recurrence.needing_review);
+    for (const r of needing) {
+      rows.push({ scope: s.scope_id, id: refText(r.artifact_ref), signature: r.signature_key,
+        streak: r.terminal_recurred_streak });
+    }
+    beyond += s.recurrence.needing_review - needing.length;
+  }
+  return { rows, beyond };
+}
+
+function renderReview() {
+  const { rows, beyond } = reviewRows();
+  const total = page.stats.reduce((sum, s) => sum + s.recurrence.needing_review, 0);
+  byId("review-scope").textContent = page.allReview ? `in every scope (${num(total)})`
+    : page.chosen ? `in ${page.chosen} (${num(rows.length + beyond)} of ${num(total)})` : "";
+  reviewGrid.emptyText = page.allReview || !page.chosen ? "no revision needs review"
+    : `no revision of ${page.chosen} needs review`;
+  reviewGrid.setRows(rows);
+  byId("review-more").textContent = beyond > 0
+    ? `${num(beyond)} more need review than the ${TOP} top revisions per scope list (recurrence stats --top N lists them)`
+    : "";
+}
+
+async function loadSparks(scope) {
+  if (!scope) return;
+  // A revision's verdict history changes only with a terminal verdict of its scope (recurred or avoided).
+  const basis = `${scope.recurrence.recurred} ${scope.recurrence.avoided} ${topRows(scope).map((r) => r.id).join(" ")}`;
+  const rows = topRows(scope);
+  const stale = page.sparkBasis.get(scope.scope_id) !== basis;
+  const wanted = rows.filter((r) => stale || !page.sparks.has(`${r.scope} ${r.id}`));
+  if (!wanted.length) return;
+  page.sparkBasis.set(scope.scope_id, basis);
+  if (stale) for (const r of rows) page.sparks.delete(`${r.scope} ${r.id}`);
+  topGrid.render();
+  await Promise.all(wanted.map(async (r) => {
+    try {
+      const card = (await getJSON(explainPath(r.id, r.scope, "json"))).cards[0];
+      page.sparks.set(`${r.scope} ${r.id}`, card.history || []);
+    } catch (error) {
+      page.sparks.set(`${r.scope} ${r.id}`, "failed");
+    }
+  }));
+  if (page.chosen === scope.scope_id) topGrid.render();
+}
+
+// The chosen scope's row, scrolled into its table's view (only when the choice changed: a refresh keeps
+// where the reader scrolled).
+function showChosenRow() {
+  const row = byId("scopes").querySelector("tr.chosen");
+  const box = row && row.closest(".scroll");
+  if (!box) return;
+  const top = row.offsetTop - box.clientHeight / 2;
+  box.scrollTop = Math.max(0, top);
+}
+
+async function choose(scopeId) {
+  const changed = scopeId !== page.shown;
+  page.chosen = scopeOf(scopeId) ? scopeId : null;
+  page.shown = page.chosen;
+  if (page.chosen) history.replaceState(null, "", `#scope=${encodeURIComponent(page.chosen)}`);
+  scopesGrid.render();
+  if (changed) showChosenRow();
+  const scope = scopeOf(page.chosen);
+  byId("top-scope").textContent = scope ? `in ${scope.scope_id}` : "";
+  topGrid.setRows(topRows(scope));
+  renderReview();
+  await loadSparks(scope);
+}
+
+function renderDeadLetters(body) {
+  byId("dead-letters-total").textContent = num(body.total);
+  byId("dead-letters-total").setAttribute("data-value", body.total);
+  deadGrid.setRows(Object.entries(body.by_code).map(([code, count]) => ({ code, count })));
+}
+
+function renderPatterns(body) {
+  patternsGrid.emptyText = `no signature has recurred in ${body.min_scopes} scopes yet`;
+  patternsGrid.setRows(body.patterns);
+}
+
+// -- how far the state is ------------------------------------------------------------------------------
+
+function writtenAt(iso) {
+  // The state's own time (the writer's clock), shown in UTC: never the browser's clock.
+  return iso ? `${iso.replace("T", " ").replace(/\.\d+Z$/, "").replace(/Z$/, "")} UTC` : "not recorded";
+}
+
+function renderProgress(progress) {
+  const status = byId("status");
+  status.className = "";
+  const live = byId("live");
+  if (progress.runner === "embedded") {
+    const journal = progress.journal;
+    status.textContent = `state as of journal line ${num(journal.line)} (byte ${num(journal.offset)}), ` +
+      `written at ${writtenAt(progress.written_at)} · ledger ${num(progress.ledger_bytes)} bytes`;
+    document.body.setAttribute("data-line", journal.line);
+    live.textContent = progress.following ? "following the state" : "as opened";
+    live.className = progress.following ? "live on" : "live";
+    return;
+  }
+  const parts = progress.partitions || [];
+  const lag = parts.reduce((sum, p) => sum + (p.lag || 0), 0);
+  status.textContent = `worker ${progress.url || location.host}: journal partitions ` +
+    `${parts.map((p) => `${p.partition} at ${num(p.position)}`).join(", ") || "none"} · lag ${num(lag)} · ${progress.status}`;
+  live.textContent = progress.status === "ok" ? "ready" : progress.status;
+  live.className = progress.status === "ok" ? "live on" : "live off";
+  const section = byId("worker");
+  section.hidden = false;
+  byId("worker-status").textContent = `${progress.status}, ${num(progress.entries_processed)} entries processed`;
+  byId("worker-reasons").textContent = (progress.reasons || []).length
+    ? `not ready: ${progress.reasons.join("; ")}` : "ready: every assigned partition restored, lag within bounds";
+  partitionsGrid.setRows(parts);
+}
+
+// /progress, asked with the tag of the last answer: true when the state moved (or on the first call).
+async function poll() {
+  const headers = { Accept: "application/json" };
+  if (page.tag) headers["If-None-Match"] = page.tag;
+  const response = await request("/progress", { headers });
+  if (response.status === 304) return false;
+  if (!response.ok) throw new Error(`/progress: ${response.status}`);
+  page.tag = response.headers.get("ETag");
+  const progress = await response.json();
+  page.progress = progress;
+  renderProgress(progress);
+  if (progress.runner !== "worker") return true;
+  // A worker's lag moves with every new journal entry; its data changes only when its positions do.
+  const positions = JSON.stringify((progress.partitions || []).map((p) => [p.partition, p.position]));
+  const moved = positions !== page.positions;
+  page.positions = positions;
+  return moved;
+}
+
+async function refresh() {
+  const [stats, deadLetters, patterns, tune] = await Promise.all([
+    getJSON(`/statistics?top=${TOP}`), getJSON("/dead-letters"), getJSON("/patterns"), getJSON("/tune"),
+  ]);
+  page.stats = stats;
+  renderTotals(stats);
+  scopesGrid.setRows(stats);
+  renderDeadLetters(deadLetters);
+  renderPatterns(patterns);
+  renderTune(tune);
+  if (!scopeOf(page.chosen)) {
+    const wanted = new URLSearchParams(location.hash.slice(1)).get("scope");
     const busiest = [...stats].sort((a, b) => b.recurrence.recurred - a.recurrence.recurred)[0];
-    await choose(busiest ? busiest.scope_id : null);
-    status.textContent = `${stats.length} scopes · loaded ${new Date().toLocaleTimeString()} from ${location.host}`;
-    document.body.setAttribute("data-loaded", "true");
+    page.chosen = scopeOf(wanted) ? wanted : busiest ? busiest.scope_id : null;
+  }
+  await choose(page.chosen);
+  if (search.last) await search.run(search.last, false);
+}
+
+// -- search: an observation (or any record) id, a revision, or a signature ------------------------------
+
+const RECORD_ID = /^(sha256:)?[0-9a-f]{64}$/i;
+const REVISION = /^[^\s/@]+\/[^\s@]+@\d+$/;
+
+const searchGrid = new Grid(byId("search-table"), {
+  columns: [
+    { name: "scope", label: "scope", mono: true, value: (r) => r.scope },
+    { name: "revision", label: "revision", mono: true, value: (r) => r.id },
+    { name: "signature", label: "signature key", mono: true, value: (r) => r.signature },
+    { name: "streak", label: "streak", num: true, value: (r) => r.streak },
+    { name: "detail", label: "note", value: (r) => r.detail },
+  ],
+  key: (r) => `${r.scope} ${r.id}`,
+  rowAttrs: (r) => ({ "data-found": `${r.scope} ${r.id}` }),
+  explain: (r) => ({ id: r.id, scope: r.scope }),
+  onRow: (r) => choose(r.scope),
+  empty: "nothing found",
+});
+
+const search = {
+  last: "",
+  async run(query, fresh = true) {
+    search.last = query;
+    const box = byId("search-results");
+    const note = byId("search-note");
+    const pre = byId("search-explanation");
+    const table = byId("search-table");
+    if (!query) {
+      box.hidden = true;
+      return;
+    }
+    box.hidden = false;
+    if (fresh) box.scrollIntoView({ block: "nearest" });
+    const goTo = byId("search-scope");
+    goTo.hidden = true;
+    if (RECORD_ID.test(query)) {
+      const id = query.toLowerCase().startsWith("sha256:") ? query.toLowerCase() : `sha256:${query.toLowerCase()}`;
+      byId("search-what").textContent = `record ${id}`;
+      table.hidden = true;
+      pre.hidden = false;
+      let found = null;
+      try { found = await getJSON(explainPath(id, null, "json")); } catch (error) {
+        note.textContent = `no record with this id here (${error.message})`;
+        pre.hidden = true;
+        return;
+      }
+      note.textContent = `${found.kind || "record"}${found.scope_id ? ` of scope ${found.scope_id}` : ""}: ` +
+        "the evidence chain, as recurrence explain prints it";
+      pre.textContent = await explanationText(id, null);
+      if (found.scope_id && scopeOf(found.scope_id)) {
+        goTo.hidden = false;
+        goTo.textContent = `show ${found.scope_id}`;
+        goTo.onclick = () => choose(found.scope_id);
+      }
+      return;
+    }
+    pre.hidden = true;
+    table.hidden = false;
+    if (REVISION.test(query)) {
+      byId("search-what").textContent = `revision ${query}`;
+      let body;
+      try { body = await getJSON(explainPath(query, null, "json")); } catch (error) {
+        note.textContent = `no scope holds revision ${query} (${error.message})`;
+        searchGrid.setRows([]);
+        return;
+      }
+      note.textContent = `its yield card in ${num(body.cards.length)} scope(s): click a row to choose the scope`;
+      searchGrid.setRows(body.cards.map((card) => ({
+        scope: card.scope_id, id: query, signature: card.signature_key || "", streak: card.streak,
+        detail: `selected ${num(card.selected)} · recurred ${num(card.recurred)} · avoided ${num(card.avoided)} · ` +
+          `unknown ${num(card.unknown)}`,
+      })));
+      return;
+    }
+    const needle = query.toLowerCase();
+    const rows = [];
+    for (const s of page.stats) {
+      s.recurrence.top_revisions.forEach((r, index) => {
+        const id = refText(r.artifact_ref);
+        if (r.signature_key.toLowerCase().includes(needle) || id.toLowerCase().includes(needle)
+            || s.scope_id.toLowerCase().includes(needle)) {
+          rows.push({ scope: s.scope_id, id, signature: r.signature_key, streak: r.terminal_recurred_streak,
+            detail: index < s.recurrence.needing_review ? "needs review" : "" });
+        }
+      });
+    }
+    byId("search-what").textContent = `“${query}”`;
+    note.textContent = rows.length
+      ? `${num(rows.length)} of the top ${TOP} revisions of each scope match by signature, revision or scope` +
+        (rows.length > SEARCH_ROWS ? `; the first ${SEARCH_ROWS} are listed` : "") + ": click a row to choose its scope"
+      : "no top revision matches: try a whole observation id (sha256:…) or a revision (family/id@revision)";
+    searchGrid.setRows(rows.slice(0, SEARCH_ROWS));
+  },
+};
+
+byId("search-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  search.run(byId("search").value.trim());
+});
+byId("search-clear").addEventListener("click", () => {
+  byId("search").value = "";
+  search.run("");
+});
+byId("review-all").addEventListener("change", (event) => {
+  page.allReview = event.target.checked;
+  renderReview();
+});
+
+// One line per word, wherever the word is shown.
+for (const box of document.querySelectorAll("[data-defines]")) {
+  box.replaceChildren(...box.getAttribute("data-defines").split(" ").map((field) => {
+    const [word, ...rest] = DEFINITIONS[field].split(": ");
+    return el("span", { "data-define": field }, el("b", {}, word), `: ${rest.join(": ")} `);
+  }));
+}
+
+// -- start, then follow ------------------------------------------------------------------------------
+
+async function cycle() {
+  try {
+    if (await poll() || !page.loadedOnce) {
+      await refresh();
+      page.loadedOnce = true;
+      document.body.setAttribute("data-loaded", "true");
+      // The journal line of the state whose data is now drawn (or a newer one: the data is read after
+      // /progress, so a commit in between shows up in the numbers before the header catches up).
+      if (page.progress.journal) document.body.setAttribute("data-shown-line", page.progress.journal.line);
+      document.body.setAttribute("data-refreshes", Number(document.body.getAttribute("data-refreshes") || 0) + 1);
+    }
   } catch (error) {
+    const status = byId("status");
     status.textContent = String(error.message || error);
     status.className = "error";
-    document.body.setAttribute("data-loaded", "error");
+    page.tag = null;  // ask again in full next time
+    if (!page.loadedOnce) document.body.setAttribute("data-loaded", "error");
   }
+  setTimeout(cycle, POLL_MS);
 }
 
 takeTokenFromFragment();
-load();
+cycle();

@@ -51,7 +51,7 @@ from tests.browser import (
     page_readings,
     tune_readings,
 )
-from tests.hostile import TOKEN, check_hostile_requests, check_token_guard, request
+from tests.hostile import TOKEN, check_hostile_requests, check_token_guard, report, request
 
 EXAMPLE = REPO / "examples" / "rfc-minimum.jsonl"
 _ORIGIN = re.compile(r"journal line \d+|[\w.-]+\[\d+\]@\d+")
@@ -206,6 +206,16 @@ def test_the_worker_page_shows_what_statistics_say(cluster: Cluster) -> None:
     assert shown["dead_letters"] == dict(Counter(r["error"] for r in cluster.records if r["record"] == "dead_letter"))
     assert list(shown["pattern_rows"].items()) == list(expected_pattern_rows(patterns).items())
     assert shown["explanation"].startswith("revision ")
+    # Its own partitions, their positions and lag, and its readiness, as /progress says.
+    status, progress = worker.get_json("/progress")
+    assert status == 200 and progress["runner"] == "worker"
+    assert not shown["worker_hidden"] and progress["partitions"]
+    assert shown["partitions"] == {
+        p["partition"]: [str(p["partition"]), f"{p['position']:,}" if p["position"] is not None else "–",
+                         f"{p['lag']:,}" if p["lag"] is not None else "–", "ready" if p["ready"] else "restoring"]
+        for p in progress["partitions"]
+    }
+    assert shown["status"].startswith(f"worker {progress['url']}: journal partitions ")
 
 
 def test_tune_on_either_worker_is_recurrence_tune_of_the_journal(cluster: Cluster) -> None:
@@ -257,6 +267,7 @@ def test_hostile_requests_to_a_worker_are_refused_with_a_4xx_and_little_log(clus
     for _ in range(2):
         seen = check_hostile_requests(worker.url)
     assert seen["GET /explain/experience%2FE7@18446744073709551616 (token)"] == 404
+    print(f"\n[hostile: worker]\n{report(seen)}")
     logged = worker.log_path.read_bytes()[len(before):].decode(errors="replace")
     assert "Traceback" not in logged and "\x1b" not in logged
     refusals = [line for line in logged.splitlines() if "recurrence.web" in line]
