@@ -220,7 +220,13 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         thresholds = parse_thresholds(args.thresholds)
     except ValueError as bad:
         raise SettingsError(f"--thresholds: {bad}") from None
-    body, summary = tune(args.journal, thresholds, batch_size=args.batch)
+    with StopSignals() as stop:
+        try:
+            body, summary = tune(args.journal, thresholds, batch_size=args.batch, stop=stop, jobs=args.jobs)
+        except ReplayInterrupted as stopped:
+            # A dry run has nothing to resume: its scratch state is gone already.
+            print(f"recurrence tune: {stopped}; nothing was kept", file=sys.stderr)
+            return stopped.code
     print(summary.line(), file=sys.stderr)
     if args.json:
         sys.stdout.buffer.write(printable_json(orjson.dumps(body)) + b"\n")
@@ -299,7 +305,12 @@ def _add_tune(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -
     )
     p.add_argument("--json", action="store_true", help="print the contract's JSON (section 5) instead of a table")
     p.add_argument(
-        "--batch", type=positive_int, default=DEFAULT_BATCH, help="entries per in-memory commit (default %(default)s)"
+        "--batch", type=positive_int, default=DEFAULT_BATCH, help="entries per commit (default %(default)s)"
+    )
+    p.add_argument(
+        "--jobs", type=positive_int, default=None, metavar="N",
+        help="processes, as replay --jobs: the counts are the same whatever N (default: the cores this process "
+        "may use, 1 for a journal file under 1 MiB)",
     )
     p.set_defaults(func=_cmd_tune)
 

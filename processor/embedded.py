@@ -277,6 +277,25 @@ class Ledger:
         )
 
 
+class DiscardedLedger:
+    """The ledger of a dry run (``recurrence tune``): records are counted, not kept. Its mark can never
+    match a real ledger's bytes, so the state it leaves refuses any ledger given to it later."""
+
+    DISCARDED: Final = "discarded by a dry run"
+
+    def __init__(self) -> None:
+        self.length = 0
+
+    def append(self, data: bytes) -> None:
+        self.length += len(data)
+
+    def sync(self) -> LedgerMark:
+        return LedgerMark(self.length, self.DISCARDED)
+
+    def close(self) -> None:
+        return None
+
+
 # A full disk, a quota, a file size limit (RLIMIT_FSIZE makes writes fail with EFBIG).
 _FULL: Final = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
@@ -368,12 +387,13 @@ def default_jobs(journal: str) -> int:
 
 
 def _open_ledger(
-    store: StateStore, out: Path, config: EngineConfig | None, journal: str, partitions: int | None
-) -> tuple[EngineConfig, Ledger, int, int]:
-    """Check the state and the ledger against each other; stamp a fresh state before its first batch."""
+    store: StateStore, out: Path | None, config: EngineConfig | None, journal: str, partitions: int | None
+) -> tuple[EngineConfig, "Ledger | DiscardedLedger", int, int]:
+    """Check the state and the ledger against each other; stamp a fresh state before its first batch.
+    ``out`` None: a dry run, whose records are not kept (a fresh state only)."""
     # Where ``recurrence explain`` reads records and entries back (informational: the ledger is
     # bound by its bytes, and an explain may name other paths).
-    stamps: dict[bytes, bytes] = {LEDGER_PATH_KEY: os.fsencode(_real(out))}
+    stamps: dict[bytes, bytes] = {} if out is None else {LEDGER_PATH_KEY: os.fsencode(_real(out))}
     if journal != "-" and Path(journal).is_file():
         stamps[JOURNAL_PATH_KEY] = os.fsencode(_real(journal))
     check_format(store, stamps)
@@ -389,6 +409,11 @@ def _open_ledger(
         )
     raw = store.get(LEDGER_KEY)
     mark = None if raw is None else LedgerMark.decode(raw)
+    if out is None:
+        if raw is not None or _has_engine_rows(store):
+            raise StateDirError("a dry run needs a fresh state: its records are not kept")
+        store.apply(stamps)
+        return config, DiscardedLedger(), 0, count
     if mark is None and _has_engine_rows(store):
         raise LedgerMismatchError(
             "the state records no ledger mark (written by an older recurrence), so its ledger cannot be checked; "
@@ -487,7 +512,7 @@ def _weights(journal: str, offset: int, router: Router) -> dict[int, int]:
 def replay(
     journal: str,
     state: "Path | MemoryState",
-    out: Path,
+    out: Path | None,
     config: EngineConfig | None = None,
     batch_size: int = DEFAULT_BATCH,
     progress_stream: IO[str] | None = None,
@@ -495,9 +520,10 @@ def replay(
     jobs: int | None = None,
     partitions: int | None = None,
 ) -> RunSummary:
-    """Apply ``journal`` to the state directory ``state``, appending records to ``out``; see the module
-    docstring. ``jobs``: processes (default: ``default_jobs``); ``partitions``: of a new state. A
-    ``MemoryState`` (tests, dry runs) runs in this process."""
+    """Apply ``journal`` to the state directory ``state``, appending records to ``out`` (None: a dry run into
+    a fresh state, records counted and not kept); see the module docstring. ``jobs``: processes (default:
+    ``default_jobs``); ``partitions``: of a new state. A ``MemoryState`` (tests, dry runs) runs in this
+    process."""
     stop = stop or StopSignals()
     summary = RunSummary()
     started = time.monotonic()
@@ -553,7 +579,8 @@ def _main_store(state: "StateDir | MemoryState") -> Iterator[StateStore]:
 
 
 def _replay(
-    journal: str, state: "StateDir | MemoryState", out: Path, config: EngineConfig | None, batch_size: int,
+    journal: str, state: "StateDir | MemoryState", out: Path | None, config: EngineConfig | None,
+    batch_size: int,
     progress_stream: IO[str] | None, stop: StopSignals, partitions: int | None, reader: JournalReader,
     main: StateStore, workers: "list[RemoteShard]", summary: RunSummary,
 ) -> bool:
@@ -596,9 +623,9 @@ def _replay(
 
 def _run(
     state: "StateDir | MemoryState", config: EngineConfig, batch_size: int, progress_stream: IO[str] | None,
-    stop: StopSignals, reader: JournalReader, lines: Iterator[tuple[int, bytes]], main: StateStore, ledger: Ledger,
-    summary: RunSummary, start: "_Start", router: Router, shards: list[ShardClient], owned: list[list[int]],
-    owner: list[int], existing: list[int],
+    stop: StopSignals, reader: JournalReader, lines: Iterator[tuple[int, bytes]], main: StateStore,
+    ledger: "Ledger | DiscardedLedger", summary: RunSummary, start: "_Start", router: Router,
+    shards: list[ShardClient], owned: list[list[int]], owner: list[int], existing: list[int],
 ) -> bool:
     for shard, parts in zip(shards, owned, strict=True):
         shard.open(state, config, None if isinstance(shard, LocalShard) else parts, existing, start.sync_first)

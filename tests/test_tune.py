@@ -9,7 +9,9 @@ needing_review + flags_then_avoided`` must hold.
 """
 
 import os
+import signal
 import subprocess
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -220,7 +222,7 @@ def test_tune_prints_the_contract_json_and_writes_nothing(tmp_path: Path) -> Non
         assert list(row) == ["threshold", *COUNTS, "by_scope"]
         assert all(list(scope) == ["scope_id", *COUNTS] for scope in row["by_scope"])
     assert body == tune(str(journal), (4, 2, 3))[0]
-    assert b"nothing written" in result.stderr
+    assert b"nothing kept" in result.stderr
     # The table: one row per threshold with the four counts and the premature share, in the order given.
     text = subprocess.run([*recurrence_command(), "tune", str(journal), "--thresholds", "4,2,3"],
                           capture_output=True, text=True, check=True, timeout=60).stdout
@@ -250,3 +252,44 @@ def test_the_readme_shows_a_real_run(tmp_path: Path) -> None:
         in readme
     journal = write(tmp_path / "big.jsonl", list(generate(spec)))
     assert shown == table(tune(str(journal), (2, 3, 4, 5))[0])
+
+
+def test_tune_is_the_same_whatever_the_number_of_processes(tmp_path: Path) -> None:
+    # --jobs N runs replay's shards in N processes over a partitioned scratch state: only the speed changes.
+    journal = write(tmp_path / "journal.jsonl",
+                    list(generate(JournalSpec(entries=2500, scopes=9, seed=17, experiences_per_scope=4))))
+    one, summary = tune(str(journal), THRESHOLDS, jobs=1)
+    assert summary.run.processes == 1
+    for jobs in (2, 3):
+        many, summary = tune(str(journal), THRESHOLDS, jobs=jobs, batch_size=200)
+        assert summary.run.processes == jobs
+        assert many == one
+    assert any(row["review_proposals"] for row in one["thresholds"])
+    result = subprocess.run([*recurrence_command(), "tune", str(journal), "--jobs", "2", "--json",
+                             "--thresholds", ",".join(map(str, THRESHOLDS))],
+                            capture_output=True, check=True, timeout=120)
+    assert orjson.loads(result.stdout) == one
+    assert b"in 2 processes" in result.stderr
+
+
+def test_a_stopped_tune_says_nothing_was_kept(tmp_path: Path) -> None:
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    # A journal that never ends: tune waits for more lines on its stdin until the signal comes.
+    process = subprocess.Popen([*recurrence_command(), "tune", "-"], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               env={**os.environ, "TMPDIR": str(scratch)})
+    assert process.stdin is not None
+    process.stdin.write(b"".join(line + b"\n" for line in linked_setup().lines()))
+    process.stdin.flush()
+    deadline = time.monotonic() + 30
+    while not os.listdir(scratch) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=60)
+    process.stdin.close()
+    assert process.returncode == 130, stderr
+    assert stdout == b""
+    assert stderr.decode().splitlines() == ["recurrence tune: stopped by signal 2; nothing was kept"]
+    assert os.listdir(scratch) == []
