@@ -5,6 +5,7 @@ import asyncio
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from devkit.deployment import Deployment
+from devkit.localrun import free_port
 from recurrence.processor.stream.settings import StreamSettings
 from recurrence.topics.definitions import OUTPUT_MAX_RECORD_BYTES, topic_specs
 
@@ -48,7 +49,9 @@ def test_apply_creates_missing_topics_and_reports_drift(deployment: Deployment) 
     assert again.stdout.count("ok ") == TOPICS - 2 and again.stdout.count("drift") == 2
 
     # The worker refuses to start on drift.
-    worker = deployment.run("worker", "--datadir", str(deployment.workdir / "w"), check=False, timeout=60)
+    # Its own port: 6066, the default, is the docs' worker's (tests/kafka/test_docs.py), maybe running now.
+    worker = deployment.run("worker", "--datadir", str(deployment.workdir / "w"), "--web-port", str(free_port()),
+                            check=False, timeout=60)
     assert worker.returncode == 3
 
 
