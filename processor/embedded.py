@@ -250,7 +250,8 @@ class Ledger:
         except OSError as error:
             raise self._error(error) from error
         self.length += len(data)
-        self._tail = (self._tail + data)[-TAIL_BYTES:]
+        # A batch is usually longer than the tail: keep its end without copying the whole batch again.
+        self._tail = data[-TAIL_BYTES:] if len(data) >= TAIL_BYTES else (self._tail + data)[-TAIL_BYTES:]
         self._dirty = True
 
     def sync(self) -> LedgerMark:
