@@ -196,9 +196,9 @@ def _summarized(items: list[str], more: bool, shown: int) -> str:
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     # aiohttp is loaded only by the command that serves.
-    from .follow import follow_state  # noqa: PLC0415
-    from .serve import EmbeddedReadSurface, serve  # noqa: PLC0415
-    from .webtoken import Access, load_token  # noqa: PLC0415
+    from .web.follow import follow_state  # noqa: PLC0415
+    from .web.serve import EmbeddedReadSurface, serve  # noqa: PLC0415
+    from .web.webtoken import Access, load_token  # noqa: PLC0415
 
     access = Access(load_token(Path(args.http_token_file) if args.http_token_file else None))
     ledger = Path(args.out) if args.out else None

@@ -81,7 +81,7 @@ TAIL_BYTES: Final = 64 * 1024
 LEDGER_KEY: Final = key("ledger")
 JOURNAL_KEY: Final = key("journal")
 # When the last batch committed (the writer's clock, milliseconds since the epoch): what a follower
-# shows as "written at" (``recurrence serve``, processor/follow.py), never read by the engine.
+# shows as "written at" (``recurrence serve``, processor/web/follow.py), never read by the engine.
 WRITTEN_KEY: Final = key("written")
 
 _REBUILD: Final = (

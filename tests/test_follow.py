@@ -1,4 +1,4 @@
-"""Following a state that a replay is writing (``processor/follow.py``): views at batch boundaries, never stale.
+"""Following a state that a replay is writing (``processor/web/follow.py``): views at batch boundaries, never stale.
 
 The writer is the real CLI in another process, as an operator runs it beside
 ``recurrence serve``. Every view the follower opens must be the state as of
@@ -18,11 +18,11 @@ import pytest
 from devkit.localrun import recurrence_command
 from recurrence.processor.embedded import open_state, replay, statistics
 from recurrence.processor.exceptions import StateDirError
-from recurrence.processor.follow import Follower, StateMark, files_signature, follow, follow_state, state_mark
 from recurrence.processor.statedir import MemoryState, main_path, open_view
 from recurrence.processor.store.base import StateStore
 from recurrence.processor.store.rocksdb import RocksStore
 from recurrence.processor.synthetic import JournalSpec, generate
+from recurrence.processor.web.follow import Follower, StateMark, files_signature, follow, follow_state, state_mark
 
 
 def _journal(path: Path, entries: int, seed: int = 3) -> list[bytes]:

@@ -216,7 +216,7 @@ def _fuzz_reads(rng: random.Random, ledger: list[bytes], workdir: Path, capsys: 
     """Fuzzed ids to ``explain`` and fuzzed paths to ``serve``: exit 0 or one line and 2; no 5xx, ever."""
     from aiohttp.test_utils import TestClient, TestServer
 
-    from recurrence.processor.serve import EmbeddedReadSurface, application
+    from recurrence.processor.web.serve import EmbeddedReadSurface, application
 
     ids = [_mutated_id(rng, rng.choice(_ids(ledger))) for _ in range(6)]
     state = workdir / "state"

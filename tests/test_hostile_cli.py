@@ -124,7 +124,7 @@ def test_serve_answers_409_where_the_cli_exits_2(big: tuple[Path, Path, Path], t
     cut = tmp_path / "cut.jsonl"
     cut.write_bytes(data[:1000])
     refused(run("serve", "--state", str(state), "--out", str(cut), "--port", "1"), "fewer than")
-    from recurrence.processor.serve import EmbeddedReadSurface, application
+    from recurrence.processor.web.serve import EmbeddedReadSurface, application
 
     store = open_state(state)
     try:
@@ -230,7 +230,7 @@ def test_terminal_text_never_carries_a_control_character_from_the_journal(tmp_pa
     refused(missing, "\\x1b[31m")
     assert not TERMINAL_CONTROLS.search(missing.stderr)
     # The same text over HTTP (``text/plain``, what curl prints to a terminal), and the refusals' JSON.
-    from recurrence.processor.serve import EmbeddedReadSurface, application
+    from recurrence.processor.web.serve import EmbeddedReadSurface, application
 
     store = open_state(state)
     try:

@@ -158,7 +158,7 @@ def test_reading_outputs_back_needs_no_faust() -> None:
 
 @pytest.mark.parametrize(
     "name",
-    ["recurrence.processor.serve", "recurrence.processor.httpapi", "recurrence.processor.openapi",
+    ["recurrence.processor.web.serve", "recurrence.processor.web.httpapi", "recurrence.processor.web.openapi",
      "recurrence.processor.recordindex"],
 )
 def test_the_embedded_read_surface_needs_no_kafka(name: str) -> None:

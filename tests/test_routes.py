@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from recurrence.processor.httpapi import Server
-from recurrence.processor.openapi import document
-from recurrence.processor.routes import ROUTE_KEY, Route, routes_of
-from recurrence.processor.serve import EmbeddedReadSurface, application
 from recurrence.processor.store.memory import MemoryStore
 from recurrence.processor.stream.settings import StreamSettings
 from recurrence.processor.stream.worker.build import create_app
+from recurrence.processor.web.httpapi import Server
+from recurrence.processor.web.openapi import document
+from recurrence.processor.web.routes import ROUTE_KEY, Route, routes_of
+from recurrence.processor.web.serve import EmbeddedReadSurface, application
 
 
 def _served(app: web.Application) -> list[tuple[str, Route | None]]:

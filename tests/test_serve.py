@@ -26,11 +26,11 @@ from aiohttp import web
 from devkit.localrun import free_port, recurrence_command, wait_for
 from recurrence.processor.deadletters import CODES
 from recurrence.processor.embedded import open_state
-from recurrence.processor.follow import state_mark
-from recurrence.processor.routes import Ask
-from recurrence.processor.serve import EmbeddedReadSurface, application
 from recurrence.processor.synthetic import JournalSpec, generate
-from recurrence.processor.webtoken import TOKEN_ENV
+from recurrence.processor.web.follow import state_mark
+from recurrence.processor.web.routes import Ask
+from recurrence.processor.web.serve import EmbeddedReadSurface, application
+from recurrence.processor.web.webtoken import TOKEN_ENV
 from recurrence.schemas.readsurface import (
     DeadLetterCounts,
     Explanation,
@@ -176,7 +176,7 @@ def test_the_page_and_the_document_are_served(served: Served) -> None:
     assert served.get("/ui/../README.md")[0] == 404
     # Offline: the page loads nothing from another host.
     for name in ("index.html", "app.js", "app.css"):
-        text = (REPO / "processor" / "ui" / name).read_text()
+        text = (REPO / "processor" / "web" / "ui" / name).read_text()
         assert "http://" not in text.replace("http://www.w3.org/2000/svg", "") and "https://" not in text
     document = served.json("/openapi.json")
     assert document["openapi"].startswith("3.1") and {"/metrics", "/progress"} <= set(document["paths"])

@@ -144,8 +144,8 @@ def test_binding_beyond_loopback_without_a_token_warns(tmp_path: Path) -> None:
         with _serving(state, log, env=env, host="0.0.0.0"):
             pass
         assert ("warning: serving 0.0.0.0 without a token" in log.read_text()) == warned
-    from recurrence.processor.websecurity import exposure_warning
-    from recurrence.processor.webtoken import Access
+    from recurrence.processor.web.websecurity import exposure_warning
+    from recurrence.processor.web.webtoken import Access
 
     for host, warns in (("127.0.0.1", False), ("::1", False), ("localhost", False), ("127.0.0.2", False),
                         ("0.0.0.0", True), ("::", True), ("", True), ("10.1.2.3", True), ("example.org", True)):
@@ -156,7 +156,7 @@ def test_binding_beyond_loopback_without_a_token_warns(tmp_path: Path) -> None:
 def test_tokens_are_compared_by_their_digests_in_constant_time(monkeypatch: pytest.MonkeyPatch) -> None:
     import hmac
 
-    from recurrence.processor.webtoken import Access
+    from recurrence.processor.web.webtoken import Access
 
     compared: list[tuple[int, int]] = []
     real = hmac.compare_digest
@@ -178,7 +178,7 @@ def test_tokens_are_compared_by_their_digests_in_constant_time(monkeypatch: pyte
 
 def test_load_token_reads_the_file_first_then_the_environment(tmp_path: Path) -> None:
     from recurrence.processor.exceptions import SettingsError
-    from recurrence.processor.webtoken import load_token
+    from recurrence.processor.web.webtoken import load_token
 
     token_file = tmp_path / "token"
     token_file.write_bytes(b"from-the-file-0123456789\n")
@@ -196,7 +196,7 @@ def test_load_token_reads_the_file_first_then_the_environment(tmp_path: Path) ->
 def test_a_repeated_warning_is_logged_once_per_interval_with_how_many_were_left_out() -> None:
     import logging
 
-    from recurrence.processor.websecurity import QuietLog
+    from recurrence.processor.web.websecurity import QuietLog
 
     records: list[str] = []
 
@@ -225,8 +225,8 @@ def test_the_api_check_finds_a_server_that_does_not_ask_for_its_token(tmp_path: 
     from aiohttp import web
 
     from recurrence.processor.embedded import open_state
-    from recurrence.processor.serve import EmbeddedReadSurface, application
-    from recurrence.processor.webtoken import Access
+    from recurrence.processor.web.serve import EmbeddedReadSurface, application
+    from recurrence.processor.web.webtoken import Access
     from tests.apicheck import failures
 
     class Lax(Access):

@@ -90,7 +90,7 @@ def test_the_wheel_holds_every_module_of_the_package_and_nothing_else(wheel: Pat
     assert not any(n.startswith(("tests/", "bench/", "src/", "processor/", "schemas/", "topics/")) for n in names)
     # Package data comes along the same way: the page and the JSON Schemas.
     data = {n for n in names if not n.endswith(".py")}
-    assert {f"recurrence/processor/ui/{f}" for f in ("index.html", "app.js", "app.css")} <= data
+    assert {f"recurrence/processor/web/ui/{f}" for f in ("index.html", "app.js", "app.css")} <= data
     schemas = {p.name for p in (REPO / "schemas" / "json").glob("*.json")}
     assert schemas and {f"recurrence/schemas/json/{s}" for s in schemas} <= data
     assert "recurrence/py.typed" in data

@@ -100,7 +100,7 @@ class RocksStore:
         A RocksDB secondary instance: it takes no lock and writes nothing of RocksDB's into ``path`` (its
         info log goes to a scratch directory of its own), so the writer is never blocked. Every table file
         is opened at once (``max_open_files=-1``): files the writer compacts away later stay readable
-        through the open handles. The view is never caught up in place (see ``processor/follow.py``):
+        through the open handles. The view is never caught up in place (see ``processor/web/follow.py``):
         whoever follows opens a new one.
         """
         options = rocks_options()

@@ -166,8 +166,8 @@ def check_web_port(settings: StreamSettings) -> None:
 
 def _cmd_worker(args: argparse.Namespace) -> int:
     from ..folderlock import lock_folder  # noqa: PLC0415
-    from ..websecurity import exposure_warning  # noqa: PLC0415
-    from ..webtoken import Access  # noqa: PLC0415
+    from ..web.websecurity import exposure_warning  # noqa: PLC0415
+    from ..web.webtoken import Access  # noqa: PLC0415
 
     settings = _settings(args)
     # Before anything reaches the broker: a second worker on this folder stops here, and the group never sees it.

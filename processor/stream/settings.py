@@ -35,7 +35,7 @@ from ...topics.names import TopicNames, topic_names
 from ..engineconfig import worker_field
 from ..exceptions import SettingsError
 from ..regularfile import check_regular, read_small
-from ..webtoken import TOKEN_ENV, TOKEN_FILE_LIMIT, check_token, load_token, read_token_file
+from ..web.webtoken import TOKEN_ENV, TOKEN_FILE_LIMIT, check_token, load_token, read_token_file
 
 DEFAULT_BOOTSTRAP: Final = "127.0.0.1:19092"
 DEFAULT_PREFIX: Final = "recurrence"

@@ -39,7 +39,7 @@ from recurrence.processor.store.base import StateStore, Transaction
 from recurrence.processor.synthetic import JournalSpec, generate
 from recurrence.processor.tune import tune
 from recurrence.processor.verify import distinct
-from recurrence.processor.webtoken import TOKEN_ENV
+from recurrence.processor.web.webtoken import TOKEN_ENV
 from recurrence.schemas.constants import DEFAULT_PATTERN_SCOPES
 from recurrence.schemas.readsurface import Explanation, PatternSuggestions, ThresholdWhatIf
 from tests.apicheck import failures

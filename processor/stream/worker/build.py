@@ -18,8 +18,8 @@ import faust
 
 from ....topics.names import PATTERNS_TABLE_NAME, TABLE_NAME
 from ...engineconfig import EngineConfig
-from ...websecurity import handler_args
-from ...webtoken import Access
+from ...web.websecurity import handler_args
+from ...web.webtoken import Access
 from ..batch.metrics import LiveReadings, Metrics
 from ..batch.probes import readiness, rebalances, restore_progress
 from ..batch.processing import BatchProcessor

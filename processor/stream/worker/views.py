@@ -64,15 +64,15 @@ import orjson
 from ...engine import Engine
 from ...engineconfig import EngineConfig
 from ...explain import Explainer, NotFoundError, identity_kind
-from ...httpapi import Server, dead_letters_body, merge_revisions, narrow, patterns_body
 from ...partitioning import partition_for
 from ...patterns import listing, listing_order
 from ...printable import echoed
 from ...recordindex import dead_letter_counts, record_key
-from ...routes import Ask, Probe, Relayed, Unavailable, install
 from ...state import Shadow, State
 from ...store.base import StateStore, Transaction
-from ...webtoken import Access
+from ...web.httpapi import Server, dead_letters_body, merge_revisions, narrow, patterns_body
+from ...web.routes import Ask, Probe, Relayed, Unavailable, install
+from ...web.webtoken import Access
 from ...whatif import chart_thresholds, merge, rows, scope_shadows, served
 from ..batch.metrics import CONTENT_TYPE, Metrics
 from ..batch.probes import ProbeInputs, liveness, readiness

@@ -13,9 +13,9 @@ from typing import Any, Final
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from .. import __version__
-from ..schemas.constants import DEFAULT_TOP_REVISIONS, MAX_SCOPE_ID_LENGTH
-from ..schemas.readsurface import (
+from ... import __version__
+from ...schemas.constants import DEFAULT_TOP_REVISIONS, MAX_SCOPE_ID_LENGTH
+from ...schemas.readsurface import (
     DeadLetterCounts,
     ErrorBody,
     Explanation,
@@ -24,9 +24,9 @@ from ..schemas.readsurface import (
     Progress,
     ThresholdWhatIf,
 )
-from ..schemas.statistics import ScopeStatistics
+from ...schemas.statistics import ScopeStatistics
+from ..whatif import MAX_THRESHOLD, MAX_THRESHOLDS
 from .httpapi import MAX_TOP, UI_FILES, Server
-from .whatif import MAX_THRESHOLD, MAX_THRESHOLDS
 
 MODELS: Final[tuple[type[BaseModel], ...]] = (
     ScopeStatistics, Explanation, DeadLetterCounts, PatternSuggestions, ThresholdWhatIf, ProbeBody, ErrorBody,

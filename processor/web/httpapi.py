@@ -14,9 +14,9 @@ from typing import Any, Final, Literal
 
 import orjson
 
-from ..schemas.constants import DEFAULT_TOP_REVISIONS
-from .explain import NotFoundError, render
-from .printable import echoed
+from ...schemas.constants import DEFAULT_TOP_REVISIONS
+from ..explain import NotFoundError, render
+from ..printable import echoed
 
 MAX_TOP: Final = 1000
 JSON: Final = "application/json"

@@ -49,11 +49,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
-from .embedded import JOURNAL_KEY, LEDGER_KEY, WRITTEN_KEY, LedgerMark
-from .exceptions import StateDirError
-from .journalfile import Checkpoint, shown
-from .statedir import StateView, open_view
-from .store.base import StateStore
+from ..embedded import JOURNAL_KEY, LEDGER_KEY, WRITTEN_KEY, LedgerMark
+from ..exceptions import StateDirError
+from ..journalfile import Checkpoint, shown
+from ..statedir import StateView, open_view
+from ..store.base import StateStore
 
 log = logging.getLogger("recurrence.follow")
 

@@ -20,20 +20,20 @@ from typing import Any, Final, Literal
 
 from aiohttp import web
 
-from .archive import FileArchive
-from .embedded import bind_config, statistics
-from .explain import Explainer, NotFoundError
+from ..archive import FileArchive
+from ..embedded import bind_config, statistics
+from ..explain import Explainer, NotFoundError
+from ..patterns import listing
+from ..recordindex import dead_letter_counts
+from ..state import State
+from ..store.base import StateStore, Transaction
+from ..whatif import chart_thresholds, rows, scope_shadows, served
 from .follow import MIN_PACE, Follower, StateMark, follow, state_mark
 from .httpapi import Server, dead_letters_body, narrow, patterns_body
-from .patterns import listing
-from .recordindex import dead_letter_counts
 from .routes import Ask, Probe, install
 from .servemetrics import CONTENT_TYPE, StateReadings, registry, render
-from .state import State
-from .store.base import StateStore, Transaction
 from .websecurity import exposure_warning, handler_args
 from .webtoken import Access
-from .whatif import chart_thresholds, rows, scope_shadows, served
 
 log = logging.getLogger("recurrence.serve")
 

@@ -18,7 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
-from .deadletters import CODES
+from ..deadletters import CODES
 from .follow import StateMark
 
 CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"

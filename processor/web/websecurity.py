@@ -35,8 +35,8 @@ from typing import Any, Final
 import orjson
 from aiohttp import web
 
+from ..printable import echoed, printable
 from .httpapi import JSON, error_body
-from .printable import echoed, printable
 from .webtoken import TOKEN_ENV, Access
 
 #: The longest request line (method, path and query) either server reads; longer is a 400 from aiohttp.
