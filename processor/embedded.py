@@ -36,7 +36,6 @@ from typing import IO, TYPE_CHECKING, Any, Final
 import orjson
 
 from .archive import JOURNAL_PATH_KEY, LEDGER_PATH_KEY, FileArchive
-from .coordinator import Run, RunSummary, Writer
 from .engine import Engine
 from .engineconfig import EngineConfig
 from .exceptions import (
@@ -47,10 +46,11 @@ from .exceptions import (
     StateDirError,
     UnusableError,
 )
+from .jobs.coordinator import Run, RunSummary, Writer
+from .jobs.shard import LocalShard, ShardClient
 from .journalfile import Checkpoint, JournalReader, Progress, check_journal, shown
 from .partitioning import Router, assign
 from .regularfile import check_regular
-from .shard import LocalShard, ShardClient
 from .state import key
 from .statedir import (
     APPLIED_KEY,
@@ -68,7 +68,7 @@ from .stopsignals import Abandon, StopNow, StopSignals
 from .store.base import StateStore, Transaction
 
 if TYPE_CHECKING:
-    from .workers import RemoteShard
+    from .jobs.workers import RemoteShard
 
 __all__ = ["RunSummary", "StopSignals", "open_state", "replay", "statistics"]
 
@@ -535,7 +535,7 @@ def replay(
         processes = 1
     workers: list[RemoteShard] = []
     if processes > 1:
-        from .workers import fork_workers  # noqa: PLC0415 - one process needs none of it (pipes, threads)
+        from .jobs.workers import fork_workers  # noqa: PLC0415 - one process needs none of it (pipes, threads)
 
         # Forked before anything else is opened (no store, no thread): see ``workers``.
         workers = fork_workers(processes)

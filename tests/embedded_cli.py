@@ -83,10 +83,10 @@ if _HOOKS:
         from recurrence.processor.engine import Engine
         _wrap(Engine, "process", "process")
     if "commit" in targets:  # the main store's commit of a batch (the coordinator)
-        from recurrence.processor.coordinator import Writer
+        from recurrence.processor.jobs.coordinator import Writer
         _wrap(Writer, "commit", "commit")
     if "shard" in targets:  # a shard flushing committed batches into its partitions
-        from recurrence.processor.shard import Shard
+        from recurrence.processor.jobs.shard import Shard
         _wrap(Shard, "commit", "shard")
     count_file = os.environ.get("RECURRENCE_TEST_COUNTS")
     if count_file:

@@ -1,7 +1,8 @@
 """The import graph points the way docs/architecture.md says: down, never back up.
 
 schemas (the contract) <- the pure core (engine, ledger, state, store interface)
-<- the runners (embedded, stream) and the command line. Nothing in the core
+<- the runners (embedded, with its jobs/ room; stream) and the command line,
+with the HTTP read surface (web/) between the runners and what serves it. Nothing in the core
 reaches a backend (rocksdict), the Kafka clients (faust, aiokafka, mode) or a
 runner, even indirectly; the stream path does not borrow from the embedded
 runner. Test and benchmark support (dev/devkit) sits below tests/ and bench/:
@@ -156,14 +157,27 @@ def test_reading_outputs_back_needs_no_faust() -> None:
     assert _reaches("recurrence.processor.stream.clients.dump", ("faust", "mode")) == []
 
 
+WEB = "recurrence.processor.web"
+JOBS = "recurrence.processor.jobs"
+
+
 @pytest.mark.parametrize(
-    "name",
-    ["recurrence.processor.web.serve", "recurrence.processor.web.httpapi", "recurrence.processor.web.openapi",
-     "recurrence.processor.recordindex"],
+    "name", [*sorted(n for n in MODULES if n.startswith(f"{WEB}.")), "recurrence.processor.recordindex"]
 )
 def test_the_embedded_read_surface_needs_no_kafka(name: str) -> None:
     # ``recurrence serve`` runs where no broker and no Faust are: aiohttp and the state only.
     assert _reaches(name, ("faust", "mode", "aiokafka", "recurrence.processor.stream")) == []
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_the_web_and_jobs_rooms_are_reached_only_from_above(name: str) -> None:
+    # jobs/ is the embedded runner's machinery (only embedded.py drives it); web/ sits above the runners,
+    # under the command lines and the worker that serve it.
+    if not name.startswith((f"{JOBS}.", "recurrence.processor.embedded")):
+        assert [i for i in _imports(name) if i == JOBS or i.startswith(f"{JOBS}.")] == [], name
+    users = ("recurrence.processor.cli", f"{WEB}.", "recurrence.processor.stream.")
+    if not name.startswith(users):
+        assert _reaches(name, (WEB,)) == [], name
 
 
 def test_the_record_index_is_core() -> None:

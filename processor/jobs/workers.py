@@ -38,13 +38,13 @@ from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from typing import Any, Final
 
-from . import exceptions
-from .engineconfig import EngineConfig
-from .exceptions import UnusableError
+from .. import exceptions
+from ..engineconfig import EngineConfig
+from ..exceptions import UnusableError
+from ..state import row_cache
+from ..statedir import Applied, MemoryState, PartitionStores, StateDir
+from ..store.rocksdb import RocksStore
 from .shard import BatchSpec, Line, Results, Shard
-from .state import row_cache
-from .statedir import Applied, MemoryState, PartitionStores, StateDir
-from .store.rocksdb import RocksStore
 
 log = logging.getLogger("recurrence.workers")
 
@@ -283,7 +283,7 @@ def _fork_is_safe() -> bool:
 def _start(to_read: int, from_write: int, ours: list[int], fork: bool) -> "int | subprocess.Popen[bytes]":
     if not fork:
         # A fresh interpreter (a process that already ran RocksDB or other threads: tests, embedding).
-        command = [sys.executable, "-m", "recurrence.processor.workers", str(to_read), str(from_write)]
+        command = [sys.executable, "-m", "recurrence.processor.jobs.workers", str(to_read), str(from_write)]
         return subprocess.Popen(command, pass_fds=(to_read, from_write), close_fds=True)
     parent = os.getpid()
     sys.stdout.flush()

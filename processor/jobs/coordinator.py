@@ -31,19 +31,19 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
 
-from .engineconfig import EngineConfig
-from .exceptions import StateDirError
-from .gcpolicy import full_collections_between_batches
-from .journalfile import Checkpoint, JournalReader, Progress
-from .partitioning import Router
-from .patterns import PatternTracker, is_recurred
-from .recordindex import index_record
-from .records import Emitted
+from ..engineconfig import EngineConfig
+from ..exceptions import StateDirError
+from ..gcpolicy import full_collections_between_batches
+from ..journalfile import Checkpoint, JournalReader, Progress
+from ..partitioning import Router
+from ..patterns import PatternTracker, is_recurred
+from ..recordindex import index_record
+from ..records import Emitted
+from ..state import key, row_cache
+from ..stopsignals import StopNow, StopSignals
+from ..store.base import StateStore, Transaction
+from ..tally import Tally
 from .shard import BatchSpec, Line, LocalShard, ShardClient
-from .state import key, row_cache
-from .stopsignals import StopNow, StopSignals
-from .store.base import StateStore, Transaction
-from .tally import Tally
 
 log = logging.getLogger("recurrence.embedded")
 

@@ -26,17 +26,17 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Protocol
 
-from .engine import Engine
-from .engineconfig import EngineConfig
-from .exceptions import StateDirError
-from .records import Emitted
-from .state import row_cache
-from .statedir import APPLIED_KEY, Applied, Store
+from ..engine import Engine
+from ..engineconfig import EngineConfig
+from ..exceptions import StateDirError
+from ..records import Emitted
+from ..state import row_cache
+from ..statedir import APPLIED_KEY, Applied, Store
 
 if TYPE_CHECKING:
-    from .statedir import MemoryState, StateDir
-from .stateheader import check_layout, check_pinned
-from .store.base import RowCache, Transaction
+    from ..statedir import MemoryState, StateDir
+from ..stateheader import check_layout, check_pinned
+from ..store.base import RowCache, Transaction
 
 log = logging.getLogger("recurrence.shard")
 
