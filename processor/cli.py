@@ -42,7 +42,6 @@ from .exceptions import (
     OutputsDifferError,
     RecurrenceError,
     SettingsError,
-    StateDirError,
     UnusableError,
 )
 from .explain import IDS_ARE, Explainer, NotFoundError, render
@@ -50,7 +49,7 @@ from .journalfile import shown
 from .patterns import listing
 from .printable import escape_log_arguments, printable, printable_json, printable_lines
 from .state import State
-from .statedir import DEFAULT_PARTITIONS, MAX_PARTITIONS
+from .statedir import DEFAULT_PARTITIONS, MAX_PARTITIONS, closing_store
 from .store.base import StateStore, Transaction
 from .synthetic import JournalSpec, generate
 from .verify import compare, read_records
@@ -64,21 +63,8 @@ REPLAY_SETTINGS = ("review_threshold", "pattern_scopes")
 
 @contextmanager
 def _state(path: Path, must_exist: bool = False, read_only: bool = False) -> Iterator[StateStore]:
-    store = open_state(path, must_exist=must_exist, read_only=read_only)
-    try:
+    with closing_store(open_state(path, must_exist=must_exist, read_only=read_only), shown(path)) as store:
         yield store
-    except BaseException:
-        # The run already failed (a full disk, say): RocksDB may refuse to close as well,
-        # and that second error must not hide the first.
-        try:
-            store.close()
-        except Exception as error:  # rocksdict raises plain Exception
-            log.debug("closing the state after a failure also failed: %s", type(error).__name__)
-        raise
-    try:
-        store.close()
-    except Exception as error:
-        raise StateDirError(f"cannot close the state {shown(path)}: {error}") from error
 
 
 def _report(summary: RunSummary, journal: str) -> None:

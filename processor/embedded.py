@@ -60,6 +60,7 @@ from .statedir import (
     Applied,
     MemoryState,
     StateDir,
+    closing_store,
     open_view,
     partition_count,
 )
@@ -561,22 +562,9 @@ def replay(
 
 @contextmanager
 def _main_store(state: "StateDir | MemoryState") -> Iterator[StateStore]:
-    store = state.open_main()
-    try:
+    where = shown(state.root) if isinstance(state, StateDir) else "in memory"
+    with closing_store(state.open_main(), where) as store:
         yield store
-    except BaseException:
-        # The run already failed (a full disk, say): RocksDB may refuse to close as well,
-        # and that second error must not hide the first.
-        try:
-            store.close()
-        except Exception as error:  # rocksdict raises plain Exception
-            log.debug("closing the state after a failure also failed: %s", type(error).__name__)
-        raise
-    try:
-        store.close()
-    except Exception as error:
-        where = shown(state.root) if isinstance(state, StateDir) else "in memory"
-        raise StateDirError(f"cannot close the state {where}: {error}") from error
 
 
 def _replay(

@@ -22,10 +22,11 @@ earlier single-store layout (RocksDB files directly in STATE) is still read;
 """
 
 import heapq
+import logging
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import suppress
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Protocol
@@ -39,6 +40,8 @@ from .partitioning import partition_for
 from .store.base import StateStore
 from .store.memory import MemoryStore
 from .store.rocksdb import RocksStore, rocks_options
+
+log = logging.getLogger("recurrence.state")
 
 MAIN: Final = "main"
 PARTITIONS: Final = "partitions"
@@ -307,3 +310,22 @@ def _open_view(root: Path, follower: bool) -> StateStore:
                 store.close()
         raise
     return StateView(main, partitions, count or 1)
+
+
+@contextmanager
+def closing_store(store: StateStore, where: str) -> Iterator[StateStore]:
+    """The store, closed when the block ends; a failure to close is a ``StateDirError`` naming ``where``."""
+    try:
+        yield store
+    except BaseException:
+        # The run already failed (a full disk, say): RocksDB may refuse to close as well,
+        # and that second error must not hide the first.
+        try:
+            store.close()
+        except Exception as error:  # rocksdict raises plain Exception
+            log.debug("closing the state after a failure also failed: %s", type(error).__name__)
+        raise
+    try:
+        store.close()
+    except Exception as error:
+        raise StateDirError(f"cannot close the state {where}: {error}") from error

@@ -7,11 +7,16 @@ codes, content types, response schemas, no server error). The failures come
 back as text, one per operation, for the assertion message.
 """
 
+import asyncio
+import threading
 from typing import Any
 
 import schemathesis
+from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from schemathesis.core.result import Err
+
+from devkit.localrun import free_port
 
 
 def failures(url: str, max_examples: int = 25, token: str | None = None) -> tuple[list[str], list[str]]:
@@ -40,3 +45,23 @@ def failures(url: str, max_examples: int = 25, token: str | None = None) -> tupl
         except (Exception, BaseExceptionGroup) as failure:  # schemathesis raises failure groups; keep the text
             found.append(f"{operation.label}: {failure}")
     return found, ran
+
+
+def app_failures(app: web.Application, max_examples: int = 3, token: str | None = None) -> list[str]:
+    """``failures`` against ``app`` served from a thread of this process on a free port, for an app a test
+    built itself (a surface that answers wrong, a guard that lets anyone in)."""
+    runner = web.AppRunner(app)
+    loop = asyncio.new_event_loop()
+    port = free_port()
+    loop.run_until_complete(runner.setup())
+    loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        found, _ = failures(f"http://127.0.0.1:{port}", max_examples=max_examples, token=token)
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+        loop.run_until_complete(runner.cleanup())
+        loop.close()
+    return found

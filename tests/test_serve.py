@@ -7,10 +7,8 @@ JSON endpoint is compared with the command that prints the same thing
 document against the live server; the page is loaded in headless Chromium.
 """
 
-import asyncio
 import os
 import subprocess
-import threading
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -21,7 +19,6 @@ from typing import Any
 
 import orjson
 import pytest
-from aiohttp import web
 
 from devkit.localrun import free_port, recurrence_command, wait_for
 from recurrence.processor.deadletters import CODES
@@ -38,7 +35,7 @@ from recurrence.schemas.readsurface import (
     Progress,
     ThresholdWhatIf,
 )
-from tests.apicheck import failures
+from tests.apicheck import app_failures, failures
 from tests.browser import (
     SCREENSHOTS,
     expected_pattern_rows,
@@ -316,20 +313,8 @@ def test_the_api_check_finds_an_answer_the_document_does_not_describe(served: Se
             return {"total": "many", "by_code": {}}
 
     store = open_state(served.state)
-    app = application(Wrong(store, served.ledger))
-    port = free_port()
-    runner = web.AppRunner(app)
-    loop = asyncio.new_event_loop()
-    loop.run_until_complete(runner.setup())
-    loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
     try:
-        found, _ = failures(f"http://127.0.0.1:{port}", max_examples=3)
+        found = app_failures(application(Wrong(store, served.ledger)))
     finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=10)
-        loop.run_until_complete(runner.cleanup())
-        loop.close()
         store.close()
     assert [f.split(":")[0] for f in found] == ["GET /dead-letters"]

@@ -219,34 +219,18 @@ def test_a_repeated_warning_is_logged_once_per_interval_with_how_many_were_left_
 def test_the_api_check_finds_a_server_that_does_not_ask_for_its_token(tmp_path: Path) -> None:
     """schemathesis' run with the token set also sends each protected operation without it: a server that
     declares the token but lets anyone read is a failure (so the clean runs in test_serve.py mean something)."""
-    import asyncio
-    import threading
-
-    from aiohttp import web
-
     from recurrence.processor.embedded import open_state
     from recurrence.processor.web.serve import EmbeddedReadSurface, application
     from recurrence.processor.web.webtoken import Access
-    from tests.apicheck import failures
+    from tests.apicheck import app_failures
 
     class Lax(Access):
         def allows(self, authorization: str | None) -> bool:
             return True
 
     store = open_state(_replayed(tmp_path))
-    runner = web.AppRunner(application(EmbeddedReadSurface(store), Lax(TOKEN)))
-    loop = asyncio.new_event_loop()
-    port = free_port()
-    loop.run_until_complete(runner.setup())
-    loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
     try:
-        found, _ = failures(f"http://127.0.0.1:{port}", max_examples=3, token=TOKEN)
+        found = app_failures(application(EmbeddedReadSurface(store), Lax(TOKEN)), token=TOKEN)
     finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=10)
-        loop.run_until_complete(runner.cleanup())
-        loop.close()
         store.close()
     assert found and all("accepts requests without authentication" in failure for failure in found), found
