@@ -9,6 +9,7 @@ ends, the follower reaches the final state.
 
 import asyncio
 import subprocess
+import threading
 import time
 from itertools import pairwise
 from pathlib import Path
@@ -38,6 +39,16 @@ def _replay(
     return subprocess.Popen([*recurrence_command(), "replay", str(journal), "--state", str(state), "--out",
                              str(ledger), "--batch", str(batch), "--jobs", str(jobs)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def _feed(writer: "subprocess.Popen[bytes]", lines: list[bytes], batch: int, pause: float) -> None:
+    """The journal into the writer's stdin, ``batch`` lines at a time with a pause after each, then its end."""
+    assert writer.stdin is not None
+    for start in range(0, len(lines), batch):
+        writer.stdin.write(b"".join(lines[start : start + batch]))
+        writer.stdin.flush()
+        time.sleep(pause)
+    writer.stdin.close()
 
 
 def _as_of(lines: list[bytes], mark: StateMark, tmp: Path) -> list[dict[str, object]]:
@@ -95,9 +106,14 @@ def test_every_view_is_one_committed_batch_and_the_last_is_the_end(tmp_path: Pat
     assert follower.mark.line == 200
     marks: list[StateMark] = []
     checked: list[int] = []
-    # Resumes after line 200, in batches of 400: a view is kept when every
-    # partition stands at the same batch (processor/statedir.py), which a batch must outlast.
-    writer = _replay(journal, state, ledger, batch=400)
+    # Resumes after line 200, in batches of 400 fed through a pipe at the test's pace (a batch commits when
+    # its 400th line arrives), so views open between batches however fast the machine: a view is kept
+    # when every partition stands at the same batch (processor/statedir.py), which a batch must outlast.
+    writer = subprocess.Popen([*recurrence_command(), "replay", "-", "--state", str(state), "--out", str(ledger),
+                               "--batch", "400"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE)
+    feeder = threading.Thread(target=_feed, args=(writer, lines, 400, 0.35), daemon=True)
+    feeder.start()
     try:
         while writer.poll() is None or follower.changed():
             if follower.changed():
@@ -110,6 +126,7 @@ def test_every_view_is_one_committed_batch_and_the_last_is_the_end(tmp_path: Pat
                     checked.append(mark.line)
             time.sleep(0.05)
     finally:
+        feeder.join(timeout=120)
         assert writer.wait(timeout=120) == 0, writer.stderr
     assert checked, f"no view opened while the writer was running: {[m.line for m in marks]}"
     assert follower.mark.line == len(lines) and follower.mark.ledger_bytes == ledger.stat().st_size
