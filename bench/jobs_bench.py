@@ -10,7 +10,8 @@ speed-up against the median of ``--jobs 1``, the rate (whole process, and
 after start-up: the run's own seconds from its summary line), the CPU of all
 processes (from ``wait4``: the coordinator and the workers it reaped), the
 peak RSS of all processes together (each process's ``VmHWM`` from ``/proc``,
-polled, summed), and two bounds on the speed-up the journal allows:
+polled, summed: in one more run per job count, untimed, since the polling
+takes CPU the timed runs would otherwise share), and two bounds on the speed-up the journal allows:
 
 * *largest scope*: the share of the entries in the busiest scope; a scope
   runs in one process, so no N does better than 1 / that share;
@@ -61,17 +62,18 @@ class Row:
 
 
 def _children(pid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                status = Path(f"/proc/{entry}/status").read_text()
-            except OSError:
-                continue
-            for line in status.splitlines():
-                if line.startswith("PPid:") and int(line.split()[1]) == pid:
-                    found.append(int(entry))
-                    break
+    """Direct children (the workers are forked by the coordinator): one small read per thread, not a scan
+    of /proc, so the poller takes next to no CPU from the run it watches."""
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for task in tasks:
+        try:
+            found += [int(child) for child in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
+        except OSError:
+            continue
     return found
 
 
@@ -109,7 +111,7 @@ class PeakRss:
         return sum(self.peaks.values()) / 1024
 
 
-def run_once(journal: Path, jobs: int, partitions: int, workdir: Path) -> Sample:
+def run_once(journal: Path, jobs: int, partitions: int, workdir: Path, watch_rss: bool = False) -> Sample:
     state, out = workdir / f"state-{jobs}", workdir / f"ledger-{jobs}.jsonl"
     shutil.rmtree(state, ignore_errors=True)
     out.unlink(missing_ok=True)
@@ -117,10 +119,10 @@ def run_once(journal: Path, jobs: int, partitions: int, workdir: Path) -> Sample
                "--partitions", str(partitions)]
     started = time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    rss = PeakRss(process.pid)
+    rss = PeakRss(process.pid) if watch_rss else None
     _, status, usage = os.wait4(process.pid, 0)
     wall = time.perf_counter() - started
-    peak = rss.total_mib()
+    peak = rss.total_mib() if rss is not None else 0.0
     stderr = process.stderr.read() if process.stderr else b""
     process.returncode = os.waitstatus_to_exitcode(status)
     if process.returncode != 0:
@@ -162,7 +164,9 @@ def bench(journal: Path, jobs: list[int], rounds: int, partitions: int) -> None:
         for _ in range(rounds):
             for n in jobs:
                 rows[n].samples.append(run_once(journal, n, partitions, workdir))
-    ledgers = {s.ledger_sha for row in rows.values() for s in row.samples}
+        # Memory in runs of their own: polling /proc takes CPU, which the timed runs must not share.
+        peaks = {n: run_once(journal, n, partitions, workdir, watch_rss=True) for n in jobs}
+    ledgers = {s.ledger_sha for row in rows.values() for s in row.samples} | {s.ledger_sha for s in peaks.values()}
     if len(ledgers) != 1:
         raise SystemExit(f"{journal.name}: the ledgers differ between runs ({len(ledgers)} different)")
     base = statistics.median(s.wall for s in rows[jobs[0]].samples)
@@ -178,7 +182,7 @@ def bench(journal: Path, jobs: list[int], rounds: int, partitions: int) -> None:
         wall = statistics.median(s.wall for s in samples)
         cpu = statistics.median(s.cpu for s in samples)
         own = statistics.median(s.own for s in samples)
-        rss = max(s.rss_mib for s in samples)
+        rss = peaks[n].rss_mib
         walls = ", ".join(f"{s.wall:.2f}" for s in samples)
         print(f"| {n} | {wall:.2f} ({walls}) | {base / wall:.2f}x | {entries / wall:,.0f} | {entries / own:,.0f} | "
               f"{cpu:.1f} | "

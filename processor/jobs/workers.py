@@ -41,6 +41,7 @@ from typing import Any, Final
 from .. import exceptions
 from ..engineconfig import EngineConfig
 from ..exceptions import UnusableError
+from ..gcpolicy import freeze_startup_objects
 from ..state import row_cache
 from ..statedir import Applied, MemoryState, PartitionStores, StateDir
 from ..store.rocksdb import RocksStore
@@ -77,6 +78,10 @@ def _die_with_parent(parent: int) -> None:
 
 def _worker_main(inbox: Connection, outbox: Connection) -> int:
     shard: Shard | None = None
+    # The coordinator's policy (``gcpolicy``), which a fork does not carry into the child: no full
+    # collection triggered by the row cache's churn, one between batches at most every few minutes; and
+    # what the fork brought along is frozen, never scanned (nor its pages copied by the scan's writes).
+    collections = freeze_startup_objects()
     while True:
         try:
             message = pickle.loads(inbox.recv_bytes())
@@ -89,6 +94,7 @@ def _worker_main(inbox: Connection, outbox: Connection) -> int:
             if committed is not None:
                 shard.commit(committed)
             reply: tuple[Any, ...] = ("results", spec.number, shard.process(spec, lines))
+            collections.between_batches()
         elif kind == "open":
             _, root, config, owned, existing, sync_first, share = message
             # This process's part of the memory one process would use: caches scale with the scopes it owns.
