@@ -55,8 +55,6 @@ from .synthetic import JournalSpec, generate
 from .verify import compare, read_records
 from .whatif import MAX_THRESHOLD, parse_thresholds
 
-log = logging.getLogger("recurrence.cli")
-
 #: The engine settings ``replay`` takes as flags (declared in ``engineconfig``).
 REPLAY_SETTINGS = ("review_threshold", "pattern_scopes")
 
