@@ -449,13 +449,16 @@ const topGrid = new Grid(byId("top"), {
   empty: "no revision of this scope has recurred",
 });
 
-const reviewGrid = new Grid(byId("review"), {
-  columns: [
+// A revision of a scope with its signature and streak: the review list's rows, and the search's.
+const REVISION_COLUMNS = [
     { name: "scope", label: "scope", mono: true, value: (r) => r.scope },
     { name: "revision", label: "revision", mono: true, value: (r) => r.id },
     { name: "signature", label: "signature key", mono: true, value: (r) => r.signature },
     { name: "streak", label: "streak", num: true, value: (r) => r.streak },
-  ],
+];
+
+const reviewGrid = new Grid(byId("review"), {
+  columns: REVISION_COLUMNS,
   key: (r) => `${r.scope} ${r.id}`,
   rowAttrs: (r) => ({ "data-review": `${r.scope} ${r.id}` }),
   explain: (r) => ({ id: r.id, scope: r.scope }),
@@ -689,13 +692,7 @@ const RECORD_ID = /^(sha256:)?[0-9a-f]{64}$/i;
 const REVISION = /^[^\s/@]+\/[^\s@]+@\d+$/;
 
 const searchGrid = new Grid(byId("search-table"), {
-  columns: [
-    { name: "scope", label: "scope", mono: true, value: (r) => r.scope },
-    { name: "revision", label: "revision", mono: true, value: (r) => r.id },
-    { name: "signature", label: "signature key", mono: true, value: (r) => r.signature },
-    { name: "streak", label: "streak", num: true, value: (r) => r.streak },
-    { name: "detail", label: "note", value: (r) => r.detail },
-  ],
+  columns: [...REVISION_COLUMNS, { name: "detail", label: "note", value: (r) => r.detail }],
   key: (r) => `${r.scope} ${r.id}`,
   rowAttrs: (r) => ({ "data-found": `${r.scope} ${r.id}` }),
   explain: (r) => ({ id: r.id, scope: r.scope }),
