@@ -119,6 +119,12 @@ class PartitionStores:
 
     _CACHE_BYTES: Final = 32 * 2**20
     _MEMTABLE_BYTES: Final = 32 * 2**20
+    #: A partition's memtable is flushed at this size: the single store's 8 MiB shared out over the default
+    #: 8 partitions. Flushed then, in RocksDB's background thread, while the engine runs on: at 8 MiB no
+    #: partition of a 50k-entry run ever filled one, so every partition's whole memtable was written out
+    #: by ``close``, one after the other, with the run otherwise over (0.085 s of a 3.4 s run, against
+    #: 0.03 s at 1 MiB; and 16 MiB less peak RSS).
+    _WRITE_BUFFER_BYTES: Final = 1 * 2**20
 
     def __init__(self, root: Path, read_only: bool = False, share: float = 1.0) -> None:
         """``share``: this process's part of one process's budget (``replay --jobs N``: 1/N each)."""
@@ -130,6 +136,7 @@ class PartitionStores:
     def open(self, partition: int) -> RocksStore:
         options = rocks_options(self._cache)
         options.set_write_buffer_manager(self._buffers)
+        options.set_write_buffer_size(self._WRITE_BUFFER_BYTES)
         # Not durable (no fsync per batch): a partition the crash left behind the ledger is caught up from
         # the journal on the next run (embedded.py); only the main store must never fall behind the ledger.
         return RocksStore.open(partition_path(self.root, partition), read_only=self.read_only, durable=False,
