@@ -227,6 +227,8 @@ _SOURCE = (
         b"{" + _SOURCE % b"{}" + b',"scope_id":"b"}',
         b'{"scope_id":"a",' + _SOURCE % b'{"scope_id":"c"}' + b"}",
         b'{"scope_id":"a",' + _SOURCE % b"{}" + b',"scope\\u005fid":"d"}',
+        b'{"scope_id":"a",' + _SOURCE % b"{}" + b',"\\u0073cope_i\\u0064":"e"}',
+        b'{"scope_id":"a",' + _SOURCE % b"{}" + b',"scope\\u005Fid":"f"}',
         b'{"scope_id":"a\\u00e9",' + _SOURCE % b"{}" + b"}",
         b'{"scope_id":"q\\"uote",' + _SOURCE % b"{}" + b"}",
         b'{"scope_id" : "spaced",' + _SOURCE % b"{}" + b"}",
