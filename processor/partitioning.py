@@ -114,13 +114,59 @@ class Router:
         return known
 
 
+#: Placements the exact search may try before it settles for the best found so far (a few dozen suffice
+#: for the default 8 partitions; the bound keeps a state created with many partitions cheap to start).
+ASSIGN_SEARCH_LIMIT: Final = 100_000
+
+
 def assign(weights: dict[int, int], partitions: int, shards: int) -> list[list[int]]:
-    """Partitions to shards, heaviest first onto the lightest (longest-processing-time first)."""
+    """Partitions to shards, the busiest shard as light as can be found.
+
+    Longest-processing-time first (heaviest onto the lightest) is the start; a bounded branch-and-bound
+    search over the placements then looks for a lighter busiest shard. Greedy alone can be far off with
+    few partitions: the 40-scope bench journal's 8 partitions gave one of two processes 52.4% of the
+    lines, where 50.1% was possible, and the run waits for its busiest process.
+    """
+    weight = [weights.get(p, 0) for p in range(partitions)]
+    order = sorted(range(partitions), key=lambda p: (-weight[p], p))
     loads = [0] * shards
     owned: list[list[int]] = [[] for _ in range(shards)]
-    order = sorted(range(partitions), key=lambda p: (-weights.get(p, 0), p))
     for partition in order:
         target = min(range(shards), key=lambda s: (loads[s], len(owned[s]), s))
         owned[target].append(partition)
-        loads[target] += weights.get(partition, 0)
-    return [sorted(parts) for parts in owned]
+        loads[target] += weight[partition]
+    best = _Best(max(loads), owned)
+    if shards > 1 and best.load > 0:
+        _improve(order, weight, [0] * shards, [[] for _ in range(shards)], 0, best)
+    return [sorted(parts) for parts in best.owned]
+
+
+class _Best:
+    def __init__(self, load: int, owned: list[list[int]]) -> None:
+        self.load, self.owned, self.tries = load, [list(parts) for parts in owned], 0
+
+
+def _improve(
+    order: list[int], weight: list[int], loads: list[int], owned: list[list[int]], index: int, best: _Best
+) -> None:
+    """Place ``order[index:]`` (heaviest first) so that no shard reaches ``best.load``; keep any better."""
+    best.tries += 1
+    if best.tries > ASSIGN_SEARCH_LIMIT:
+        return
+    if index == len(order):
+        best.load, best.owned = max(loads), [list(parts) for parts in owned]
+        return
+    partition = order[index]
+    placed_on_empty = False
+    for shard in sorted(range(len(loads)), key=lambda s: (loads[s], s)):
+        if loads[shard] + weight[partition] >= best.load:
+            break  # this placement cannot beat the best found, nor can any on a heavier shard
+        if not owned[shard]:
+            if placed_on_empty:
+                continue  # empty shards are interchangeable: trying one is trying them all
+            placed_on_empty = True
+        loads[shard] += weight[partition]
+        owned[shard].append(partition)
+        _improve(order, weight, loads, owned, index + 1, best)
+        owned[shard].pop()
+        loads[shard] -= weight[partition]

@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from recurrence.processor.embedded import open_state
 from recurrence.processor.embedded import replay as replay_in_process
-from recurrence.processor.partitioning import Router, murmur2, partition_for
+from recurrence.processor.partitioning import Router, assign, murmur2, partition_for
 from recurrence.processor.statedir import MemoryState, StateView
 from recurrence.processor.store.rocksdb import RocksStore
 from recurrence.processor.synthetic import JournalSpec, generate
@@ -240,6 +242,52 @@ def test_the_router_puts_every_accepted_entry_in_its_scopes_partition(line: byte
     """The fast path reads the scope without decoding; wherever it could be fooled it decodes."""
     entry = JOURNAL_ENTRY.validate_json(line)
     assert Router(16).partition(line) == partition_for(entry.scope_id, 16)
+
+
+def _busiest(owned: list[list[int]], weights: dict[int, int]) -> int:
+    return max(sum(weights.get(p, 0) for p in parts) for parts in owned)
+
+
+def _optimum(weights: dict[int, int], partitions: int, shards: int) -> int:
+    """Every placement tried: the lightest busiest shard there is."""
+    best: int | None = None
+    for placement in range(shards**partitions):
+        loads = [0] * shards
+        rest = placement
+        for partition in range(partitions):
+            loads[rest % shards] += weights.get(partition, 0)
+            rest //= shards
+        best = max(loads) if best is None else min(best, max(loads))
+    assert best is not None
+    return best
+
+
+def test_assign_finds_the_split_greedy_misses() -> None:
+    # Heaviest first onto the lightest: 3 | 3, then 2, 2, 2 -> 7 | 5; the best split is 3+3 | 2+2+2.
+    weights = {0: 3, 1: 3, 2: 2, 3: 2, 4: 2}
+    owned = assign(weights, 5, 2)
+    assert _busiest(owned, weights) == 6
+    assert sorted(p for parts in owned for p in parts) == [0, 1, 2, 3, 4]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.integers(1, 7).flatmap(
+        lambda partitions: st.tuples(
+            st.just(partitions),
+            st.dictionaries(st.integers(0, partitions - 1), st.integers(0, 500)),
+            st.integers(1, 4),
+        )
+    )
+)
+def test_assign_gives_each_partition_one_shard_and_the_lightest_busiest_shard(
+    case: tuple[int, dict[int, int], int],
+) -> None:
+    partitions, weights, shards = case
+    owned = assign(weights, partitions, shards)
+    assert len(owned) == shards
+    assert sorted(p for parts in owned for p in parts) == list(range(partitions))
+    assert _busiest(owned, weights) == _optimum(weights, partitions, shards)
 
 
 def test_murmur2_is_kafkas() -> None:
