@@ -15,9 +15,10 @@ takes CPU the timed runs would otherwise share), and two bounds on the speed-up 
 
 * *largest scope*: the share of the entries in the busiest scope; a scope
   runs in one process, so no N does better than 1 / that share;
-* *largest process*: the share of the entries the busiest process gets from
+* *busiest process*: the share of the entries the busiest process gets from
   the partition assignment ``replay`` makes for N (partitions by Kafka's
-  murmur2 of the scope, heaviest first onto the lightest), with its bound.
+  murmur2 of the scope, weighed by the journal's first lines, placed so the
+  busiest process is as light as the search finds), with its bound.
 
 Every run's ledger must be byte-identical to the first one's; the bench stops
 otherwise. Job counts above the cores this process may use are still run
@@ -40,6 +41,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from recurrence.processor.embedded import assignment_weights
 from recurrence.processor.partitioning import Router, assign, scope_key
 from recurrence.processor.statedir import DEFAULT_PARTITIONS
 
@@ -150,8 +152,9 @@ def shares(journal: Path, partitions: int, jobs: list[int]) -> tuple[int, float,
             per_partition[router.partition(entry)] += 1
     largest_scope = max(count for scope, count in scopes.items() if scope is not None) / entries
     busiest = {}
+    weights = assignment_weights(str(journal), 0, router)  # what replay weighs partitions by
     for n in jobs:
-        owned = assign(dict(per_partition), partitions, n)
+        owned = assign(weights, partitions, n)
         busiest[n] = max(sum(per_partition[p] for p in parts) for parts in owned) / entries
     return entries, largest_scope, busiest
 

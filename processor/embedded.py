@@ -498,7 +498,7 @@ def _resume(
     return _Start(epoch + 1, 0, not clean)
 
 
-def _weights(journal: str, offset: int, router: Router) -> dict[int, int]:
+def assignment_weights(journal: str, offset: int, router: Router) -> dict[int, int]:
     """Lines per partition among the next ``ASSIGN_WINDOW`` lines of a journal file (read apart)."""
     weights: dict[int, int] = {}
     with suppress(OSError), open(journal, "rb") as handle:
@@ -588,7 +588,7 @@ def _replay(
         if workers:
             # Partitions go to processes by their share of the journal's next lines (heaviest first onto
             # the lightest); a pipe cannot be read twice: round robin.
-            weights = _weights(journal, reader.read_bytes, router) if reader.total_bytes is not None else {}
+            weights = assignment_weights(journal, reader.read_bytes, router) if reader.total_bytes is not None else {}
             owned = [parts for parts in assign(weights, count, len(workers)) if parts]
             for extra in workers[len(owned) :]:
                 extra.close()
