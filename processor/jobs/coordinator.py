@@ -294,6 +294,10 @@ class Run:
         self.progress.update(self.summary.entries, sent.checkpoint.offset)
 
     def finish(self) -> None:
+        # Every shard is told first, then waited for: worker processes flush and close their partitions
+        # side by side, not one after the other.
         for shard in self.shards:
             shard.finish(self.committed)
+        for shard in self.shards:
+            shard.finished()
 

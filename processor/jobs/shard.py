@@ -215,7 +215,11 @@ class ShardClient(Protocol):
 
     def results(self, number: int) -> Results: ...
 
-    def finish(self, committed: int | None) -> None: ...
+    def finish(self, committed: int | None) -> None:
+        """Flush every batch through ``committed``, make the partitions durable and close them (begun, at
+        least: ``finished`` waits for the end)."""
+
+    def finished(self) -> None: ...
 
     def abort(self) -> None: ...
 
@@ -259,6 +263,9 @@ class LocalShard:
                 shard.close()
             raise
         shard.close()
+
+    def finished(self) -> None:
+        return None  # ``finish`` did it all
 
     def abort(self) -> None:
         shard, self.shard = self.shard, None

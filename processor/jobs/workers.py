@@ -34,6 +34,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
@@ -278,6 +279,8 @@ class RemoteShard:
 
     def finish(self, committed: int | None) -> None:
         self._send(("finish", committed))
+
+    def finished(self) -> None:
         self._expect("closed")
         self.close()
 
@@ -285,13 +288,16 @@ class RemoteShard:
         """Close our end of its input (it exits at end of file), wait briefly, kill it if need be."""
         with contextlib.suppress(OSError):
             self._inbox.close()
-        deadline_steps = int(_EXIT_GRACE / 0.01)
-        for _ in range(deadline_steps):
-            if self._reap(block=False) is not None:
+        # Its replies end (end of file) when it exits: that wakes us at once, where polling would lose
+        # up to a polling interval per worker at the end of every run.
+        deadline = time.monotonic() + _EXIT_GRACE
+        if self._reader is not None:
+            self._reader.join(_EXIT_GRACE)
+        while self._reap(block=False) is None:
+            if time.monotonic() >= deadline:
+                self.abort()
                 break
-            threading.Event().wait(0.01)
-        else:
-            self.abort()
+            time.sleep(0.001)
         with contextlib.suppress(OSError):
             self._outbox.close()
 
