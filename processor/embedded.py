@@ -586,8 +586,8 @@ def _replay(
         lines: Iterator[tuple[int, bytes]] = iter(reader)
         shards: list[ShardClient]
         if workers:
-            # Partitions go to processes by their share of the journal's next lines (heaviest first onto
-            # the lightest); a pipe cannot be read twice: round robin.
+            # Partitions go to processes by their share of the journal's next lines (``assign``: the busiest
+            # process as light as can be found); a pipe cannot be read twice: round robin.
             weights = assignment_weights(journal, reader.read_bytes, router) if reader.total_bytes is not None else {}
             owned = [parts for parts in assign(weights, count, len(workers)) if parts]
             for extra in workers[len(owned) :]:
