@@ -356,15 +356,6 @@ def fork_workers(count: int) -> list[RemoteShard]:
     return workers
 
 
-def close_all(workers: Sequence[RemoteShard], kill: bool = False) -> None:
-    for worker in workers:
-        if kill:
-            worker.abort()
-        else:
-            worker.close()
-
-
-
 if __name__ == "__main__":  # a worker in a fresh interpreter (see ``fork_workers``)
     _run_worker(
         os.getppid(), Connection(int(sys.argv[1]), writable=False), Connection(int(sys.argv[2]), readable=False)
