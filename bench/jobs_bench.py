@@ -41,9 +41,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from recurrence.processor.embedded import assignment_weights
-from recurrence.processor.partitioning import Router, assign, scope_key
-from recurrence.processor.statedir import DEFAULT_PARTITIONS
+from recurrence.processor.core.partitioning import Router, assign, scope_key
+from recurrence.processor.embedded.runner import assignment_weights
+from recurrence.processor.embedded.statedir import DEFAULT_PARTITIONS
 
 COMMAND = [sys.executable, "-m", "recurrence.processor.cli", "replay"]
 

@@ -34,9 +34,9 @@ from typing import Any
 
 from aiokafka.producer.message_accumulator import BatchBuilder
 
-from recurrence.processor.engineconfig import EngineConfig
-from recurrence.processor.gcpolicy import freeze_startup_objects
-from recurrence.processor.partitioning import partition_for, scope_key
+from recurrence.processor.core.engineconfig import EngineConfig
+from recurrence.processor.core.partitioning import partition_for, scope_key
+from recurrence.processor.host.gcpolicy import freeze_startup_objects
 from recurrence.processor.store.rocksdb import RocksStore
 from recurrence.processor.stream.batch import processing
 from recurrence.processor.stream.batch.processing import BatchProcessor

@@ -21,39 +21,30 @@ import orjson
 
 from ..schemas.constants import DEFAULT_TOP_REVISIONS
 from .cliargs import EXIT_OK, non_negative_int, partition_count_arg, port_number, positive_int, ratio
-from .embedded import (
-    DEFAULT_BATCH,
-    ReplayInterrupted,
-    RunSummary,
-    StopSignals,
-    bind_config,
-    check_paths,
-    open_archive,
-    open_state,
-    replay,
-    statistics,
-)
-from .engineconfig import add_flags, from_flags
+from .core.engineconfig import add_flags, from_flags
+from .core.patterns import listing
+from .core.state import State
+from .core.whatif import MAX_THRESHOLD, parse_thresholds
+from .embedded.header import bind_config
+from .embedded.paths import check_paths
+from .embedded.reading import open_archive, open_state, statistics
+from .embedded.runner import DEFAULT_BATCH, ReplayInterrupted, RunSummary, replay
+from .embedded.statedir import DEFAULT_PARTITIONS, MAX_PARTITIONS, closing_store
 from .exceptions import (
-    EXIT_FAILED,
-    EXIT_INTERRUPTED,
-    EXIT_UNUSABLE,
     Interrupted,
     OutputsDifferError,
     RecurrenceError,
     SettingsError,
     UnusableError,
+    exit_code,
 )
 from .explain import IDS_ARE, Explainer, NotFoundError, render
-from .journalfile import shown
-from .patterns import listing
-from .printable import escape_log_arguments, printable, printable_json, printable_lines
-from .state import State
-from .statedir import DEFAULT_PARTITIONS, MAX_PARTITIONS, closing_store
+from .host.journalfile import shown
+from .host.printable import escape_log_arguments, printable, printable_json, printable_lines
+from .host.stopsignals import StopSignals
 from .store.base import StateStore, Transaction
 from .synthetic import JournalSpec, generate
 from .verify import compare, read_records
-from .whatif import MAX_THRESHOLD, parse_thresholds
 
 #: The engine settings ``replay`` takes as flags (declared in ``engineconfig``).
 REPLAY_SETTINGS = ("review_threshold", "pattern_scopes")
@@ -459,21 +450,6 @@ def build_parser(with_stream: bool = True) -> argparse.ArgumentParser:
         register(commands)
     _verbose_everywhere(commands)
     return parser
-
-
-def exit_code(error: BaseException) -> int:
-    """The one mapping from what stopped a command to its exit code (README, contract section 4)."""
-    if isinstance(error, Interrupted):
-        return error.code
-    if isinstance(error, RecurrenceError):
-        return error.exit_code
-    if isinstance(error, KeyboardInterrupt):
-        return EXIT_INTERRUPTED
-    if isinstance(error, BrokenPipeError):
-        return EXIT_OK  # the reader went away (``| head``): not a failure
-    if isinstance(error, OSError):
-        return EXIT_UNUSABLE  # an unreadable or unwritable path: the run cannot proceed
-    return EXIT_FAILED
 
 
 def _message(error: BaseException) -> str | None:

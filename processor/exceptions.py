@@ -2,8 +2,8 @@
 
 Every error the product raises on purpose derives from ``RecurrenceError``
 and carries the exit code the command line returns for it (README, contract
-section 4): the CLI maps classes to codes in one place
-(``recurrence.processor.cli.main``). Messages are written for the operator:
+section 4); ``exit_code`` is the one mapping from whatever stopped a command (or
+a ``replay --jobs`` worker process) to its code. Messages are written for the operator:
 what went wrong, with which path or broker, and what to do about it; they
 never carry Experience or Task Outcome text.
 """
@@ -86,3 +86,18 @@ class Interrupted(RecurrenceError):  # noqa: N818 - a stop, not a failure
     @property
     def code(self) -> int:
         return 128 + self.signal_number
+
+
+def exit_code(error: BaseException) -> int:
+    """The exit code for what stopped a command (README, contract section 4)."""
+    if isinstance(error, Interrupted):
+        return error.code
+    if isinstance(error, RecurrenceError):
+        return error.exit_code
+    if isinstance(error, KeyboardInterrupt):
+        return EXIT_INTERRUPTED
+    if isinstance(error, BrokenPipeError):
+        return EXIT_OK  # the reader went away (``| head``): not a failure
+    if isinstance(error, OSError):
+        return EXIT_UNUSABLE  # an unreadable or unwritable path: the run cannot proceed
+    return EXIT_FAILED

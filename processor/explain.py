@@ -44,9 +44,8 @@ from ..schemas.powercontext import (
     HandoffSourceCitation,
     TaskOutcome,
 )
-from .exceptions import LedgerMismatchError
-from .ledger import candidate
-from .matching import (
+from .core.ledger import candidate
+from .core.matching import (
     Candidate,
     Item,
     avoided_evidence,
@@ -54,9 +53,10 @@ from .matching import (
     verified_checks,
     verified_observations,
 )
-from .printable import echoed, printable
-from .records import identity_of, is_record_id
-from .state import ArtifactKey, SourceKey, State
+from .core.records import identity_of, is_record_id
+from .core.state import ArtifactKey, SourceKey, State
+from .exceptions import LedgerMismatchError
+from .host.printable import echoed, printable
 
 TEXT_PREVIEW = 240
 

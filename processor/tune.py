@@ -1,6 +1,6 @@
 """``recurrence tune``: the review-threshold what-if over a journal, a dry run (contract section 5).
 
-It is ``recurrence replay`` itself (``embedded.replay``: the one reader, the
+It is ``recurrence replay`` itself (``embedded.runner.replay``: the one reader, the
 shards, ``--jobs`` processes, the engine) into a scratch state that is
 removed when the run ends, however it ends, with a ledger that counts its
 records and keeps none (``DiscardedLedger``): no ``--state``, no ``--out``,
@@ -20,15 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from .embedded import DEFAULT_BATCH, RunSummary, replay
-from .engineconfig import EngineConfig
+from .core.engineconfig import EngineConfig
+from .core.state import State
+from .core.whatif import what_if
+from .embedded.runner import DEFAULT_BATCH, RunSummary, replay
+from .embedded.statedir import open_view
 from .exceptions import StateDirError
-from .journalfile import shown
-from .state import State
-from .statedir import open_view
-from .stopsignals import StopSignals
+from .host.journalfile import shown
+from .host.stopsignals import StopSignals
 from .store.base import Transaction
-from .whatif import what_if
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ import orjson
 
 from ..schemas.canonical import digest
 from .exceptions import UnusableError
-from .journalfile import shown
+from .host.journalfile import shown
 
 Grouped = dict[str | None, list[bytes]]
 

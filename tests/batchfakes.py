@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any
 
-from recurrence.processor.partitioning import partition_for, scope_key
+from recurrence.processor.core.partitioning import partition_for, scope_key
 from recurrence.processor.store.base import Transaction
 from recurrence.processor.store.memory import MemoryStore
 from recurrence.processor.stream.batch.types import ChangelogRecord, Entry

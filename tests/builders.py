@@ -9,10 +9,10 @@ from typing import Any
 
 import orjson
 
-from recurrence.processor.engine import Engine
-from recurrence.processor.engineconfig import EngineConfig
-from recurrence.processor.records import Emitted
-from recurrence.processor.state import row_cache
+from recurrence.processor.core.engine import Engine
+from recurrence.processor.core.engineconfig import EngineConfig
+from recurrence.processor.core.records import Emitted
+from recurrence.processor.core.state import row_cache
 from recurrence.processor.store.base import StateStore, Transaction
 from recurrence.processor.store.memory import MemoryStore
 from recurrence.schemas.canonical import dumps

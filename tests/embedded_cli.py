@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from recurrence.processor.embedded import open_state, statistics
+from recurrence.processor.embedded.reading import open_state, statistics
 from recurrence.processor.synthetic import JournalSpec, write
 
 Target = Literal["fsync", "flush", "process", "commit", "shard"]
@@ -80,13 +80,13 @@ if _HOOKS:
         from recurrence.processor.store.base import Transaction
         _wrap(Transaction, "flush", "flush")
     if "process" in targets:
-        from recurrence.processor.engine import Engine
+        from recurrence.processor.core.engine import Engine
         _wrap(Engine, "process", "process")
     if "commit" in targets:  # the main store's commit of a batch (the coordinator)
-        from recurrence.processor.jobs.coordinator import Writer
+        from recurrence.processor.embedded.coordinator import Writer
         _wrap(Writer, "commit", "commit")
     if "shard" in targets:  # a shard flushing committed batches into its partitions
-        from recurrence.processor.jobs.shard import Shard
+        from recurrence.processor.embedded.shard import Shard
         _wrap(Shard, "commit", "shard")
     count_file = os.environ.get("RECURRENCE_TEST_COUNTS")
     if count_file:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from recurrence.processor.admission import (
+from recurrence.processor.core.admission import (
     RULE_CUE,
     RULE_FAILING_OBSERVATION,
     RULE_NEAR_TWIN,

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from devkit.deployment import write_journal
 from devkit.oracle import Oracle
-from recurrence.processor.engineconfig import EngineConfig
+from recurrence.processor.core.engineconfig import EngineConfig
 from recurrence.processor.stream.batch import changeset
 from recurrence.processor.stream.batch.processing import BatchProcessor
 from recurrence.processor.stream.batch.types import SOURCE_HEADER, ChangelogRecord

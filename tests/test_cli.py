@@ -11,13 +11,14 @@ from typing import Any
 import pytest
 
 from recurrence import __version__
-from recurrence.processor.cli import build_parser, exit_code, main
+from recurrence.processor.cli import build_parser, main
 from recurrence.processor.exceptions import (
     ConfigMismatchError,
     Interrupted,
     LedgerMismatchError,
     StateDirError,
     TransactionStateError,
+    exit_code,
 )
 from recurrence.processor.synthetic import RECENT_REVISIONS, JournalSpec, generate, write
 

@@ -3,7 +3,7 @@
 import hashlib
 import json
 
-from recurrence.processor.engineconfig import EngineConfig
+from recurrence.processor.core.engineconfig import EngineConfig
 from recurrence.schemas.records import DeadLetterRecord, MatchRecord, ObservationRecord
 from tests.builders import (
     CONDITION,

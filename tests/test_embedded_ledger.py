@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from recurrence.processor.cli import main
-from recurrence.processor.embedded import LEDGER_KEY
-from recurrence.processor.statedir import main_path
+from recurrence.processor.embedded.statedir import LEDGER_KEY, main_path
 from recurrence.processor.store.rocksdb import RocksStore
 from tests.embedded_cli import journal
 

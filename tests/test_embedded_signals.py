@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from recurrence.processor.exceptions import EXIT_INTERRUPTED, EXIT_TERMINATED
 from tests.embedded_cli import Hook, head, hook_env, journal, one_line, replay
 
 BATCH = "100"
@@ -58,7 +59,9 @@ def _rerun_completes(clean: Clean, state: Path, out: Path, resumed_at: int) -> b
     return rerun.stderr
 
 
-@pytest.mark.parametrize(("number", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["TERM", "INT"])
+@pytest.mark.parametrize(
+    ("number", "code"), [(signal.SIGTERM, EXIT_TERMINATED), (signal.SIGINT, EXIT_INTERRUPTED)], ids=["TERM", "INT"]
+)
 def test_a_signal_finishes_the_entry_commits_the_batch_so_far_and_exits_128_plus_n(
     clean: Clean, tmp_path: Path, number: int, code: int
 ) -> None:
@@ -78,7 +81,7 @@ def test_a_second_signal_abandons_the_batch_at_once(clean: Clean, tmp_path: Path
     state, out = tmp_path / "state", tmp_path / "ledger.jsonl"
     env = hook_env(tmp_path / "hooks", [Hook("process", "before", 150, (signal.SIGTERM, signal.SIGTERM))])
     stopped = replay(clean.journal, state, out, "--batch", BATCH, env=env)
-    assert stopped.returncode == 143
+    assert stopped.returncode == EXIT_TERMINATED
     assert "the batch in progress was abandoned; run again to resume" in _stderr_lines(stopped.stderr)[-1]
     assert out.read_bytes() == clean.first_100
     _rerun_completes(clean, state, out, resumed_at=100)

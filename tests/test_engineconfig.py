@@ -14,10 +14,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from recurrence.processor import engineconfig
-from recurrence.processor.engineconfig import EngineConfig
+from recurrence.processor.core import engineconfig
+from recurrence.processor.core.engineconfig import EngineConfig
+from recurrence.processor.core.stateheader import CONFIG_KEY, FORMAT_KEY, ROW_LAYOUT, check_pinned, config_of
 from recurrence.processor.exceptions import ConfigMismatchError, SettingsError, StateDirError
-from recurrence.processor.stateheader import CONFIG_KEY, FORMAT_KEY, ROW_LAYOUT, check_pinned, config_of
 from recurrence.processor.store.memory import MemoryStore
 from recurrence.processor.stream.batch.processing import BatchProcessor
 from recurrence.processor.stream.settings import WorkerOptions

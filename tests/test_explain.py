@@ -6,8 +6,8 @@ from typing import Any
 import orjson
 import pytest
 
+from recurrence.processor.core.state import State
 from recurrence.processor.explain import Explainer, NotFoundError, render, sparkline
-from recurrence.processor.state import State
 from recurrence.processor.store.base import Transaction
 from tests.builders import CONDITION, CUE, Journal, Runner, check, claim, failure_block, linked_setup
 

@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 
 from devkit.localrun import recurrence_command
-from recurrence.processor.embedded import open_state, replay, statistics
+from recurrence.processor.embedded.reading import open_state, statistics
+from recurrence.processor.embedded.runner import replay
+from recurrence.processor.embedded.statedir import MemoryState, main_path, open_view
 from recurrence.processor.exceptions import StateDirError
-from recurrence.processor.statedir import MemoryState, main_path, open_view
 from recurrence.processor.store.base import StateStore
 from recurrence.processor.store.rocksdb import RocksStore
 from recurrence.processor.synthetic import JournalSpec, generate
@@ -108,7 +109,7 @@ def test_every_view_is_one_committed_batch_and_the_last_is_the_end(tmp_path: Pat
     checked: list[int] = []
     # Resumes after line 200, in batches of 400 fed through a pipe at the test's pace (a batch commits when
     # its 400th line arrives), so views open between batches however fast the machine: a view is kept
-    # when every partition stands at the same batch (processor/statedir.py), which a batch must outlast.
+    # when every partition stands at the same batch (processor/embedded/statedir.py), which a batch must outlast.
     writer = subprocess.Popen([*recurrence_command(), "replay", "-", "--state", str(state), "--out", str(ledger),
                                "--batch", "400"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                               stderr=subprocess.PIPE)

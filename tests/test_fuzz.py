@@ -39,7 +39,7 @@ import pytest
 from pydantic import ValidationError
 
 from recurrence.processor.cli import main
-from recurrence.processor.embedded import open_state, statistics
+from recurrence.processor.embedded.reading import open_state, statistics
 from recurrence.processor.synthetic import JournalSpec, generate
 from recurrence.schemas.canonical import canonical_json
 from recurrence.schemas.journal import JOURNAL_ENTRY

@@ -21,7 +21,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from devkit.localrun import recurrence_command
-from recurrence.processor.embedded import TAIL_BYTES, open_state
+from recurrence.processor.embedded.ledgerfile import TAIL_BYTES
+from recurrence.processor.embedded.reading import open_state
 from recurrence.processor.synthetic import JournalSpec, generate
 from tests.tools import REPO
 
@@ -261,7 +262,7 @@ def _ask_text(app: web.Application, paths: list[str]) -> list[tuple[int, str]]:
 
 
 def test_printable_escapes_every_control_and_keeps_the_rest() -> None:
-    from recurrence.processor.printable import printable, printable_json
+    from recurrence.processor.host.printable import printable, printable_json
 
     shown = printable("a\x1b[31mb\x07\r\n\x7f\x9b\u202e\u2028é✓\\")
     assert shown == "a\\x1b[31mb\\x07\\x0d\\x0a\\x7f\\x9b\\u202e\\u2028é✓\\"
@@ -273,7 +274,7 @@ def test_printable_escapes_every_control_and_keeps_the_rest() -> None:
 def test_log_arguments_are_escaped(caplog: pytest.LogCaptureFixture) -> None:
     import logging
 
-    from recurrence.processor.printable import escape_log_arguments
+    from recurrence.processor.host.printable import escape_log_arguments
 
     escape_log_arguments()
     with caplog.at_level(logging.WARNING):
@@ -283,7 +284,7 @@ def test_log_arguments_are_escaped(caplog: pytest.LogCaptureFixture) -> None:
 
 
 def test_ledger_dump_out_is_never_overwritten_without_force_and_a_followed_file_is_watched(tmp_path: Path) -> None:
-    from recurrence.processor.outputfile import OutputChangedError, output
+    from recurrence.processor.host.outputfile import OutputChangedError, output
 
     existing = tmp_path / "dump.jsonl"
     existing.write_bytes(b"keep\n")
@@ -313,12 +314,12 @@ def test_ledger_dump_out_is_never_overwritten_without_force_and_a_followed_file_
 
 
 def test_a_second_worker_on_a_data_folder_exits_2_at_once_naming_the_holder(tmp_path: Path) -> None:
-    from recurrence.processor.folderlock import LOCK_NAME, lock_folder
+    from recurrence.processor.host.folderlock import LOCK_NAME, lock_folder
 
     folder = tmp_path / "w1"
     holder = subprocess.Popen(
         [sys.executable, "-c",
-         "import sys, time; from pathlib import Path; from recurrence.processor.folderlock import lock_folder; "
+         "import sys, time; from pathlib import Path; from recurrence.processor.host.folderlock import lock_folder; "
          f"lock_folder(Path({str(folder)!r})); print('held', flush=True); time.sleep(60)"],
         stdout=subprocess.PIPE, text=True,
     )

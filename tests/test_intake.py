@@ -4,7 +4,7 @@ import orjson
 import pytest
 from pydantic import ValidationError
 
-from recurrence.processor import deadletters
+from recurrence.processor.core import deadletters
 from recurrence.processor.synthetic import JournalSpec, generate
 from recurrence.schemas.journal import JOURNAL_ENTRY
 from recurrence.schemas.records import DeadLetterRecord

@@ -18,10 +18,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from recurrence.processor.embedded import open_state
-from recurrence.processor.embedded import replay as replay_in_process
-from recurrence.processor.partitioning import Router, assign, murmur2, partition_for
-from recurrence.processor.statedir import MemoryState, StateView
+from recurrence.processor.core.partitioning import Router, assign, murmur2, partition_for
+from recurrence.processor.embedded.reading import open_state
+from recurrence.processor.embedded.runner import replay as replay_in_process
+from recurrence.processor.embedded.statedir import MemoryState, StateView
 from recurrence.processor.store.rocksdb import RocksStore
 from recurrence.processor.synthetic import JournalSpec, generate
 from recurrence.schemas.journal import JOURNAL_ENTRY

@@ -1,42 +1,54 @@
 """The import graph points the way docs/architecture.md says: down, never back up.
 
-schemas (the contract) <- the pure core (engine, ledger, state, store interface)
-<- the runners (embedded, with its jobs/ room; stream) and the command line,
-with the HTTP read surface (web/) between the runners and what serves it. Nothing in the core
-reaches a backend (rocksdict), the Kafka clients (faust, aiokafka, mode) or a
-runner, even indirectly; the stream path does not borrow from the embedded
-runner. Test and benchmark support (dev/devkit) sits below tests/ and bench/:
-neither it nor a benchmark imports tests, and the product imports none of
-them. Imports inside functions count too.
+The package's wings, lowest first: the contract (schemas) and the topic definitions; the exceptions;
+the state stores; the pure core; the host (files, signals, the terminal); the embedded runner; the
+commands' own modules; the HTTP read surface; the Kafka stream path; the command line. A module imports
+its own wing and the wings below it, never one above. Beside that order: the core reaches no backend, no
+I/O and no clock, even indirectly; the stream path borrows nothing from the embedded runner; the read
+surface needs no Kafka client; inside the stream path batch/ < clients/ < worker/. Test and benchmark
+support (dev/devkit) sits below tests/ and bench/, and the product imports none of them. Imports inside
+functions count too.
+
+Every rule is checked in one test that lists every offender, so one run shows all that is wrong.
 """
 
 import ast
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
-
-import pytest
+from typing import Final
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = {"processor": "recurrence.processor", "schemas": "recurrence.schemas", "topics": "recurrence.topics"}
+P: Final = "recurrence.processor"
 
-CORE = [
-    "recurrence.processor.engine",
-    "recurrence.processor.ledger",
-    "recurrence.processor.matching",
-    "recurrence.processor.admission",
-    "recurrence.processor.statistics",
-    "recurrence.processor.scopesummary",
-    "recurrence.processor.state",
-    "recurrence.processor.records",
-    "recurrence.processor.deadletters",
-    "recurrence.processor.exceptions",
-    "recurrence.processor.store.base",
-    "recurrence.processor.store.memory",
-    "recurrence.processor.whatif",
-]
-BACKENDS = ("rocksdict", "faust", "aiokafka", "mode", "aiohttp", "yarl", "prometheus_client")
-RUNNERS = ("recurrence.processor.embedded", "recurrence.processor.stream", "recurrence.processor.cli")
+WINGS: Final = (
+    ("recurrence.schemas",),
+    ("recurrence.topics",),
+    (f"{P}.exceptions",),
+    (f"{P}.store",),
+    (f"{P}.core",),
+    (f"{P}.host",),
+    (f"{P}.embedded",),
+    (f"{P}.explain", f"{P}.verify", f"{P}.synthetic", f"{P}.tune", f"{P}.cliargs"),
+    (f"{P}.web",),
+    (f"{P}.stream",),
+    (f"{P}.cli",),
+)
+#: The core's closure may hold none of these: a store backend, a Kafka or web client, the host's I/O,
+#: a clock or randomness (the engine is a pure function of its state and the next entry).
+IMPURE: Final = (
+    "rocksdict", "faust", "aiokafka", "mode", "aiohttp", "yarl", "prometheus_client",
+    "os", "io", "pathlib", "shutil", "tempfile", "socket", "subprocess", "threading", "multiprocessing",
+    "signal", "asyncio", "time", "datetime", "random", "secrets",
+    f"{P}.host", f"{P}.store.rocksdb", f"{P}.embedded", f"{P}.stream", f"{P}.web", f"{P}.cli", "recurrence.topics",
+)
+#: The store interface the core runs against, beside the core itself.
+PURE_STORE: Final = (f"{P}.store.base", f"{P}.store.memory")
+KAFKA_CLIENTS: Final = ("faust", "mode", "aiokafka")
+STREAM: Final = f"{P}.stream"
+#: The stream folder's rooms, lowest first (its settings and flags at the folder's root sit below them all).
+STREAM_ROOMS: Final = ("batch", "clients", "worker")
 
 
 def _modules() -> dict[str, Path]:
@@ -49,7 +61,11 @@ def _modules() -> dict[str, Path]:
     return found
 
 
-MODULES = _modules()
+MODULES: Final = _modules()
+
+
+def _within(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
 
 
 def _imports(name: str) -> Iterator[str]:
@@ -85,103 +101,62 @@ def closure(name: str) -> frozenset[str]:
 
 
 def _reaches(name: str, prefixes: tuple[str, ...]) -> list[str]:
-    return sorted(i for i in closure(name) if any(i == p or i.startswith(p + ".") for p in prefixes))
+    return sorted(i for i in closure(name) if _within(i, prefixes))
 
 
-@pytest.mark.parametrize("name", CORE)
-def test_the_core_reaches_no_backend_and_no_runner(name: str) -> None:
-    assert _reaches(name, BACKENDS) == []
-    assert _reaches(name, RUNNERS) == []
-    assert _reaches(name, ("recurrence.processor.store.rocksdb", "recurrence.topics")) == []
+def _wing(name: str) -> int | None:
+    return next((level for level, wing in enumerate(WINGS) if _within(name, wing)), None)
 
 
-@pytest.mark.parametrize("name", sorted(n for n in MODULES if n.startswith("recurrence.schemas")))
-def test_the_contract_imports_nothing_of_the_processor(name: str) -> None:
-    assert _reaches(name, ("recurrence.processor", "recurrence.topics")) == []
+def _upward_imports() -> Iterator[str]:
+    for name in MODULES:
+        own = _wing(name)
+        for imported in _imports(name):
+            level = _wing(imported)
+            if own is not None and level is not None and level > own:
+                yield f"{name} imports {imported}, a wing above its own"
 
 
-@pytest.mark.parametrize("name", sorted(n for n in MODULES if n.startswith("recurrence.processor.stream")))
-def test_the_stream_path_does_not_borrow_from_the_embedded_runner(name: str) -> None:
-    assert _reaches(name, ("recurrence.processor.embedded",)) == []
+def _impure_core() -> Iterator[str]:
+    for name in [n for n in MODULES if _within(n, (f"{P}.core",))] + list(PURE_STORE):
+        yield from (f"{name} reaches {i}" for i in _reaches(name, IMPURE))
 
 
-STREAM = "recurrence.processor.stream"
-# The stream folder's rooms, lowest first: each imports only from the rooms before it (and the
-# settings and flags at the folder's root, below them all); the command line sits on top.
-ROOMS = ("batch", "clients", "worker")
+def _stream_rooms() -> Iterator[str]:
+    for index, room in enumerate(STREAM_ROOMS):
+        above = (*(f"{STREAM}.{r}" for r in STREAM_ROOMS[index + 1:]), f"{STREAM}.cli")
+        for name in [n for n in MODULES if n.startswith(f"{STREAM}.{room}.")]:
+            yield from (f"{name} reaches {i}, a room above its own" for i in _reaches(name, above))
+            if room == "batch":  # the batch core runs against batch/types' interfaces, without a broker
+                yield from (f"{name} reaches {i}" for i in _reaches(name, KAFKA_CLIENTS))
+            if room == "clients":  # the short-lived commands need no Faust
+                yield from (f"{name} reaches {i}" for i in _reaches(name, ("faust", "mode")))
 
 
-def _in(room: str) -> list[str]:
-    return sorted(n for n in MODULES if n.startswith(f"{STREAM}.{room}."))
+def _borrowing() -> Iterator[str]:
+    for name in MODULES:
+        if _within(name, (STREAM,)):
+            yield from (f"{name} reaches {i} (the stream path borrows from the embedded runner)"
+                        for i in _reaches(name, (f"{P}.embedded",)))
+        if _within(name, (f"{P}.web", f"{P}.embedded", f"{P}.explain")):
+            # ``recurrence serve`` runs where no broker and no Faust are: aiohttp and the state only.
+            yield from (f"{name} reaches {i}" for i in _reaches(name, (*KAFKA_CLIENTS, STREAM)))
+        if _within(name, ("recurrence.schemas", "recurrence.topics")):
+            yield from (f"{name} reaches {i}" for i in _reaches(name, (P,) + (
+                ("recurrence.topics",) if name.startswith("recurrence.schemas") else ())))
+        # devkit is not in the wheel: a product module that needed it would fail where it is installed.
+        yield from (f"{name} reaches {i}" for i in _reaches(name, ("devkit", "tests", "bench")))
 
 
-@pytest.mark.parametrize("room", ROOMS)
-def test_the_stream_rooms_import_only_downwards(room: str) -> None:
-    above = [f"{STREAM}.{r}" for r in ROOMS[ROOMS.index(room) + 1:]] + [f"{STREAM}.cli"]
-    assert _in(room)
-    for name in _in(room):
-        assert _reaches(name, tuple(above)) == [], name
-
-
-@pytest.mark.parametrize("name", _in("batch"))
-def test_the_batch_path_needs_no_kafka_client(name: str) -> None:
-    # The batch core runs against the interfaces in batch/types; tests drive it without a broker.
-    assert _reaches(name, ("faust", "mode", "aiokafka")) == []
-
-
-@pytest.mark.parametrize("name", _in("clients"))
-def test_the_short_lived_commands_need_no_faust(name: str) -> None:
-    assert _reaches(name, ("faust", "mode")) == []
-
-
-@pytest.mark.parametrize("name", sorted(n for n in MODULES if n.startswith("recurrence.topics")))
-def test_the_topic_definitions_import_nothing_of_the_processor(name: str) -> None:
-    # The arrow points one way: the stream code reads the definitions, never the reverse.
-    assert _reaches(name, ("recurrence.processor",)) == []
-
-
-@pytest.mark.parametrize("name", sorted(MODULES))
-def test_imports_inside_the_package_are_relative(name: str) -> None:
-    # So a reader (or an import-graph tool) resolves each one from the tree alone, without
-    # src/recurrence's links.
-    tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
-    absolute = [
-        node.lineno for node in ast.walk(tree)
-        if (isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "recurrence")
-        or (isinstance(node, ast.Import) and any(a.name.split(".")[0] == "recurrence" for a in node.names))
-    ]
-    assert absolute == [], f"{MODULES[name]}: absolute imports of recurrence at lines {absolute}"
-
-
-def test_reading_outputs_back_needs_no_faust() -> None:
-    assert _reaches("recurrence.processor.stream.clients.dump", ("faust", "mode")) == []
-
-
-WEB = "recurrence.processor.web"
-JOBS = "recurrence.processor.jobs"
-
-
-@pytest.mark.parametrize(
-    "name", [*sorted(n for n in MODULES if n.startswith(f"{WEB}.")), "recurrence.processor.recordindex"]
-)
-def test_the_embedded_read_surface_needs_no_kafka(name: str) -> None:
-    # ``recurrence serve`` runs where no broker and no Faust are: aiohttp and the state only.
-    assert _reaches(name, ("faust", "mode", "aiokafka", "recurrence.processor.stream")) == []
-
-
-@pytest.mark.parametrize("name", sorted(MODULES))
-def test_the_web_and_jobs_rooms_are_reached_only_from_above(name: str) -> None:
-    # jobs/ is the embedded runner's machinery (only embedded.py drives it); web/ sits above the runners,
-    # under the command lines and the worker that serve it.
-    if not name.startswith((f"{JOBS}.", "recurrence.processor.embedded")):
-        assert [i for i in _imports(name) if i == JOBS or i.startswith(f"{JOBS}.")] == [], name
-    users = ("recurrence.processor.cli", f"{WEB}.", "recurrence.processor.stream.")
-    if not name.startswith(users):
-        assert _reaches(name, (WEB,)) == [], name
-
-
-def test_the_record_index_is_core() -> None:
-    assert _reaches("recurrence.processor.recordindex", BACKENDS + RUNNERS) == []
+def _absolute_imports() -> Iterator[str]:
+    # Inside the package every import is relative, so a reader (or an import-graph tool) resolves each
+    # one from the tree alone, without src/recurrence's links.
+    for path in MODULES.values():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.ImportFrom) and not node.level
+                    and (node.module or "").split(".")[0] == "recurrence") or (
+                    isinstance(node, ast.Import) and any(a.name.split(".")[0] == "recurrence" for a in node.names)):
+                yield f"{path.relative_to(ROOT)}:{node.lineno} imports recurrence absolutely"
 
 
 def _top_level_imports(path: Path) -> set[str]:
@@ -194,42 +169,40 @@ def _top_level_imports(path: Path) -> set[str]:
     return names
 
 
-DEVKIT = sorted((ROOT / "dev" / "devkit").rglob("*.py"))
-BENCH = sorted((ROOT / "bench").rglob("*.py"))
+DEVKIT: Final = sorted((ROOT / "dev" / "devkit").rglob("*.py"))
+BENCH: Final = sorted((ROOT / "bench").rglob("*.py"))
+TESTS: Final = sorted((ROOT / "tests").rglob("*.py"))
 
 
-@pytest.mark.parametrize("path", DEVKIT + BENCH, ids=lambda p: str(p.relative_to(ROOT)))
-def test_the_dev_kit_and_the_benchmarks_do_not_import_tests(path: Path) -> None:
+def _support() -> Iterator[str]:
     # What tests and benchmarks share lives in dev/devkit, below both: neither reaches into tests/.
-    assert "tests" not in _top_level_imports(path)
+    for path in DEVKIT + BENCH:
+        if "tests" in _top_level_imports(path):
+            yield f"{path.relative_to(ROOT)} imports tests"
+    # What several test modules share lives in a helper module (batchfakes, builders, ...) or in
+    # dev/devkit, never in a test module that another one imports.
+    for path in TESTS:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[-1].startswith("test_")
+                    and (node.level or node.module.split(".")[0] == "tests")):  # not a library's (aiohttp.test_utils)
+                yield f"{path.relative_to(ROOT)} imports the test module {node.module}"
+    if not any("devkit" in _top_level_imports(path) for path in BENCH):
+        yield "no benchmark drives a deployment through dev/devkit"
 
 
-@pytest.mark.parametrize("name", sorted(MODULES))
-def test_the_product_never_imports_the_dev_kit(name: str) -> None:
-    # devkit is not in the wheel: a product module that needed it would fail where it is installed.
-    assert _reaches(name, ("devkit", "tests", "bench")) == []
-
-
-TESTS = sorted((ROOT / "tests").rglob("*.py"))
-
-
-@pytest.mark.parametrize("path", TESTS, ids=lambda p: str(p.relative_to(ROOT)))
-def test_no_test_module_imports_another(path: Path) -> None:
-    # What several test modules share lives in a helper module (batchfakes, builders, kafka/workerchecks,
-    # ...) or in dev/devkit, never in a test module that another one imports.
-    borrowed = [
-        node.module for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[-1].startswith("test_")
-        and (node.level or node.module.split(".")[0] == "tests")  # a library's own (aiohttp.test_utils) is not one
+def test_every_import_follows_the_house_rules() -> None:
+    offenders = [
+        *_upward_imports(), *_impure_core(), *_stream_rooms(), *_borrowing(), *_absolute_imports(), *_support(),
     ]
-    assert borrowed == []
+    assert offenders == [], "\n".join(offenders)
 
 
-def test_the_benchmarks_drive_deployments_through_the_dev_kit() -> None:
-    assert DEVKIT and any("devkit" in _top_level_imports(path) for path in BENCH)
-
-
-def test_the_check_sees_the_core() -> None:
-    # A guard against a vacuous pass: the engine reaches the schemas and pydantic.
-    assert _reaches("recurrence.processor.engine", ("recurrence.schemas", "pydantic"))
-    assert set(CORE) <= set(MODULES)
+def test_the_rules_see_the_house() -> None:
+    # Guards against a vacuous pass: every module is in a wing, the core reaches the schemas and pydantic,
+    # and a known upward import would be caught.
+    assert [n for n in MODULES if n.startswith(P + ".") and _wing(n) is None] == []
+    assert _reaches(f"{P}.core.engine", ("recurrence.schemas", "pydantic"))
+    assert _reaches(f"{P}.embedded.runner", ("rocksdict",))
+    assert _wing(f"{P}.core.engine") is not None and _wing(f"{P}.cli") == len(WINGS) - 1
+    assert any(_within(i, (f"{P}.core",)) for i in _imports(f"{P}.embedded.runner"))
+    assert STREAM_ROOMS and all(any(n.startswith(f"{STREAM}.{r}.") for n in MODULES) for r in STREAM_ROOMS)

@@ -6,8 +6,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from recurrence.processor.engineconfig import MAX_LISTED
-from recurrence.processor.patterns import Pattern, PatternTracker, listing
+from recurrence.processor.core.engineconfig import MAX_LISTED
+from recurrence.processor.core.patterns import Pattern, PatternTracker, listing
 from recurrence.processor.store.base import Transaction
 from recurrence.processor.store.memory import MemoryStore
 from recurrence.schemas.canonical import digest
@@ -115,8 +115,8 @@ def test_the_text_form_summarizes_long_lists(tmp_path: Path, capsys: pytest.Capt
 
 
 def test_the_embedded_runner_tracks_patterns_from_the_ledger(tmp_path: Path) -> None:
-    from recurrence.processor.embedded import replay
-    from recurrence.processor.statedir import MemoryState
+    from recurrence.processor.embedded.runner import replay
+    from recurrence.processor.embedded.statedir import MemoryState
     from recurrence.processor.synthetic import JournalSpec, write
 
     journal, out = Path(tmp_path) / "j.jsonl", Path(tmp_path) / "l.jsonl"

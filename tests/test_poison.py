@@ -6,7 +6,7 @@ from typing import Any
 import orjson
 import pytest
 
-from recurrence.processor import deadletters, ledger
+from recurrence.processor.core import deadletters, ledger
 from recurrence.schemas.canonical import canonical_json, digest, dumps
 from recurrence.schemas.records import DeadLetterRecord
 from tests.builders import CUE, SCOPE, Journal, Runner, check, failure_block, kinds, linked_setup, run

@@ -8,7 +8,8 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from recurrence.processor.embedded import open_state, replay
+from recurrence.processor.embedded.reading import open_state
+from recurrence.processor.embedded.runner import replay
 from recurrence.processor.store.memory import MemoryStore
 from recurrence.processor.synthetic import JournalSpec, generate
 from tests.builders import Runner

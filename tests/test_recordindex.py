@@ -5,10 +5,10 @@ from pathlib import Path
 
 import orjson
 
-from recurrence.processor.embedded import replay
-from recurrence.processor.recordindex import dead_letter_counts, index_record, record_key
-from recurrence.processor.records import Emitted
-from recurrence.processor.statedir import MemoryState
+from recurrence.processor.core.recordindex import dead_letter_counts, index_record, record_key
+from recurrence.processor.core.records import Emitted
+from recurrence.processor.embedded.runner import replay
+from recurrence.processor.embedded.statedir import MemoryState
 from recurrence.processor.store.base import Transaction
 from recurrence.processor.store.memory import MemoryStore
 from recurrence.processor.synthetic import JournalSpec, generate

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from recurrence.processor.engineconfig import EngineConfig
+from recurrence.processor.core.engineconfig import EngineConfig
 from recurrence.schemas.base import ArtifactRef, SourceRef
 from recurrence.schemas.records import ObservationRecord, OutputRecord, ReviewProposalRecord
 from tests.builders import (

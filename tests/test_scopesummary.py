@@ -18,11 +18,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from recurrence.processor.engine import Engine
-from recurrence.processor.engineconfig import EngineConfig
-from recurrence.processor.scopesummary import ScopeRows, StatisticsCache, changed_rows
-from recurrence.processor.state import State, StoredArtifact, row_cache
-from recurrence.processor.statistics import scope_statistics, validated
+from recurrence.processor.core.engine import Engine
+from recurrence.processor.core.engineconfig import EngineConfig
+from recurrence.processor.core.scopesummary import ScopeRows, StatisticsCache, changed_rows
+from recurrence.processor.core.state import State, StoredArtifact, row_cache
+from recurrence.processor.core.statistics import scope_statistics, validated
 from recurrence.processor.store.base import Transaction
 from recurrence.processor.store.memory import MemoryStore
 from recurrence.processor.synthetic import JournalSpec, generate

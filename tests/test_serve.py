@@ -8,6 +8,7 @@ document against the live server; the page is loaded in headless Chromium.
 """
 
 import os
+import re
 import subprocess
 import urllib.error
 import urllib.parse
@@ -21,8 +22,8 @@ import orjson
 import pytest
 
 from devkit.localrun import free_port, recurrence_command, wait_for
-from recurrence.processor.deadletters import CODES
-from recurrence.processor.embedded import open_state
+from recurrence.processor.core.deadletters import CODES
+from recurrence.processor.embedded.reading import open_state
 from recurrence.processor.synthetic import JournalSpec, generate
 from recurrence.processor.web.follow import state_mark
 from recurrence.processor.web.routes import Ask
@@ -35,6 +36,7 @@ from recurrence.schemas.readsurface import (
     Progress,
     ThresholdWhatIf,
 )
+from recurrence.schemas.statistics import RecurrenceStatistics
 from tests.apicheck import app_failures, failures
 from tests.browser import (
     SCREENSHOTS,
@@ -318,3 +320,12 @@ def test_the_api_check_finds_an_answer_the_document_does_not_describe(served: Se
     finally:
         store.close()
     assert [f.split(":")[0] for f in found] == ["GET /dead-letters"]
+
+
+def test_the_page_names_every_count_of_the_statistics_model() -> None:
+    # The page's columns and totals are its LABELS' keys: each count of RecurrenceStatistics, in its order.
+    script = (Path(__file__).resolve().parent.parent / "processor" / "web" / "ui" / "app.js").read_text()
+    labels = re.search(r"const LABELS = \{(.*?)\};", script, re.S)
+    assert labels is not None
+    named = re.findall(r"(\w+):", labels.group(1))
+    assert named == [name for name in RecurrenceStatistics.model_fields if name != "top_revisions"]

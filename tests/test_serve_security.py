@@ -219,7 +219,7 @@ def test_a_repeated_warning_is_logged_once_per_interval_with_how_many_were_left_
 def test_the_api_check_finds_a_server_that_does_not_ask_for_its_token(tmp_path: Path) -> None:
     """schemathesis' run with the token set also sends each protected operation without it: a server that
     declares the token but lets anyone read is a failure (so the clean runs in test_serve.py mean something)."""
-    from recurrence.processor.embedded import open_state
+    from recurrence.processor.embedded.reading import open_state
     from recurrence.processor.web.serve import EmbeddedReadSurface, application
     from recurrence.processor.web.webtoken import Access
     from tests.apicheck import app_failures

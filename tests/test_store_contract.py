@@ -341,7 +341,7 @@ def test_transaction_prefix_scans_merge_staged_rows_in_order() -> None:
 
 def test_a_group_changed_by_an_aborted_entry_leaves_the_cached_row_as_committed() -> None:
     """Group.copy shares its lists: safe only because the engine replaces them, never changes them."""
-    from recurrence.processor.state import State
+    from recurrence.processor.core.state import State
 
     base, cache = MemoryStore(), RowCache(100)
     ref = ("experience", "E1", 1)

@@ -16,7 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from recurrence.processor.cli import build_parser, main
-from recurrence.processor.deadletters import CODES
+from recurrence.processor.core.deadletters import CODES
 from recurrence.processor.exceptions import SettingsError, UnusableError
 from recurrence.processor.stream.batch.metrics import LiveReadings, Metrics, RestoreProgress
 from recurrence.processor.stream.batch.probes import ProbeInputs, liveness, readiness
@@ -27,6 +27,7 @@ from recurrence.processor.stream.cliflags import load
 from recurrence.processor.stream.settings import (
     BATCH_MAX_AT_LEAST_ONCE,
     BATCH_MAX_EXACTLY_ONCE,
+    Forward,
     KafkaConnection,
     StreamSettings,
     TopicLayout,
@@ -275,3 +276,13 @@ def test_stream_cli_help_runs_without_faust_imported() -> None:
     code = "import sys; from recurrence.processor.cli import build_parser as b; b(); print('faust' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_every_forwarded_setting_reads_its_sections_value() -> None:
+    forwarded = {name: value for name, value in vars(StreamSettings).items() if isinstance(value, Forward)}
+    settings = StreamSettings(topic_prefix="p", app_id="a", partitions=6, web_port=7001, review_threshold=4)
+    assert len(forwarded) >= 19
+    for name, forward in forwarded.items():
+        assert getattr(settings, name) == getattr(getattr(settings, forward.section), name), name
+    assert (settings.topic_prefix, settings.group_id, settings.partitions, settings.web_port) == ("p", "a", 6, 7001)
+    assert settings.review_threshold == 4 and "topic_prefix" not in StreamSettings.model_fields

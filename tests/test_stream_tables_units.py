@@ -18,11 +18,11 @@ import pytest
 
 from devkit.deployment import write_journal
 from devkit.oracle import Oracle
-from recurrence.processor.embedded import replay
-from recurrence.processor.engineconfig import EngineConfig
-from recurrence.processor.partitioning import partition_for
-from recurrence.processor.patterns import listing, suggestion
-from recurrence.processor.statedir import MemoryState
+from recurrence.processor.core.engineconfig import EngineConfig
+from recurrence.processor.core.partitioning import partition_for
+from recurrence.processor.core.patterns import listing, suggestion
+from recurrence.processor.embedded.runner import replay
+from recurrence.processor.embedded.statedir import MemoryState
 from recurrence.processor.store.base import Transaction
 from recurrence.processor.stream.batch.metrics import Metrics
 from recurrence.processor.stream.batch.processing import BatchProcessor

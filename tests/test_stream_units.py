@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 
 from devkit.deployment import write_journal
 from devkit.oracle import Oracle
-from recurrence.processor.engineconfig import EngineConfig
-from recurrence.processor.partitioning import partition_for
-from recurrence.processor.recordindex import dead_letter_counts, record_key
+from recurrence.processor.core.engineconfig import EngineConfig
+from recurrence.processor.core.partitioning import partition_for
+from recurrence.processor.core.recordindex import dead_letter_counts, record_key
 from recurrence.processor.store.base import Transaction
 from recurrence.processor.store.memory import MemoryStore
 from recurrence.processor.stream.batch import changeset

@@ -22,15 +22,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from devkit.localrun import recurrence_command
-from recurrence.processor.embedded import open_state, replay, statistics
-from recurrence.processor.engineconfig import EngineConfig
-from recurrence.processor.state import SHADOW_STREAKS, State
-from recurrence.processor.statedir import MemoryState
+from recurrence.processor.core.engineconfig import EngineConfig
+from recurrence.processor.core.state import SHADOW_STREAKS, State
+from recurrence.processor.core.whatif import parse_thresholds, scope_shadows, what_if
+from recurrence.processor.embedded.reading import open_state, statistics
+from recurrence.processor.embedded.runner import replay
+from recurrence.processor.embedded.statedir import MemoryState
 from recurrence.processor.store.base import Transaction
 from recurrence.processor.store.memory import MemoryStore
 from recurrence.processor.synthetic import JournalSpec, generate
 from recurrence.processor.tune import table, tune
-from recurrence.processor.whatif import parse_thresholds, scope_shadows, what_if
 from tests.builders import CONDITION, CUE, Journal, Runner, check, claim, linked_setup
 
 THRESHOLDS = (1, 2, 3, 4, 5, 6)

@@ -16,7 +16,7 @@ import pytest
 from devkit.deployment import write_journal
 from devkit.localrun import recurrence_command
 from devkit.oracle import Oracle
-from recurrence.processor.records import dead_letter
+from recurrence.processor.core.records import dead_letter
 from recurrence.processor.synthetic import JournalSpec, generate
 from recurrence.processor.verify import compare, distinct, record_id
 

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from recurrence.processor.embedded import replay, statistics
-from recurrence.processor.statedir import MemoryState
+from recurrence.processor.embedded.reading import statistics
+from recurrence.processor.embedded.runner import replay
+from recurrence.processor.embedded.statedir import MemoryState
 from recurrence.processor.store.base import StateStore
 from recurrence.processor.verify import Grouped, by_scope
 

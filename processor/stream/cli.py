@@ -21,7 +21,7 @@ import orjson
 
 from ..cliargs import non_negative_int
 from ..exceptions import EXIT_OK, BrokerError, TopicDriftError, UnusableError
-from ..outputfile import Writable, check_output, output
+from ..host.outputfile import Writable, check_output, output
 from .clients.brokers import APPLY_HINT, quiet_client_logs
 from .clients.dumpformat import DEFAULT_FORMAT
 from .cliflags import NAMING, add_config_argument, add_model_arguments, load
@@ -165,7 +165,7 @@ def check_web_port(settings: StreamSettings) -> None:
 
 
 def _cmd_worker(args: argparse.Namespace) -> int:
-    from ..folderlock import lock_folder  # noqa: PLC0415
+    from ..host.folderlock import lock_folder  # noqa: PLC0415
     from ..web.websecurity import exposure_warning  # noqa: PLC0415
     from ..web.webtoken import Access  # noqa: PLC0415
 

@@ -25,16 +25,16 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Final, Literal
+from typing import Annotated, Any, ClassVar, Final, Generic, Literal, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from ...topics.names import TopicNames, topic_names
-from ..engineconfig import worker_field
+from ..core.engineconfig import worker_field
 from ..exceptions import SettingsError
-from ..regularfile import check_regular, read_small
+from ..host.regularfile import check_regular, read_small
 from ..web.webtoken import TOKEN_ENV, TOKEN_FILE_LIMIT, check_token, load_token, read_token_file
 
 DEFAULT_BOOTSTRAP: Final = "127.0.0.1:19092"
@@ -331,15 +331,41 @@ _SECTIONS: Final[dict[str, type[SettingsModel]]] = {
 }
 
 
+T = TypeVar("T")
+
+
+class Forward(Generic[T]):
+    """A ``StreamSettings`` attribute read from the section model that declares it, under the same name."""
+
+    def __init__(self, section: str) -> None:
+        self.section = section
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, settings: None, owner: type | None = None) -> "Forward[T]": ...
+
+    @overload
+    def __get__(self, settings: object, owner: type | None = None) -> T: ...
+
+    def __get__(self, settings: object | None, owner: type | None = None) -> "T | Forward[T]":
+        if settings is None:
+            return self
+        value: T = getattr(getattr(settings, self.section), self.name)
+        return value
+
+
 class StreamSettings(BaseModel):
-    """The three models of one worker; the attributes the stream path reads are properties.
+    """The three models of one worker; the attributes the stream path reads are forwarded from them.
 
     Flat keywords (``StreamSettings(topic_prefix="p", partitions=6)``) are routed to
     their model, for tests and embedding; values come only from the arguments and
     the defaults -- the environment and the file are read by ``load``.
     """
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, ignored_types=(Forward,))
 
     kafka: KafkaConnection = Field(default_factory=KafkaConnection.defaults)
     layout: TopicLayout = Field(default_factory=TopicLayout.defaults)
@@ -363,66 +389,26 @@ class StreamSettings(BaseModel):
             section[key] = value
         return routed
 
-    # -- the names the stream path reads ---------------------------------------------------
-    @property
-    def topic_prefix(self) -> str:
-        return self.layout.topic_prefix
-
-    @property
-    def journal_topic(self) -> str | None:
-        return self.layout.journal_topic
-
-    @property
-    def app_id(self) -> str | None:
-        return self.layout.app_id
-
-    @property
-    def group_id(self) -> str:
-        return self.layout.group_id
-
-    @property
-    def partitions(self) -> int:
-        return self.layout.partitions
-
-    @property
-    def replication(self) -> int:
-        return self.layout.replication
-
-    @property
-    def min_insync(self) -> int:
-        return self.layout.min_insync
-
-    @property
-    def datadir(self) -> Path:
-        return self.worker.datadir
-
-    @property
-    def web_host(self) -> str:
-        return self.worker.web_host
-
-    @property
-    def web_port(self) -> int:
-        return self.worker.web_port
-
-    @property
-    def web_advertise(self) -> str | None:
-        return self.worker.web_advertise
-
-    @property
-    def standby_replicas(self) -> int:
-        return self.worker.standby_replicas
-
-    @property
-    def processing_guarantee(self) -> Guarantee:
-        return self.worker.processing_guarantee
-
-    @property
-    def review_threshold(self) -> int:
-        return self.worker.review_threshold
-
-    @property
-    def pattern_scopes(self) -> int:
-        return self.worker.pattern_scopes
+    # -- the names the stream path reads: each the field (or property) of the same name in its section
+    topic_prefix: ClassVar[Forward[str]] = Forward("layout")
+    journal_topic: ClassVar[Forward[str | None]] = Forward("layout")
+    app_id: ClassVar[Forward[str | None]] = Forward("layout")
+    group_id: ClassVar[Forward[str]] = Forward("layout")
+    partitions: ClassVar[Forward[int]] = Forward("layout")
+    replication: ClassVar[Forward[int]] = Forward("layout")
+    min_insync: ClassVar[Forward[int]] = Forward("layout")
+    datadir: ClassVar[Forward[Path]] = Forward("worker")
+    web_host: ClassVar[Forward[str]] = Forward("worker")
+    web_port: ClassVar[Forward[int]] = Forward("worker")
+    web_advertise: ClassVar[Forward[str | None]] = Forward("worker")
+    standby_replicas: ClassVar[Forward[int]] = Forward("worker")
+    processing_guarantee: ClassVar[Forward[Guarantee]] = Forward("worker")
+    review_threshold: ClassVar[Forward[int]] = Forward("worker")
+    pattern_scopes: ClassVar[Forward[int]] = Forward("worker")
+    batch_min: ClassVar[Forward[int]] = Forward("worker")
+    batch_within: ClassVar[Forward[float]] = Forward("worker")
+    session_timeout: ClassVar[Forward[float]] = Forward("worker")
+    instance_id: ClassVar[Forward[str | None]] = Forward("worker")
 
     @property
     def batch_max(self) -> int:
@@ -431,22 +417,6 @@ class StreamSettings(BaseModel):
         if self.processing_guarantee == "exactly_once":
             return BATCH_MAX_EXACTLY_ONCE
         return BATCH_MAX_AT_LEAST_ONCE
-
-    @property
-    def batch_min(self) -> int:
-        return self.worker.batch_min
-
-    @property
-    def batch_within(self) -> float:
-        return self.worker.batch_within
-
-    @property
-    def session_timeout(self) -> float:
-        return self.worker.session_timeout
-
-    @property
-    def instance_id(self) -> str | None:
-        return self.worker.instance_id
 
     def web_token(self) -> str | None:
         """The web port's bearer token (``webtoken``): the file's, else the setting's; an empty one is refused."""

@@ -49,10 +49,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
-from ..embedded import JOURNAL_KEY, LEDGER_KEY, WRITTEN_KEY, LedgerMark
+from ..embedded.ledgerfile import LedgerMark
+from ..embedded.statedir import JOURNAL_KEY, LEDGER_KEY, WRITTEN_KEY, StateView, open_view
 from ..exceptions import StateDirError
-from ..journalfile import Checkpoint, shown
-from ..statedir import StateView, open_view
+from ..host.journalfile import Checkpoint, shown
 from ..store.base import StateStore
 
 log = logging.getLogger("recurrence.follow")

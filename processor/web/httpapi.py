@@ -16,7 +16,7 @@ import orjson
 
 from ...schemas.constants import DEFAULT_TOP_REVISIONS
 from ..explain import NotFoundError, render
-from ..printable import echoed
+from ..host.printable import echoed
 
 MAX_TOP: Final = 1000
 JSON: Final = "application/json"

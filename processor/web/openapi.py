@@ -25,7 +25,7 @@ from ...schemas.readsurface import (
     ThresholdWhatIf,
 )
 from ...schemas.statistics import ScopeStatistics
-from ..whatif import MAX_THRESHOLD, MAX_THRESHOLDS
+from ..core.whatif import MAX_THRESHOLD, MAX_THRESHOLDS
 from .httpapi import MAX_TOP, UI_FILES, Server
 
 MODELS: Final[tuple[type[BaseModel], ...]] = (

@@ -30,16 +30,15 @@ from typing import Any, Final, Literal, Protocol
 import orjson
 from aiohttp import web
 
+from ..core.whatif import parse_thresholds
 from ..exceptions import UnusableError
 from ..explain import NotFoundError
-from ..whatif import parse_thresholds
 from .httpapi import JSON, Server, error_body, explain_body, explain_format, parse_top, ui_file
 from .openapi import document
 from .websecurity import QUIET, add_security_headers, guard
 from .webtoken import Access
 
 BOTH: Final[frozenset[Server]] = frozenset({"worker", "embedded"})
-WORKER: Final[frozenset[Server]] = frozenset({"worker"})
 
 
 @dataclass(frozen=True)

@@ -20,14 +20,15 @@ from typing import Any, Final, Literal
 
 from aiohttp import web
 
-from ..archive import FileArchive
-from ..embedded import bind_config, statistics
+from ..core.patterns import listing
+from ..core.recordindex import dead_letter_counts
+from ..core.state import State
+from ..core.whatif import chart_thresholds, rows, scope_shadows, served
+from ..embedded.archive import FileArchive
+from ..embedded.header import bind_config
+from ..embedded.reading import statistics
 from ..explain import Explainer, NotFoundError
-from ..patterns import listing
-from ..recordindex import dead_letter_counts
-from ..state import State
 from ..store.base import StateStore, Transaction
-from ..whatif import chart_thresholds, rows, scope_shadows, served
 from .follow import MIN_PACE, Follower, StateMark, follow, state_mark
 from .httpapi import Server, dead_letters_body, narrow, patterns_body
 from .routes import Ask, Probe, install
@@ -37,7 +38,6 @@ from .webtoken import Access
 
 log = logging.getLogger("recurrence.serve")
 
-DEFAULT_PORT: Final = 6067
 # While a replay writes, a new view of the state at most every PACE_FACTOR times the CPU the server spent
 # since the last one (every answer computed for it, the page's included): serving a page that follows a
 # replay takes at most about 1 / (1 + PACE_FACTOR) of a core from the writer.

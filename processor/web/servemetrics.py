@@ -18,12 +18,13 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
-from ..deadletters import CODES
+from ...schemas.statistics import RecurrenceStatistics
+from ..core.deadletters import CODES
 from .follow import StateMark
 
 CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
-#: The statistics fields summed over scopes (``recurrence_statistics{field}``).
-FIELDS: Final = ("selected", "recurred", "avoided", "unknown", "unlinked_handoff_citations", "needing_review")
+#: The statistics fields summed over scopes (``recurrence_statistics{field}``): every count of the model.
+FIELDS: Final = tuple(name for name in RecurrenceStatistics.model_fields if name != "top_revisions")
 
 
 def dead_letter_family(counts: Mapping[str, int]) -> CounterMetricFamily:

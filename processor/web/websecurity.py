@@ -35,7 +35,7 @@ from typing import Any, Final
 import orjson
 from aiohttp import web
 
-from ..printable import echoed, printable
+from ..host.printable import echoed, printable
 from .httpapi import JSON, error_body
 from .webtoken import TOKEN_ENV, Access
 

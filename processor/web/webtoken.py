@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Final
 
 from ..exceptions import SettingsError
-from ..journalfile import shown
-from ..regularfile import read_small
+from ..host.journalfile import shown
+from ..host.regularfile import read_small
 
 TOKEN_ENV: Final = "RECURRENCE_HTTP_TOKEN"
 #: A shorter token is refused: guessable. ``openssl rand -hex 32`` makes a good one.

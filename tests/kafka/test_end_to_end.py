@@ -172,7 +172,7 @@ def test_the_review_threshold_is_pinned_per_state_on_the_worker_too(deployment: 
 
 
 _EXPLODING = '''
-from recurrence.processor import ledger
+from recurrence.processor.core import ledger
 
 _real = ledger.OutcomeLedger.process
 
@@ -194,7 +194,7 @@ def test_an_entry_that_makes_the_engine_raise_is_dead_lettered_and_the_worker_go
     (hook / "sitecustomize.py").write_text(_EXPLODING + _INSTALL)
     namespace: dict[str, Any] = {}
     exec(_EXPLODING, namespace)
-    from recurrence.processor import ledger
+    from recurrence.processor.core import ledger
 
     monkeypatch.setattr(ledger.OutcomeLedger, "process", namespace["_exploding"])
     oracle = Oracle.run(RFC_EXAMPLE, tmp_path)

@@ -19,8 +19,8 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from devkit.deployment import Deployment, write_journal
 from devkit.localrun import wait_for
 from devkit.oracle import Oracle
+from recurrence.processor.exceptions import EXIT_BATCH_ABORTED
 from recurrence.processor.stream.settings import StreamSettings
-from recurrence.processor.stream.worker.app import EXIT_BATCH_ABORTED
 from recurrence.processor.stream.worker.journal import PartitionReader
 from recurrence.processor.synthetic import JournalSpec, generate
 from recurrence.topics.definitions import (

@@ -28,13 +28,14 @@ import pytest
 
 from devkit.deployment import Deployment, Worker, owned_partitions, write_journal
 from devkit.localrun import REPO, free_port, recurrence_command, wait_for
-from recurrence.processor.archive import FileArchive
-from recurrence.processor.embedded import replay, statistics
+from recurrence.processor.core.patterns import listing
+from recurrence.processor.core.recordindex import dead_letter_counts
+from recurrence.processor.core.state import State
+from recurrence.processor.embedded.archive import FileArchive
+from recurrence.processor.embedded.reading import statistics
+from recurrence.processor.embedded.runner import replay
+from recurrence.processor.embedded.statedir import MemoryState
 from recurrence.processor.explain import Explainer
-from recurrence.processor.patterns import listing
-from recurrence.processor.recordindex import dead_letter_counts
-from recurrence.processor.state import State
-from recurrence.processor.statedir import MemoryState
 from recurrence.processor.store.base import StateStore, Transaction
 from recurrence.processor.synthetic import JournalSpec, generate
 from recurrence.processor.tune import tune

@@ -23,8 +23,8 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
-from ...deadletters import CODES
-from ...tally import Tally
+from ...core.deadletters import CODES
+from ...core.tally import Tally
 
 CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 # Journal timestamp -> outputs acknowledged: milliseconds when live, minutes or more for a backfill.

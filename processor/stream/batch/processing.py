@@ -49,14 +49,14 @@ from typing import Final
 import orjson
 
 from ....topics.names import TopicNames
-from ...engineconfig import EngineConfig
+from ...core.engineconfig import EngineConfig
+from ...core.recordindex import index_record
+from ...core.records import Emitted
+from ...core.state import row_cache
+from ...core.stateheader import check_layout, check_pinned
+from ...core.tally import Tally
 from ...exceptions import TransactionStateError
-from ...recordindex import index_record
-from ...records import Emitted
-from ...state import row_cache
-from ...stateheader import check_layout, check_pinned
 from ...store.base import RowCache, StateStore, Transaction
-from ...tally import Tally
 from ..settings import BATCH_MAX_AT_LEAST_ONCE
 from . import changeset
 from .metrics import Metrics

@@ -33,12 +33,12 @@ from typing import Any, Final
 import orjson
 
 from ....topics.names import TopicNames
-from ...engine import Engine
-from ...engineconfig import EngineConfig
-from ...patterns import PatternTracker, is_recurred
-from ...records import Emitted, Origin
-from ...scopesummary import StatisticsCache, changed_rows
-from ...state import key
+from ...core.engine import Engine
+from ...core.engineconfig import EngineConfig
+from ...core.patterns import PatternTracker, is_recurred
+from ...core.records import Emitted, Origin
+from ...core.scopesummary import StatisticsCache, changed_rows
+from ...core.state import key
 from ...store.base import Transaction
 from .types import StepRun, TableRecord
 

@@ -8,7 +8,7 @@ in memory; ``dump`` reads the header without loading Faust.
 from collections.abc import Awaitable, Collection, Mapping, Sequence
 from typing import Final, NamedTuple, Protocol, TypeAlias
 
-from ...records import Emitted, Origin
+from ...core.records import Emitted, Origin
 from ...store.base import StateStore, Transaction
 
 #: Header on every output record: "<journal partition>:<journal offset>:<index in the entry's output>".

@@ -38,7 +38,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from ....topics.names import TopicNames
 from ...exceptions import SettingsError
-from ...outputfile import Writable
+from ...host.outputfile import Writable
 from ...verify import record_id as derived_record_id
 from ..batch.types import ID_HEADER, SOURCE_HEADER
 from ..settings import KafkaConnection

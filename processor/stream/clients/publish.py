@@ -19,9 +19,9 @@ from typing import IO, Any, Final
 from aiokafka import AIOKafkaProducer
 
 from ....topics.definitions import JOURNAL_MAX_RECORD_BYTES
+from ...core.partitioning import UNKEYED_PARTITION, scope_key
 from ...exceptions import UnusableError
-from ...journalfile import JournalReader, Progress
-from ...partitioning import UNKEYED_PARTITION, scope_key
+from ...host.journalfile import JournalReader, Progress
 from ..settings import KafkaConnection
 from .brokers import bounded, require_topics, started
 

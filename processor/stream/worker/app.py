@@ -35,8 +35,8 @@ from typing import Any, Final, cast
 
 from aiokafka.errors import MessageSizeTooLargeError
 
-from ...exceptions import RecurrenceError
-from ...gcpolicy import FullCollections, freeze_startup_objects
+from ...exceptions import EXIT_BATCH_ABORTED, RecurrenceError
+from ...host.gcpolicy import FullCollections, freeze_startup_objects
 from ..batch.metrics import Metrics
 from ..batch.probes import ProbeInputs, readiness
 from ..batch.processing import BatchProcessor
@@ -53,7 +53,6 @@ from .workerapp import WorkerApp
 
 log = logging.getLogger("recurrence.stream")
 
-EXIT_BATCH_ABORTED: Final = 70
 REPORT_INTERVAL: Final = 15.0
 CATCH_UP_INTERVAL: Final = 2.0
 STALL_SECONDS: Final = 4.0

@@ -17,7 +17,7 @@ from typing import Any, Final, cast
 import faust
 
 from ....topics.names import PATTERNS_TABLE_NAME, TABLE_NAME
-from ...engineconfig import EngineConfig
+from ...core.engineconfig import EngineConfig
 from ...web.websecurity import handler_args
 from ...web.webtoken import Access
 from ..batch.metrics import LiveReadings, Metrics

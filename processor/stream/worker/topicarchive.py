@@ -25,8 +25,8 @@ from typing import Any, Final, TypeVar
 import orjson
 from aiokafka import TopicPartition
 
+from ...core.recordindex import record_key
 from ...explain import NotFoundError
-from ...recordindex import record_key
 from ...store.base import StateStore
 from ..clients.brokers import committed_reader
 from ..settings import KafkaConnection

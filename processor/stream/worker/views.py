@@ -61,19 +61,19 @@ from urllib.parse import quote
 import aiohttp
 import orjson
 
-from ...engine import Engine
-from ...engineconfig import EngineConfig
+from ...core.engine import Engine
+from ...core.engineconfig import EngineConfig
+from ...core.partitioning import partition_for
+from ...core.patterns import listing, listing_order
+from ...core.recordindex import dead_letter_counts, record_key
+from ...core.state import Shadow, State
+from ...core.whatif import chart_thresholds, merge, rows, scope_shadows, served
 from ...explain import Explainer, NotFoundError, identity_kind
-from ...partitioning import partition_for
-from ...patterns import listing, listing_order
-from ...printable import echoed
-from ...recordindex import dead_letter_counts, record_key
-from ...state import Shadow, State
+from ...host.printable import echoed
 from ...store.base import StateStore, Transaction
 from ...web.httpapi import Server, dead_letters_body, merge_revisions, narrow, patterns_body
 from ...web.routes import Ask, Probe, Relayed, Unavailable, install
 from ...web.webtoken import Access
-from ...whatif import chart_thresholds, merge, rows, scope_shadows, served
 from ..batch.metrics import CONTENT_TYPE, Metrics
 from ..batch.probes import ProbeInputs, liveness, readiness
 from ..batch.types import PartitionedState

@@ -9,11 +9,12 @@
 // explanations open): no reload, no flicker.
 "use strict";
 
-const FIELDS = ["selected", "recurred", "avoided", "unknown", "unlinked_handoff_citations", "needing_review"];
+// The counts of a scope's RecurrenceStatistics, in the model's order, as the page names them.
 const LABELS = {
   selected: "selected", recurred: "recurred", avoided: "avoided", unknown: "unknown",
   unlinked_handoff_citations: "unlinked citations", needing_review: "needing review",
 };
+const FIELDS = Object.keys(LABELS);
 // One line each, where the word appears (RFC: "linked selections without a terminal verdict";
 // "Handoff citations that cannot be joined to a Task Outcome").
 const DEFINITIONS = {

@@ -16,7 +16,7 @@ import socket
 from pathlib import Path
 from typing import Final
 
-from .exceptions import StateDirError
+from ..exceptions import StateDirError
 from .journalfile import shown
 
 LOCK_NAME: Final = ".recurrence.lock"

@@ -13,10 +13,10 @@ from typing import Any
 
 import orjson
 
-from ..schemas.canonical import digest, digest_bytes
-from ..schemas.constants import EXPERIENCE_FAMILY, FAILURE_CHECK_STATUSES, FAILURE_OUTCOME_STATUSES
-from ..schemas.normalize import normalize
-from ..schemas.powercontext import (
+from ...schemas.canonical import digest, digest_bytes
+from ...schemas.constants import EXPERIENCE_FAMILY, FAILURE_CHECK_STATUSES, FAILURE_OUTCOME_STATUSES
+from ...schemas.normalize import normalize
+from ...schemas.powercontext import (
     HandoffArtifactCitation,
     HandoffCitation,
     HandoffSourceCitation,

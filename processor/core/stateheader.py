@@ -17,8 +17,8 @@ from typing import Final
 import orjson
 from pydantic import ValidationError
 
+from ..exceptions import ConfigMismatchError, StateDirError
 from .engineconfig import EngineConfig
-from .exceptions import ConfigMismatchError, StateDirError
 
 #: Layout version of the engine's rows (``state``); a store written by another layout is refused.
 ROW_LAYOUT: Final = b"2"

@@ -16,8 +16,8 @@ from typing import Any, Final
 
 import orjson
 
-from ..schemas.constants import EXPERIENCE_FAMILY, HANDOFF_FAMILY
-from ..schemas.statistics import ScopeStatistics
+from ...schemas.constants import EXPERIENCE_FAMILY, HANDOFF_FAMILY
+from ...schemas.statistics import ScopeStatistics
 from .state import ArtifactKey, Group, ScopeMeta, State, StoredArtifact
 
 #: Where a recurring group sorts in ``top_revisions``: the longest terminal streak first, then by key.

@@ -20,7 +20,7 @@ from typing import Any, Final, NamedTuple
 
 import orjson
 
-from .store.base import RowCache, Transaction
+from ..store.base import RowCache, Transaction
 
 ArtifactKey = tuple[str, str, int]
 SourceKey = tuple[str, str]

@@ -12,7 +12,7 @@ import os
 import stat
 from typing import BinaryIO, Final
 
-from .exceptions import SettingsError
+from ..exceptions import SettingsError
 from .journalfile import shown
 
 #: Files read whole (a config file, a token): anything longer is not one.

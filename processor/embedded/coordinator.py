@@ -9,7 +9,7 @@ number of processes. In that order it keeps what spans scopes: the record
 index (each record's ledger offset), dead-letter rows and counts, and the
 pattern tracker, all in the main store.
 
-Per batch, in this order (the durability argument of ``embedded``): the
+Per batch, in this order (the durability argument of ``runner``): the
 batch's ledger lines are appended and fsync'ed; the main store commits,
 atomically and durably, the ledger mark, the journal checkpoint, the record
 index, dead-letter and pattern rows; only then are the shards told the batch
@@ -29,20 +29,21 @@ import logging
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Final
 
-from ..engineconfig import EngineConfig
+from ..core.engineconfig import EngineConfig
+from ..core.partitioning import Router
+from ..core.patterns import PatternTracker, is_recurred
+from ..core.recordindex import index_record
+from ..core.records import Emitted
+from ..core.state import key, row_cache
+from ..core.tally import Tally
 from ..exceptions import StateDirError
-from ..gcpolicy import full_collections_between_batches
-from ..journalfile import Checkpoint, JournalReader, Progress
-from ..partitioning import Router
-from ..patterns import PatternTracker, is_recurred
-from ..recordindex import index_record
-from ..records import Emitted
-from ..state import key, row_cache
-from ..stopsignals import StopNow, StopSignals
+from ..host.gcpolicy import full_collections_between_batches
+from ..host.journalfile import Checkpoint, JournalReader, Progress
+from ..host.stopsignals import StopNow, StopSignals
 from ..store.base import StateStore, Transaction
-from ..tally import Tally
+from .ledgerfile import DiscardedLedger, Ledger
 from .shard import BatchSpec, Line, LocalShard, ShardClient
 
 log = logging.getLogger("recurrence.embedded")
@@ -97,18 +98,6 @@ class RunSummary(Tally):
         return f"every entry ({self.entries}) was dead-lettered, most as {code} ({count}); nothing was applied"
 
 
-class LedgerFile(Protocol):
-    length: int
-
-    def append(self, data: bytes) -> None: ...
-
-    def sync(self) -> "Mark": ...
-
-
-class Mark(Protocol):
-    def encode(self) -> bytes: ...
-
-
 def diagnosed_key(line_number: int, entry: bytes) -> bytes:
     """This journal line, this text: dead-lettered once, never again (whatever a re-read would say)."""
     return key(_DIAGNOSED, hashlib.sha256(b"%d\n" % line_number + entry).hexdigest())
@@ -118,7 +107,7 @@ class Writer:
     """The ledger side of each batch: records in line order, and the main store's rows that go with them."""
 
     def __init__(
-        self, main: StateStore, ledger: LedgerFile, config: EngineConfig, summary: RunSummary,
+        self, main: StateStore, ledger: "Ledger | DiscardedLedger", config: EngineConfig, summary: RunSummary,
         ledger_key: bytes, journal_key: bytes,
     ) -> None:
         self.main, self.ledger, self.config, self.summary = main, ledger, config, summary
@@ -214,7 +203,6 @@ class Run:
         self._number = 0
         self.committed: int | None = None  # the last batch whose ledger lines and main rows are durable
         self._start = reader.checkpoint()
-        self._committed_checkpoint = self._start
 
     def run(self, lines: Iterator[tuple[int, bytes]], stop: StopSignals) -> bool:
         """Apply the journal batch by batch; False when a stop request ended it before its end."""
@@ -288,7 +276,6 @@ class Run:
 
             self.writer.write(merged, entry_of)
             self.writer.commit(sent.checkpoint, self.extra_rows())
-            self._committed_checkpoint = sent.checkpoint
             self.summary.entries += sent.entries
         self.committed = sent.spec.number
         self.progress.update(self.summary.entries, sent.checkpoint.offset)

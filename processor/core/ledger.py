@@ -8,8 +8,8 @@ proposal. A match therefore always precedes the observation citing it.
 
 from typing import Any, NamedTuple
 
-from ..schemas.constants import FAILURE_CHECK_STATUSES, FAILURE_OUTCOME_STATUSES, MAX_CANDIDATE_EVIDENCE
-from ..schemas.powercontext import HandoffArtifactCitation, HandoffCitation, HandoffSourceCitation, TaskOutcome
+from ...schemas.constants import FAILURE_CHECK_STATUSES, FAILURE_OUTCOME_STATUSES, MAX_CANDIDATE_EVIDENCE
+from ...schemas.powercontext import HandoffArtifactCitation, HandoffCitation, HandoffSourceCitation, TaskOutcome
 from . import records
 from .matching import (
     Candidate,

@@ -27,7 +27,7 @@ from typing import IO, Final, Self
 
 import orjson
 
-from .exceptions import JournalError
+from ..exceptions import JournalError
 from .printable import printable
 
 _CHUNK: Final = 1 << 20

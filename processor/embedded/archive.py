@@ -16,10 +16,10 @@ import os
 from pathlib import Path
 from typing import Any, Final
 
-from .recordindex import record_key
-from .regularfile import open_regular
-from .state import key
-from .store.base import StateStore
+from ..core.recordindex import record_key
+from ..core.state import key
+from ..host.regularfile import open_regular
+from ..store.base import StateStore
 
 LEDGER_PATH_KEY: Final = key("ledger_path")
 JOURNAL_PATH_KEY: Final = key("journal_path")

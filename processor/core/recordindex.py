@@ -14,9 +14,9 @@ from typing import Final
 
 import orjson
 
+from ..store.base import Transaction
 from .records import Emitted
 from .state import compact, key
-from .store.base import Transaction
 
 RECORD_INDEX: Final = "rid"
 DEAD_LETTER_COUNTS: Final = "dlc"

@@ -22,7 +22,7 @@ from typing import Any, Final
 import orjson
 from pydantic import ValidationError
 
-from ..schemas.journal import JOURNAL_ENTRY
+from ...schemas.journal import JOURNAL_ENTRY
 
 #: Where an entry without a readable scope goes (the producer sends it unkeyed to this partition).
 UNKEYED_PARTITION: Final = 0

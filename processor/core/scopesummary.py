@@ -35,7 +35,7 @@ from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ..schemas.constants import EXPERIENCE_FAMILY, HANDOFF_FAMILY
+from ...schemas.constants import EXPERIENCE_FAMILY, HANDOFF_FAMILY
 from .state import ArtifactKey, Group, ScopeMeta, State
 from .statistics import (
     RankKey,

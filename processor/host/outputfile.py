@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
-from .exceptions import SettingsError, UnusableError
+from ..exceptions import SettingsError, UnusableError
 from .journalfile import shown
 from .regularfile import not_regular
 

@@ -25,14 +25,14 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from ..schemas.canonical import digest
-from ..schemas.constants import (
+from ...schemas.canonical import digest
+from ...schemas.constants import (
     EXPERIENCE_FAMILY,
     HANDOFF_FAMILY,
     HANDOFF_RECEIPT_SOURCE_KIND,
     TASK_OUTCOME_SOURCE_KIND,
 )
-from ..schemas.journal import (
+from ...schemas.journal import (
     JOURNAL_ENTRY,
     ArtifactEntry,
     CandidateEntry,
@@ -41,9 +41,10 @@ from ..schemas.journal import (
     OtherArtifact,
     SourceEntry,
 )
-from ..schemas.normalize import normalize
-from ..schemas.powercontext import HandoffReceipt, TaskOutcome
-from ..schemas.statistics import ScopeStatistics
+from ...schemas.normalize import normalize
+from ...schemas.powercontext import HandoffReceipt, TaskOutcome
+from ...schemas.statistics import ScopeStatistics
+from ..store.base import Transaction
 from . import deadletters
 from .admission import AdmissionGate
 from .engineconfig import EngineConfig
@@ -57,7 +58,6 @@ from .state import (
     StoredSource,
 )
 from .statistics import scope_statistics
-from .store.base import Transaction
 
 log = logging.getLogger("recurrence.engine")
 

@@ -1,6 +1,6 @@
 """The engine over a set of partitions of an embedded state: what one ``replay --jobs`` process runs.
 
-The coordinator (``embedded``) reads the journal and sends each shard the
+The coordinator (``coordinator``) reads the journal and sends each shard the
 lines of its partitions, batch by batch, with each line's number and
 partition. A shard runs ``Engine.process`` on them in line order, one
 ``Transaction`` and one ``Engine`` per partition per batch (a scope's rows all
@@ -26,16 +26,16 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Protocol
 
-from ..engine import Engine
-from ..engineconfig import EngineConfig
+from ..core.engine import Engine
+from ..core.engineconfig import EngineConfig
+from ..core.records import Emitted
+from ..core.state import row_cache
 from ..exceptions import StateDirError
-from ..records import Emitted
-from ..state import row_cache
-from ..statedir import APPLIED_KEY, Applied, Store
+from .statedir import APPLIED_KEY, Applied, Store
 
 if TYPE_CHECKING:
-    from ..statedir import MemoryState, StateDir
-from ..stateheader import check_layout, check_pinned
+    from .statedir import MemoryState, StateDir
+from ..core.stateheader import check_layout, check_pinned
 from ..store.base import RowCache, Transaction
 
 log = logging.getLogger("recurrence.shard")
@@ -97,8 +97,9 @@ class Shard:
     def _owns(self, partition: int) -> bool:
         return self._owned is None or partition in self._owned
 
-    def open(self) -> dict[int, Applied | None]:
-        """Open the partitions that exist; how far each has applied the journal."""
+    def open(self, sync_first: bool = False) -> dict[int, Applied | None]:
+        """Open the partitions that exist; how far each has applied the journal. ``sync_first``: make them
+        durable before a new epoch's first batch."""
         for partition in self._existing:
             store = self._open_store(partition)
             self.stores[partition] = store
@@ -109,6 +110,8 @@ class Shard:
                 raise StateDirError(f"{where} has no header (not written by this recurrence); {_REBUILD}")
             raw = store.get(APPLIED_KEY)
             self.applied[partition] = None if raw is None else Applied.decode(raw)
+        if sync_first:
+            self.sync()
         return dict(self.applied)
 
     def _create(self, partition: int, spec: BatchSpec) -> Store:
@@ -191,6 +194,18 @@ class Shard:
         for store in self.stores.values():
             store.sync()
 
+    def finish(self, committed: int | None) -> None:
+        """Flush every batch through ``committed``, make the partitions durable and close them."""
+        try:
+            if committed is not None:
+                self.commit(committed)
+            self.sync()
+        except BaseException:
+            with contextlib.suppress(Exception):  # a failing disk may refuse the close too: keep the first error
+                self.close()
+            raise
+        self.close()
+
     def close(self) -> None:
         stores, self.stores = self.stores, {}
         failure: BaseException | None = None
@@ -236,10 +251,7 @@ class LocalShard:
         existing: Sequence[int], sync_first: bool,
     ) -> dict[int, Applied | None]:
         self.shard = Shard(state.opener(), existing, owned, config)
-        applied = self.shard.open()
-        if sync_first:
-            self.shard.sync()
-        return applied
+        return self.shard.open(sync_first)
 
     def submit(self, spec: BatchSpec, lines: Sequence[Line], committed: int | None) -> None:
         assert self.shard is not None
@@ -252,17 +264,8 @@ class LocalShard:
 
     def finish(self, committed: int | None) -> None:
         shard, self.shard = self.shard, None
-        if shard is None:
-            return
-        try:
-            if committed is not None:
-                shard.commit(committed)
-            shard.sync()
-        except BaseException:
-            with contextlib.suppress(Exception):  # a failing disk may refuse the close too: keep the first error
-                shard.close()
-            raise
-        shard.close()
+        if shard is not None:
+            shard.finish(committed)
 
     def finished(self) -> None:
         return None  # ``finish`` did it all

@@ -41,14 +41,14 @@ from multiprocessing.connection import Connection
 from typing import Any, Final
 
 from .. import exceptions
-from ..engineconfig import EngineConfig
+from ..core.engineconfig import EngineConfig
+from ..core.records import Emitted
+from ..core.state import row_cache
 from ..exceptions import UnusableError
-from ..gcpolicy import defer_full_collections
-from ..records import Emitted
-from ..state import row_cache
-from ..statedir import Applied, MemoryState, PartitionStores, StateDir
+from ..host.gcpolicy import defer_full_collections
 from ..store.rocksdb import RocksStore
 from .shard import BatchSpec, Line, Results, Shard
+from .statedir import Applied, MemoryState, PartitionStores, StateDir
 
 log = logging.getLogger("recurrence.workers")
 
@@ -106,22 +106,11 @@ def _worker_main(inbox: Connection, outbox: Connection) -> int:
             # This process's part of the memory one process would use: caches scale with the scopes it owns.
             stores = PartitionStores(root, share=share)
             shard = Shard(stores.open, existing, owned, config, row_cache(max(10_000, int(50_000 * share))))
-            applied = shard.open()
-            if sync_first:
-                shard.sync()
-            reply = ("opened", applied)
+            reply = ("opened", shard.open(sync_first))
         elif kind == "finish":
             _, committed = message
             if shard is not None:
-                try:
-                    if committed is not None:
-                        shard.commit(committed)
-                    shard.sync()
-                except BaseException:
-                    with contextlib.suppress(Exception):
-                        shard.close()
-                    raise
-                shard.close()
+                shard.finish(committed)
             outbox.send_bytes(pickle.dumps(("closed",), protocol=pickle.HIGHEST_PROTOCOL))
             return 0
         else:  # pragma: no cover - the coordinator sends only the kinds above
@@ -146,13 +135,6 @@ def _records(plain: _Plain) -> Results:
     return [(number, [_tuple_new(Emitted, record) for record in records]) for number, records in plain]
 
 
-def _exit_code(error: BaseException) -> int:
-    """As the command line maps it (``cli.exit_code``): a refusal or an unusable path is 2, the rest a bug."""
-    if isinstance(error, exceptions.RecurrenceError):
-        return error.exit_code
-    return exceptions.EXIT_UNUSABLE if isinstance(error, OSError) else exceptions.EXIT_FAILED
-
-
 def _message(error: BaseException) -> str:
     if isinstance(error, OSError) and not isinstance(error, exceptions.RecurrenceError):
         where = f": {error.filename}" if error.filename else ""
@@ -170,7 +152,8 @@ def _run_worker(parent: int, inbox: Connection, outbox: Connection) -> None:
         code = _worker_main(inbox, outbox)
     except BaseException as error:
         with contextlib.suppress(Exception):
-            report = ("error", type(error).__name__, _message(error), _exit_code(error), traceback.format_exc())
+            mapped = exceptions.exit_code(error)
+            report = ("error", type(error).__name__, _message(error), mapped, traceback.format_exc())
             outbox.send_bytes(pickle.dumps(report, protocol=pickle.HIGHEST_PROTOCOL))
         code = 1
     finally:
@@ -316,7 +299,7 @@ def _fork_is_safe() -> bool:
 def _start(to_read: int, from_write: int, ours: list[int], fork: bool) -> "int | subprocess.Popen[bytes]":
     if not fork:
         # A fresh interpreter (a process that already ran RocksDB or other threads: tests, embedding).
-        command = [sys.executable, "-m", "recurrence.processor.jobs.workers", str(to_read), str(from_write)]
+        command = [sys.executable, "-m", "recurrence.processor.embedded.workers", str(to_read), str(from_write)]
         return subprocess.Popen(command, pass_fds=(to_read, from_write), close_fds=True)
     parent = os.getpid()
     sys.stdout.flush()

@@ -24,11 +24,11 @@ from typing import Any, Final
 
 import orjson
 
-from ..schemas.canonical import digest, dumps
+from ...schemas.canonical import digest, dumps
+from ..store.base import Transaction
 from .engineconfig import MAX_LISTED  # how many scopes and revisions a row lists (counts go on past them)
 from .records import Emitted
 from .state import compact
-from .store.base import Transaction
 
 _PREFIX: Final = b'["pat",'
 # An observation line names its event once, as ``"event":"recurred"`` (records are compact JSON).

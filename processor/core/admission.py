@@ -13,16 +13,16 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from ..schemas.base import ArtifactRef
-from ..schemas.constants import (
+from ...schemas.base import ArtifactRef
+from ...schemas.constants import (
     EXPERIENCE_FAMILY,
     MAX_CANDIDATE_EVIDENCE,
     NEAR_DUPLICATE_BIGRAM_OVERLAP,
     TASK_OUTCOME_SOURCE_KIND,
 )
-from ..schemas.journal import CandidateBody
-from ..schemas.normalize import bigram_overlap, normalize
-from ..schemas.powercontext import ExperienceContent
+from ...schemas.journal import CandidateBody
+from ...schemas.normalize import bigram_overlap, normalize
+from ...schemas.powercontext import ExperienceContent
 from . import records
 from .records import Emitted
 from .state import State, artifact_json

@@ -15,7 +15,7 @@ from typing import Any, Final
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from ..schemas import base, journal, powercontext
+from ...schemas import base, journal, powercontext
 from .records import Emitted, Origin, dead_letter
 
 INVALID_ENCODING: Final = "invalid_encoding"

@@ -34,12 +34,12 @@ from typing import Final, Protocol
 import orjson
 from rocksdict import Cache, WriteBufferManager
 
-from .exceptions import StateDirError
-from .journalfile import shown
-from .partitioning import partition_for
-from .store.base import StateStore
-from .store.memory import MemoryStore
-from .store.rocksdb import RocksStore, rocks_options
+from ..core.partitioning import partition_for
+from ..exceptions import StateDirError
+from ..host.journalfile import shown
+from ..store.base import StateStore
+from ..store.memory import MemoryStore
+from ..store.rocksdb import RocksStore, rocks_options
 
 log = logging.getLogger("recurrence.state")
 
@@ -58,6 +58,14 @@ MAIN_NAMESPACES: Final = frozenset(
 )
 PARTITIONS_KEY: Final = b'["partitions"]'
 EPOCH_KEY: Final = b'["epoch"]'
+#: The ledger's mark (``ledgerfile.LedgerMark``) and the journal's checkpoint as of the last committed batch.
+LEDGER_KEY: Final = b'["ledger"]'
+JOURNAL_KEY: Final = b'["journal"]'
+#: When the last batch committed (the writer's clock, milliseconds since the epoch): what a follower shows as
+#: "written at" (``recurrence serve``, processor/web/follow.py), never read by the engine.
+WRITTEN_KEY: Final = b'["written"]'
+#: [epoch, checkpoint] when a run ended with every partition durable at that checkpoint.
+CLEAN_KEY: Final = b'["clean"]'
 #: Partition-store row: [epoch, offset, line] -- every journal line of this partition up to there is applied.
 APPLIED_KEY: Final = b'["applied"]'
 
@@ -138,7 +146,7 @@ class PartitionStores:
         options.set_write_buffer_manager(self._buffers)
         options.set_write_buffer_size(self.WRITE_BUFFER_BYTES)
         # Not durable (no fsync per batch): a partition the crash left behind the ledger is caught up from
-        # the journal on the next run (embedded.py); only the main store must never fall behind the ledger.
+        # the journal on the next run (runner.py); only the main store must never fall behind the ledger.
         return RocksStore.open(partition_path(self.root, partition), read_only=self.read_only, durable=False,
                                options=options)
 

@@ -17,8 +17,8 @@ from typing import Any, Final, NamedTuple
 import orjson
 from pydantic import TypeAdapter
 
-from ..schemas.canonical import canonical_json, digest, digest_bytes, dumps
-from ..schemas.records import OutputRecord, is_digest
+from ...schemas.canonical import canonical_json, digest, digest_bytes, dumps
+from ...schemas.records import OutputRecord, is_digest
 
 Origin = Mapping[str, str | int]
 

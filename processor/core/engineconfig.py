@@ -18,8 +18,8 @@ from annotated_types import Ge, Le
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.fields import FieldInfo
 
-from ..schemas.constants import DEFAULT_PATTERN_SCOPES, DEFAULT_TOP_REVISIONS, RECURRENCE_REVIEW_STREAK_THRESHOLD
-from .exceptions import SettingsError
+from ...schemas.constants import DEFAULT_PATTERN_SCOPES, DEFAULT_TOP_REVISIONS, RECURRENCE_REVIEW_STREAK_THRESHOLD
+from ..exceptions import SettingsError
 
 #: How many scopes and revisions a pattern row lists; a pattern threshold above it could never be reached.
 MAX_LISTED: Final = 64

@@ -1,0 +1,51 @@
+"""A state directory's header, checked and stamped: the row layout and the pinned engine settings.
+
+``core.stateheader`` says what a header holds; this is where the embedded runner and its readers apply
+it to a store, with the advice a user of ``--state`` needs.
+"""
+
+from itertools import islice
+from typing import Final
+
+from ..core.engineconfig import EngineConfig
+from ..core.stateheader import HEADER_KEYS, ROW_LAYOUT, check_layout, check_pinned, config_of
+from ..exceptions import StateDirError
+from ..store.base import StateStore
+
+NEW_STATE: Final = "rebuild it: replay the journal into a fresh --state with a fresh --out"
+
+
+_KEEP_SETTING: Final = "use a fresh --state directory to change it"
+
+
+def check_format(store: StateStore, stamps: dict[bytes, bytes] | None = None) -> None:
+    """Refuse a state written in another row layout; stamp a new one (into ``stamps`` if given)."""
+    rows = check_layout(store.get, "the state", NEW_STATE)
+    if rows and next(store.iterate_prefix(b""), None) is not None:
+        raise StateDirError(
+            f"the state was written by another version of recurrence (no layout version, this one reads "
+            f"{ROW_LAYOUT.decode()!r}); {NEW_STATE}"
+        )
+    _stamp(store, stamps, rows)
+
+
+def bind_config(
+    store: StateStore, config: EngineConfig | None, stamps: dict[bytes, bytes] | None = None
+) -> EngineConfig:
+    """Pin the engine configuration to the state: derived views depend on it."""
+    if config is None:
+        return config_of(store.get, "the state", NEW_STATE)
+    _stamp(store, stamps, check_pinned(store.get, config.pinned(), "the state", _KEEP_SETTING))
+    return config
+
+
+def _stamp(store: StateStore, stamps: dict[bytes, bytes] | None, rows: dict[bytes, bytes]) -> None:
+    if stamps is None:
+        store.apply(rows)
+    else:
+        stamps.update(rows)
+
+
+def has_engine_rows(store: StateStore) -> bool:
+    # Keys are sorted and only two stamps can come first, so three rows decide it.
+    return any(row_key not in HEADER_KEYS for row_key, _ in islice(store.iterate_prefix(b""), 3))
