@@ -48,39 +48,91 @@ function el(tag, attrs, ...children) {
 }
 
 // The server's bearer token, when it has one (RECURRENCE_HTTP_TOKEN): taken from the URL fragment
-// (/ui#token=...), which never leaves the browser, and removed from the address bar; else asked for once,
-// when a request is refused (401). Kept for this tab only (sessionStorage) and sent with every request.
+// (/ui#token=...), which never leaves the browser, and removed from the address bar; else asked for when a
+// request is refused (401). Kept for this tab only (sessionStorage) and sent with every request. A value
+// that cannot be a token (the server refuses those at start: under 16 characters, spaces, anything but
+// visible ASCII, which a request header cannot even carry) is never kept: the page asks instead, and a
+// kept one found malformed (an earlier page) is dropped on load, so a reload asks again too.
 const TOKEN_KEY = "recurrence-token";
-let asking = null; // the one question in flight, shared by every request refused at the same time
+const TOKEN_SHAPE = /^[\x21-\x7e]{16,}$/;
+let asking = null;      // the one question in flight, shared by every request refused at the same time
+let tokenNote = "";     // why the page asks (a malformed or refused token), shown in the question
+let declined = false;   // the reader cancelled the question: not asked again until they choose to
+
+function tokenProblem(value) {
+  if (TOKEN_SHAPE.test(value)) return "";
+  if (/[^\x21-\x7e]/.test(value)) {
+    return "it holds spaces or characters a token never has (a token is letters, digits and punctuation)";
+  }
+  return `it is ${value.length} characters long, a token at least 16`;
+}
+
+function storedToken() {
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  if (token === null || !tokenProblem(token)) return token;
+  sessionStorage.removeItem(TOKEN_KEY);
+  tokenNote = `The token this tab kept is not one (${tokenProblem(token)}).`;
+  return null;
+}
 
 function takeTokenFromFragment() {
   const fragment = new URLSearchParams(location.hash.slice(1));
   const token = fragment.get("token");
-  if (!token) return;
-  sessionStorage.setItem(TOKEN_KEY, token);
+  if (token === null) return;
+  const problem = tokenProblem(token);
+  if (problem) tokenNote = `The token in the address is not one (${problem}).`;
+  else sessionStorage.setItem(TOKEN_KEY, token);
   fragment.delete("token");
   const rest = fragment.toString();
   history.replaceState(null, "", location.pathname + location.search + (rest ? `#${rest}` : ""));
 }
 
 function askToken(refused) {
-  if (sessionStorage.getItem(TOKEN_KEY) !== refused) return Promise.resolve(true); // already asked and answered
+  if (storedToken() !== refused) return Promise.resolve(true); // already asked and answered
+  if (declined) return Promise.resolve(false);
   if (!asking) {
+    if (refused !== null) tokenNote = "The server refused the token this tab sent.";
     asking = new Promise((resolve) => setTimeout(() => {
-      const entered = window.prompt("This server asks for its access token (RECURRENCE_HTTP_TOKEN):");
-      if (entered) sessionStorage.setItem(TOKEN_KEY, entered.trim());
+      let entered = null;
+      for (;;) {
+        const question = `${tokenNote ? tokenNote + "\n" : ""}This server asks for its access token ` +
+          "(RECURRENCE_HTTP_TOKEN, or the content of its --http-token-file):";
+        entered = window.prompt(question);
+        if (entered === null) break;
+        entered = entered.trim();
+        const problem = tokenProblem(entered);
+        if (!problem) break;
+        tokenNote = `That is not a token (${problem}).`;
+      }
+      if (entered === null) declined = true;
+      else sessionStorage.setItem(TOKEN_KEY, entered);
+      tokenNote = "";
       asking = null;
-      resolve(Boolean(entered));
+      resolve(entered !== null);
     }, 0));
   }
   return asking;
+}
+
+// After the reader cancelled the question: the status line offers to ask again.
+function offerToken() {
+  const status = byId("status");
+  const again = el("button", { type: "button", class: "small", id: "token-again" }, "enter the token");
+  again.addEventListener("click", () => {
+    declined = false;
+    status.replaceChildren("loading…");
+    status.className = "";
+    cycle();
+  }, { once: true });
+  status.replaceChildren("This server asks for its access token (RECURRENCE_HTTP_TOKEN).", again);
+  status.className = "error";
 }
 
 // Every request of the page goes through here: the token, no HTTP cache (the page sends its own
 // If-None-Match where it wants a 304), and the question for a token when the server refuses without one.
 async function request(path, options) {
   for (;;) {
-    const token = sessionStorage.getItem(TOKEN_KEY);
+    const token = storedToken();
     const headers = { ...((options && options.headers) || {}) };
     if (token) headers.Authorization = `Bearer ${token}`;
     const response = await fetch(path, { cache: "no-store", ...(options || {}), headers });
@@ -812,11 +864,15 @@ async function cycle() {
       document.body.setAttribute("data-refreshes", Number(document.body.getAttribute("data-refreshes") || 0) + 1);
     }
   } catch (error) {
+    page.tag = null;  // ask again in full next time
+    if (!page.loadedOnce) document.body.setAttribute("data-loaded", "error");
+    if (declined) {
+      offerToken();
+      return;  // nothing to show without the token: the button starts again
+    }
     const status = byId("status");
     status.textContent = String(error.message || error);
     status.className = "error";
-    page.tag = null;  // ask again in full next time
-    if (!page.loadedOnce) document.body.setAttribute("data-loaded", "error");
   }
   setTimeout(cycle, POLL_MS);
 }
