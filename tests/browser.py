@@ -149,7 +149,7 @@ def page_readings(url: str, screenshot: Path, ask_token: str | None = None) -> d
         patterns = driver.find_element(By.ID, "patterns").text
         # signature key -> its state column ("suggested" or "below K scopes"), in the order shown
         pattern_rows = {
-            row.get_attribute("data-pattern"): row.find_elements(By.TAG_NAME, "td")[-1].text
+            row.get_attribute("data-pattern"): row.find_element(By.CSS_SELECTOR, "td[data-pattern-state]").text
             for row in driver.find_elements(By.CSS_SELECTOR, "#patterns tr[data-pattern]")
         }
         partitions = {
@@ -217,6 +217,7 @@ def tune_readings(url: str, screenshot: Path) -> dict[str, Any]:
         section.screenshot(str(screenshot))
         return {"bars": bars, "marked": marked, "table": table,
                 "note": driver.find_element(By.ID, "tune-note").text,
+                "change": driver.find_element(By.ID, "tune-change").text,
                 "configured": driver.find_element(By.ID, "tune-configured").text}
 
 

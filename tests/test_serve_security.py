@@ -75,7 +75,7 @@ def _answers(url: str) -> bool:
         return False
 
 
-VALUES = {"scope_id": "rfc-minimum", "id": "experience/E7@1", "name": "app.js"}
+VALUES = {"scope_id": "rfc-minimum", "id": "experience/E7@1", "name": "app.js", "code": "invalid_json"}
 
 
 def test_every_data_path_asks_for_the_token_and_the_probes_and_the_page_shell_do_not(served: Server) -> None:

@@ -28,13 +28,22 @@ from ..core.recordindex import dead_letter_counts
 from ..core.state import State
 from ..core.whatif import chart_thresholds, rows, scope_shadows, served
 from ..embedded.archive import FileArchive
+from ..embedded.deadletterscan import DeadLetterScan
 from ..embedded.header import bind_config
 from ..embedded.reading import statistics
 from ..exceptions import UnusableError
 from ..explain import Explainer, NotFoundError
 from ..store.base import StateStore, Transaction
 from .follow import MIN_PACE, Follower, StateMark, follow, state_mark
-from .httpapi import Server, dead_letters_body, narrow, patterns_body
+from .httpapi import (
+    Server,
+    check_code,
+    dead_letter_listing,
+    dead_letters_body,
+    listed_dead_letter,
+    narrow,
+    patterns_body,
+)
 from .routes import Ask, Probe, install
 from .servemetrics import CONTENT_TYPE, StateReadings, registry, render
 from .websecurity import exposure_warning, handler_args
@@ -61,6 +70,9 @@ class EmbeddedReadSurface:
         self._ledger, self._journal = ledger, journal
         self.following = following
         self.views = 0
+        # Dead letters by code from the ledger, read as far as the last listing asked (kept across views).
+        self._scan = DeadLetterScan()
+        self._scan_lock = asyncio.Lock()
         self.replace(store, state_mark(store) if mark is None else mark)
         self._metrics = registry(StateReadings(
             lambda: self.mark, self._dead_letter_counts, lambda: self._statistics_for(0), lambda: self.views))
@@ -109,6 +121,15 @@ class EmbeddedReadSurface:
 
     async def dead_letters(self, ask: Ask) -> dict[str, Any]:
         return dead_letters_body(self._dead_letter_counts())
+
+    async def dead_letter_list(self, code: str, limit: int, ask: Ask) -> dict[str, Any]:
+        check_code(code)
+        # Read off the event loop (a first scan of a large ledger takes a while); one scan at a time.
+        async with self._scan_lock:
+            ledger, length = self.archive.ledger, self.mark.ledger_bytes
+            await asyncio.get_running_loop().run_in_executor(
+                None, self._scan.update, ledger, length, listed_dead_letter)
+        return dead_letter_listing(code, self._scan.kept.get(code, []), self._scan.counts.get(code, 0), limit)
 
     async def patterns(self, ask: Ask) -> dict[str, Any]:
         if self._patterns is None:

@@ -247,7 +247,7 @@ def test_the_worker_page_draws_the_tune_chart(cluster: Cluster) -> None:
 
 
 # -- a stranger's requests, a second worker, a cut file (issue 26) --------------------------------------------
-VALUES = {"scope_id": "rfc-minimum", "id": "experience/E7@1", "name": "app.js"}
+VALUES = {"scope_id": "rfc-minimum", "id": "experience/E7@1", "name": "app.js", "code": "invalid_json"}
 
 
 def test_every_data_path_of_a_worker_asks_for_the_token(cluster: Cluster) -> None:
