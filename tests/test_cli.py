@@ -153,6 +153,12 @@ def test_the_unknown_share_is_flagged_by_one_rule() -> None:
     assert not unknown_flagged({"selected": 20, "unknown": 9})
     assert unknown_flagged({"selected": 20, "unknown": 10})
     assert unknown_flagged({"selected": 2000, "unknown": 1900})
+    # The page flags by the same two numbers (its own copy, in the script).
+    from recurrence.processor.statstable import UNKNOWN_FLAG_MIN_SELECTED, UNKNOWN_FLAG_SHARE
+
+    script = (ROOT / "processor" / "web" / "ui" / "app.js").read_text()
+    assert f"const UNKNOWN_FLAG_SHARE = {UNKNOWN_FLAG_SHARE};" in script
+    assert f"const UNKNOWN_FLAG_MIN_SELECTED = {UNKNOWN_FLAG_MIN_SELECTED};" in script
 
 
 def test_crash_between_ledger_write_and_state_commit_is_repaired(tmp_path: Path) -> None:
