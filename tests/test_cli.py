@@ -145,6 +145,26 @@ def test_stats_table_is_the_json_for_people(tmp_path: Path, capsys: pytest.Captu
         assert f"{ref['family']}/{ref['artifact_id']}@{ref['revision']}" in one
 
 
+def test_stats_json_on_a_terminal_names_the_table(tmp_path: Path) -> None:
+    import os
+    import pty
+
+    journal = tmp_path / "j.jsonl"
+    write(JournalSpec(entries=300, scopes=3, seed=5), str(journal))
+    assert replay(journal, tmp_path / "s", tmp_path / "l.jsonl").returncode == 0
+    # --top 0: a short answer, well within what the terminal holds unread
+    command = [sys.executable, "-m", "recurrence.processor.cli", "stats", "--state", str(tmp_path / "s"), "--top", "0"]
+    piped = subprocess.run(command, capture_output=True, text=True, check=True)
+    assert piped.stderr == ""  # what a suite reads: the JSON alone
+    leader, follower = pty.openpty()
+    try:
+        shown = subprocess.run(command, stdout=follower, stderr=subprocess.PIPE, text=True, check=True)
+    finally:
+        os.close(follower)
+        os.close(leader)
+    assert shown.stderr == "recurrence stats: 3 scopes; --table prints them as a table\n"
+
+
 def test_the_unknown_share_is_flagged_by_one_rule() -> None:
     from recurrence.processor.statstable import unknown_flagged
 
