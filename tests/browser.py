@@ -104,11 +104,22 @@ def table_numbers(driver: Any) -> dict[str, Any]:
 
 def open_explanation(driver: Any, row: Any) -> str:
     """Click the row's explain button; the explanation must open in the row right after it. Its text."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
 
     key = row.get_attribute("data-key")
     table = row.find_element(By.XPATH, "./ancestor::table").get_attribute("id")
-    row.find_element(By.CSS_SELECTOR, "button.explain").click()
+    button = f'#{table} tr[data-key="{key}"]:not(.explanation-row) button.explain'
+
+    def clicked(d: Any) -> bool:
+        # Found again at the click: the table may draw itself again meanwhile (a sparkline arriving).
+        try:
+            d.find_element(By.CSS_SELECTOR, button).click()
+        except StaleElementReferenceException:
+            return False
+        return True
+
+    wait(driver, clicked)
     # The table draws itself again (rows are replaced): found by the table and the key, never the old element.
     selector = f'#{table} tr.explanation-row[data-explains="{key}"]'
     wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, selector)
