@@ -36,7 +36,8 @@ run: $(STAMP)
 	@$(VENV)/bin/recurrence stats --state $(OUT)/state
 	@echo "why was the RFC's recurrence counted?"
 	@$(VENV)/bin/recurrence explain "$$($(PY) -c 'import json,sys; print(next(r["observation_id"] for r in map(json.loads, open(sys.argv[1])) if r.get("event") == "recurred"))' $(OUT)/ledger.jsonl)" --state $(OUT)/state
-	@echo "the same on a page: $(VENV)/bin/recurrence serve --state $(OUT)/state, then open http://127.0.0.1:6067/ui"
+	@echo "the same on a page: $(VENV)/bin/recurrence serve --state $(OUT)/state (it prints the page's URL)"
+	@echo "recurrence is in $(VENV)/bin: 'source $(VENV)/bin/activate' puts it on PATH for the README's commands"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check processor schemas topics tests bench src dev

@@ -21,13 +21,13 @@ import orjson
 
 from ..schemas.constants import DEFAULT_TOP_REVISIONS
 from .cliargs import EXIT_OK, non_negative_int, partition_count_arg, port_number, positive_int, ratio
-from .core.engineconfig import add_flags, from_flags
+from .core.engineconfig import EngineConfig, add_flags, from_flags
 from .core.patterns import listing
 from .core.state import State
 from .core.whatif import MAX_THRESHOLD, parse_thresholds
 from .embedded.header import bind_config
 from .embedded.paths import check_paths
-from .embedded.reading import open_archive, open_state, statistics
+from .embedded.reading import listed_scopes, open_archive, open_state, statistics
 from .embedded.runner import DEFAULT_BATCH, ReplayInterrupted, RunSummary, replay
 from .embedded.statedir import DEFAULT_PARTITIONS, MAX_PARTITIONS, closing_store
 from .exceptions import (
@@ -59,18 +59,18 @@ def _state(path: Path, must_exist: bool = False, read_only: bool = False) -> Ite
 def _report(summary: RunSummary, journal: str) -> None:
     if summary.truncated_bytes:
         print(
-            f"recurrence replay: recovered the ledger ({summary.truncated_bytes} uncommitted bytes regenerated)",
+            f"recurrence replay: recovered the ledger ({summary.truncated_bytes:,} uncommitted bytes regenerated)",
             file=sys.stderr,
         )
     if summary.resumed is not None:
         print(
-            f"recurrence replay: resumed after line {summary.resumed.line} "
+            f"recurrence replay: resumed after line {summary.resumed.line:,} "
             f"({summary.resumed.offset:,} bytes already applied)",
             file=sys.stderr,
         )
     if summary.caught_up:
         print(
-            f"recurrence replay: read {summary.caught_up} lines again for partitions a crash left behind the ledger "
+            f"recurrence replay: read {summary.caught_up:,} lines again for partitions a crash left behind the ledger "
             "(applied to them only; nothing written twice)",
             file=sys.stderr,
         )
@@ -110,9 +110,19 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
+    from .statstable import no_such_scope, table  # noqa: PLC0415 - difflib and textwrap for one command
+
     with _state(Path(args.state), must_exist=True, read_only=True) as store:
         result = statistics(store, args.scope, args.top)
+        if args.scope is not None and not result:
+            raise no_such_scope(args.scope, listed_scopes(store), shown(args.state))
+    if args.table:
+        sys.stdout.write(printable_lines(table(result)))
+        return EXIT_OK
     _print_json(result, orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
+    if len(result) > 1 and sys.stdout.isatty():
+        # The contract's JSON stays the default (suites parse it); a person reading it here learns of the table.
+        print(f"recurrence stats: {len(result):,} scopes; --table prints them as a table", file=sys.stderr)
     return EXIT_OK
 
 
@@ -173,40 +183,56 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     # aiohttp is loaded only by the command that serves.
     from .web.follow import follow_state  # noqa: PLC0415
     from .web.serve import EmbeddedReadSurface, serve  # noqa: PLC0415
-    from .web.webtoken import Access, load_token  # noqa: PLC0415
+    from .web.webtoken import TOKEN_ENV, Access, load_token  # noqa: PLC0415
 
-    access = Access(load_token(Path(args.http_token_file) if args.http_token_file else None))
+    token_file = Path(args.http_token_file) if args.http_token_file else None
+    access = Access(load_token(token_file))
     ledger = Path(args.out) if args.out else None
     journal = Path(args.journal) if args.journal else None
     follower = follow_state(Path(args.state))
     try:
         open_archive(follower.view, ledger, journal)  # refused at start: not the state's ledger, a device
         surface = EmbeddedReadSurface(follower.view, ledger, journal, mark=follower.mark, following=True)
-        serve(surface, args.host, args.port, access, follower)
+        source = f"the content of {shown(token_file)}" if token_file else f"the value of {TOKEN_ENV}"
+        serve(surface, args.host, args.port, access, follower, token_source=source)
     finally:
         follower.close()
     return EXIT_OK
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
-    from .tune import table, tune  # noqa: PLC0415 - only this command needs it
+    from .tune import state_what_if, table, tune  # noqa: PLC0415 - only this command needs it
 
+    if (args.journal is None) == (args.state is None):
+        both = ", not both" if args.journal is not None else ""
+        raise SettingsError(f"give a journal (a dry run of replay over it) or --state DIR (the counters a replay "
+                            f"kept){both}")
     try:
         thresholds = parse_thresholds(args.thresholds)
     except ValueError as bad:
         raise SettingsError(f"--thresholds: {bad}") from None
-    with StopSignals() as stop:
-        try:
-            body, summary = tune(args.journal, thresholds, batch_size=args.batch, stop=stop, jobs=args.jobs)
-        except ReplayInterrupted as stopped:
-            # A dry run has nothing to resume: its scratch state is gone already.
-            print(f"recurrence tune: {stopped}; nothing was kept", file=sys.stderr)
-            return stopped.code
-    print(summary.line(), file=sys.stderr)
+    if args.state is not None:
+        body, configured, incomplete, line = state_what_if(Path(args.state), thresholds)
+        print(f"recurrence tune: from the counters {shown(args.state)} kept, as of journal line {line:,}; "
+              "no journal read", file=sys.stderr)
+        if incomplete:
+            print(f"recurrence tune: warning: {len(incomplete):,} scopes were replayed before the counters were "
+                  f"kept and count short ({', '.join(incomplete[:5])}{', …' if len(incomplete) > 5 else ''}); "
+                  "rebuild the state to include them", file=sys.stderr)
+    else:
+        with StopSignals() as stop:
+            try:
+                body, summary = tune(args.journal, thresholds, batch_size=args.batch, stop=stop, jobs=args.jobs)
+            except ReplayInterrupted as stopped:
+                # A dry run has nothing to resume: its scratch state is gone already.
+                print(f"recurrence tune: {stopped}; nothing was kept", file=sys.stderr)
+                return stopped.code
+        print(summary.line(), file=sys.stderr)
+        configured = EngineConfig().review_threshold
     if args.json:
         sys.stdout.buffer.write(printable_json(orjson.dumps(body)) + b"\n")
     else:
-        sys.stdout.write(printable_lines(table(body)))
+        sys.stdout.write(printable_lines(table(body, configured, from_state=args.state is not None)))
     return EXIT_OK
 
 
@@ -238,7 +264,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     sys.stdout.flush()
     if not result.equal:
         raise OutputsDifferError(
-            f"the outputs differ from the ledger in {len(result.differing)} of {result.scopes} scopes"
+            f"the outputs differ from the ledger in {len(result.differing):,} of {result.scopes:,} "
+            f"scope{'' if result.scopes == 1 else 's'}"
         )
     return EXIT_OK
 
@@ -271,7 +298,9 @@ def _add_tune(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -
     p = commands.add_parser(
         "tune", help="what-if: the review load a replay at each threshold would produce (a dry run, writes nothing)"
     )
-    p.add_argument("journal", help="journal .jsonl file, a pipe, or - for stdin")
+    p.add_argument("journal", nargs="?", help="journal .jsonl file, a pipe, or - for stdin (or --state)")
+    p.add_argument("--state", help="instead of a journal: a state replay wrote, answered from the counters it kept "
+                   "(nothing is replayed)")
     p.add_argument(
         "--thresholds",
         default="2,3,4,5",
@@ -291,9 +320,14 @@ def _add_tune(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -
 
 
 def _add_stats(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    p = commands.add_parser("stats", help="print per-scope recurrence statistics as JSON")
+    p = commands.add_parser(
+        "stats", help="per-scope recurrence statistics: JSON (contract section 4), or a table with --table"
+    )
     p.add_argument("--state", required=True, help="state directory written by replay")
-    p.add_argument("--scope", help="only this scope")
+    p.add_argument("--scope", help="only this scope (exit 2 when the state has no such scope)")
+    p.add_argument("--table", action="store_true",
+                   help="a table for people instead of the JSON: a row per scope and the total; with --scope, "
+                   "also its top revisions")
     p.add_argument(
         "--top", type=non_negative_int, default=DEFAULT_TOP_REVISIONS, help="top_revisions bound (default %(default)s)"
     )

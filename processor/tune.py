@@ -11,6 +11,10 @@ changes none of them, so it runs with the default.
 The scratch state is a state directory in ``TMPDIR``: held in memory instead,
 a 200k-entry journal took ~1 GB of RSS (every row of the journal's history as
 Python objects), against the flat footprint of ``replay``'s state.
+
+``tune --state DIR`` reads the same counters from a state a replay already
+kept (``state_what_if``): no journal is read, and it takes as long as
+``stats``.
 """
 
 import tempfile
@@ -18,15 +22,18 @@ import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Final
 
+from ..schemas.constants import RECURRENCE_REVIEW_STREAK_THRESHOLD
 from .core.engineconfig import EngineConfig
 from .core.state import State
-from .core.whatif import what_if
+from .core.whatif import rows, scope_shadows, what_if
+from .embedded.header import bind_config
+from .embedded.reading import open_state
 from .embedded.runner import DEFAULT_BATCH, RunSummary, replay
-from .embedded.statedir import open_view
+from .embedded.statedir import JOURNAL_KEY, open_view
 from .exceptions import StateDirError
-from .host.journalfile import shown
+from .host.journalfile import Checkpoint, shown
 from .host.stopsignals import StopSignals
 from .store.base import Transaction
 
@@ -40,7 +47,7 @@ class TuneSummary:
         rate = run.entries / run.seconds if run.seconds > 0 else 0.0
         processes = f" in {run.processes} processes" if run.processes > 1 else ""
         return (
-            f"recurrence tune: {run.entries} entries in {run.seconds:.2f}s ({rate:,.0f} entries/s{processes}), "
+            f"recurrence tune: {run.entries:,} entries in {run.seconds:.2f}s ({rate:,.0f} entries/s{processes}), "
             f"nothing kept; at the default threshold the replay would write {run.describe()}"
         )
 
@@ -72,8 +79,16 @@ def tune(
     return body, TuneSummary(summary)
 
 
-def table(body: dict[str, Any]) -> str:
-    """The what-if for people: one row per threshold, the four counts, the share of flags that were premature."""
+#: What changing the threshold takes: it is pinned per state (decision 13) and per app id on Kafka.
+CHANGING: Final = (
+    "to run at another K, replay the journal into a fresh --state with a fresh --out and --review-threshold K "
+    "(a worker: a new --app-id with --review-threshold K; docs/kafka.md, Rebuild from scratch)"
+)
+
+
+def table(body: dict[str, Any], configured: int = RECURRENCE_REVIEW_STREAK_THRESHOLD, from_state: bool = False) -> str:
+    """The what-if for people: one row per threshold, the four counts, the share of flags that were premature;
+    the threshold in force marked (``configured``: the state's with ``from_state``, else replay's default)."""
     header = ("threshold", "review proposals", "needing review", "flags", "flags then avoided", "premature")
     lines = [header]
     for row in body["thresholds"]:
@@ -84,7 +99,12 @@ def table(body: dict[str, Any]) -> str:
             f"{row['flags_then_avoided']:,}", premature,
         ))
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    text = ["  ".join(cell.rjust(width) for cell, width in zip(line, widths, strict=True)) for line in lines]
+    mark = f"  {MARK} {'the state' if from_state else 'default'}"
+    text = [
+        "  ".join(cell.rjust(width) for cell, width in zip(line, widths, strict=True))
+        + (mark if line is not header and line[0] == str(configured) else "")
+        for line in lines
+    ]
     scopes = len(body["thresholds"][0]["by_scope"]) if body["thresholds"] else 0
     note = (
         f"{scopes} scopes. review proposals: what replay --review-threshold K writes (experience_content "
@@ -92,4 +112,31 @@ def table(body: dict[str, Any]) -> str:
         "streak reached K (any repair surface, head or not); premature: the share of flags an avoided "
         "verdict later ended (the lesson began to work without a review)."
     )
-    return "\n".join([*text, "", textwrap.fill(note, 100)]) + "\n"
+    asked = any(row["threshold"] == configured for row in body["thresholds"])
+    where = f"{MARK} marks it" if asked else "not among --thresholds"
+    if from_state:
+        running = f"The state runs at {configured} ({where}), fixed when it was built: {CHANGING}."
+    else:
+        running = (f"A replay runs at {configured} unless told otherwise ({where}); a state keeps the threshold "
+                   f"it was built with: {CHANGING}.")
+    notes = (textwrap.fill(paragraph, 100, break_on_hyphens=False) for paragraph in (note, running))
+    return "\n".join([*text, "", *notes]) + "\n"
+
+
+#: The mark beside the threshold in force.
+MARK: Final = "<-"
+
+
+def state_what_if(path: Path, thresholds: Sequence[int]) -> tuple[dict[str, Any], int, list[str], int]:
+    """The contract's section 5 body from a state's shadow counters (``whatif``; nothing read from a journal),
+    the state's own threshold, the scopes whose counters are short, and the journal line it is as of."""
+    store = open_state(path, must_exist=True, read_only=True)
+    try:
+        state = State(Transaction(store))
+        scopes, incomplete = scope_shadows(state)
+        configured = bind_config(store, None).review_threshold
+        raw = store.get(JOURNAL_KEY)
+        line = Checkpoint.decode(raw).line if raw is not None else 0
+        return {"thresholds": rows(scopes, thresholds)}, configured, incomplete, line
+    finally:
+        store.close()

@@ -90,10 +90,22 @@ class ScopeDifference:
 
     def line(self) -> str:
         return (
-            f"scope {self.scope_id!r}: ledger {self.ledger_records} records, outputs {self.outputs_records}; "
+            f"scope {self.scope_id!r}: ledger {_records(self.ledger_records)}, outputs {self.outputs_records:,}; "
             f"first difference at #{self.first}: ledger {self.ledger_record or 'ends'}, "
             f"outputs {self.outputs_record or 'ends'}"
         )
+
+
+def _counted(count: int, noun: str, before: str = "") -> str:
+    return f"{count:,} {before}{noun}{'' if count == 1 else 's'}"
+
+
+def _scopes(count: int, before: str = "") -> str:
+    return _counted(count, "scope", before)
+
+
+def _records(count: int) -> str:
+    return _counted(count, "record")
 
 
 @dataclass(frozen=True)
@@ -110,16 +122,17 @@ class Comparison:
         return not self.differing
 
     def summary(self) -> str:
-        verdict = "equal" if self.equal else f"differ in {len(self.differing)} of {self.scopes} scopes"
+        verdict = "equal" if self.equal else f"differ in {len(self.differing):,} of {_scopes(self.scopes)}"
         return (
-            f"{verdict}: ledger {self.ledger_records} records ({self.ledger_distinct} distinct), "
-            f"outputs {self.outputs_records} records ({self.outputs_distinct} distinct), {self.scopes} scopes"
+            f"{verdict}: ledger {_records(self.ledger_records)} ({self.ledger_distinct:,} distinct), "
+            f"outputs {_records(self.outputs_records)} ({self.outputs_distinct:,} distinct), {_scopes(self.scopes)}"
         )
 
     def lines(self, limit: int = REPORTED_SCOPES) -> list[str]:
         shown_here = [d.line() for d in self.differing[:limit]]
         more = len(self.differing) - len(shown_here)
-        return [self.summary(), *shown_here, *([f"... and {more} more scopes (--json lists all)"] if more else [])]
+        tail = [f"... and {_scopes(more, 'more ')} (--json lists all)"] if more else []
+        return [self.summary(), *shown_here, *tail]
 
     def as_json(self) -> dict[str, Any]:
         return {

@@ -83,6 +83,30 @@ class DeadLetterCounts(Value):
     by_code: dict[str, NonNegative]
 
 
+class ListedDeadLetter(Value):
+    """One dead letter as ``/dead-letters/{code}`` lists it: the record, its raw entry cut to ``RAW_SHOWN``."""
+
+    dead_letter_id: str
+    origin: dict[str, Any]
+    scope_id: str | None = None
+    position: int | None = None
+    error: str
+    detail: str
+    raw: str
+    #: the raw entry was longer than shown (``recurrence explain`` and the ledger have it whole)
+    raw_cut: bool
+
+
+class DeadLetterListing(Value):
+    """The dead letters of one code, in journal order: the first ``limit`` of ``total``."""
+
+    code: str
+    total: NonNegative
+    dead_letters: list[ListedDeadLetter]
+    #: how many more than listed there are
+    more: NonNegative
+
+
 class PatternRevision(Value):
     scope_id: str
     artifact_ref: ArtifactRef

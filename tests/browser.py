@@ -104,11 +104,22 @@ def table_numbers(driver: Any) -> dict[str, Any]:
 
 def open_explanation(driver: Any, row: Any) -> str:
     """Click the row's explain button; the explanation must open in the row right after it. Its text."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
 
     key = row.get_attribute("data-key")
     table = row.find_element(By.XPATH, "./ancestor::table").get_attribute("id")
-    row.find_element(By.CSS_SELECTOR, "button.explain").click()
+    button = f'#{table} tr[data-key="{key}"]:not(.explanation-row) button.explain'
+
+    def clicked(d: Any) -> bool:
+        # Found again at the click: the table may draw itself again meanwhile (a sparkline arriving).
+        try:
+            d.find_element(By.CSS_SELECTOR, button).click()
+        except StaleElementReferenceException:
+            return False
+        return True
+
+    wait(driver, clicked)
     # The table draws itself again (rows are replaced): found by the table and the key, never the old element.
     selector = f'#{table} tr.explanation-row[data-explains="{key}"]'
     wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, selector)
@@ -149,7 +160,7 @@ def page_readings(url: str, screenshot: Path, ask_token: str | None = None) -> d
         patterns = driver.find_element(By.ID, "patterns").text
         # signature key -> its state column ("suggested" or "below K scopes"), in the order shown
         pattern_rows = {
-            row.get_attribute("data-pattern"): row.find_elements(By.TAG_NAME, "td")[-1].text
+            row.get_attribute("data-pattern"): row.find_element(By.CSS_SELECTOR, "td[data-pattern-state]").text
             for row in driver.find_elements(By.CSS_SELECTOR, "#patterns tr[data-pattern]")
         }
         partitions = {
@@ -217,6 +228,7 @@ def tune_readings(url: str, screenshot: Path) -> dict[str, Any]:
         section.screenshot(str(screenshot))
         return {"bars": bars, "marked": marked, "table": table,
                 "note": driver.find_element(By.ID, "tune-note").text,
+                "change": driver.find_element(By.ID, "tune-change").text,
                 "configured": driver.find_element(By.ID, "tune-configured").text}
 
 

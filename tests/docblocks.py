@@ -21,6 +21,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -101,3 +102,25 @@ def run_verbatim(
     output = log.read_text(errors="replace")
     assert code == 0, f"{block.where} exited {code}:\n{block.text}\n--- output ---\n{output[-4000:]}"
     return output
+
+
+#: What ``run_verbatim`` puts in the scratch folder itself (the rest is what the block wrote).
+_SCAFFOLD: Final = frozenset({"examples", "deploy", "block.log"})
+
+
+def not_ignored(names: Iterable[str]) -> list[str]:
+    """The names (paths relative to the checkout's root) that git would list as untracked there."""
+    names = sorted(names)
+    if not names:
+        return []
+    found = subprocess.run(["git", "-C", str(REPO), "check-ignore", "--no-index", "--stdin"],
+                           input="\n".join(names) + "\n", capture_output=True, text=True, check=False)
+    assert found.returncode in (0, 1), found.stderr  # 1: none of them is ignored
+    ignored = set(found.stdout.splitlines())
+    return [name for name in names if name not in ignored]
+
+
+def written(scratch: Path) -> list[str]:
+    """What a block wrote in its working folder, as git names the paths (a folder with its slash)."""
+    return [entry.name + ("/" if entry.is_dir() else "") for entry in scratch.iterdir()
+            if entry.name not in _SCAFFOLD]

@@ -103,7 +103,82 @@ def test_stats_scope_and_top(tmp_path: Path) -> None:
         stats(tmp_path / "s", "--scope", "rfc-minimum", "--top", "1")[0]["recurrence"]["top_revisions"]
         == EXPECTED[0]["recurrence"]["top_revisions"][:1]
     )
-    assert stats(tmp_path / "s", "--scope", "nobody") == []
+    # A misspelled scope is not an empty answer: one line naming the nearest scopes, exit 2, nothing on stdout.
+    for scope, hint in (("rfc-minimun", "did you mean 'rfc-minimum'?"), ("nobody", "1 scope: recurrence stats")):
+        done = subprocess.run([sys.executable, "-m", "recurrence.processor.cli", "stats", "--state",
+                               str(tmp_path / "s"), "--scope", scope], capture_output=True, text=True, check=False)
+        assert done.returncode == 2 and done.stdout == "", done
+        assert done.stderr.startswith(f"recurrence stats: no scope {scope!r} in this state") and hint in done.stderr
+        assert len(done.stderr.splitlines()) == 1
+
+
+def test_stats_table_is_the_json_for_people(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    journal = tmp_path / "j.jsonl"
+    write(JournalSpec(entries=3000, scopes=12, seed=5), str(journal))
+    assert replay(journal, tmp_path / "s", tmp_path / "l.jsonl").returncode == 0
+    assert main(["stats", "--state", str(tmp_path / "s")]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert main(["stats", "--state", str(tmp_path / "s"), "--table"]) == 0
+    text = capsys.readouterr().out
+    lines = text.splitlines()
+    fields = ("selected", "recurred", "avoided", "unknown", "unlinked_handoff_citations", "needing_review")
+    assert lines[0].split()[:1] == ["scope"] and lines[0].endswith("unknown share")
+    # A row per scope in the JSON's order, every count thousands-separated, then the total over them.
+    for line, scope in zip(lines[1:], listed, strict=False):
+        cells = line.split()
+        assert cells[0] == scope["scope_id"]
+        assert cells[1:7] == [f"{scope['recurrence'][f]:,}" for f in fields]
+    total = lines[1 + len(listed)].split()
+    assert total[:3] == ["all", "12", "scopes"]
+    assert total[3:9] == [f"{sum(s['recurrence'][f] for s in listed):,}" for f in fields]
+    assert any("," in cell for cell in total[3:9])  # this journal's totals pass a thousand
+    # The generator's Outcomes rarely verify: most selections end unknown, and the table says so.
+    assert total[-1] == "!" and "! marks a large unknown share" in text
+    # One scope: its row, no total, and its top revisions.
+    scope = listed[0]
+    assert main(["stats", "--state", str(tmp_path / "s"), "--scope", scope["scope_id"], "--table"]) == 0
+    one = capsys.readouterr().out
+    assert not any(line.startswith("all ") for line in one.splitlines())
+    assert f"top revisions of {scope['scope_id']}" in one
+    for item in scope["recurrence"]["top_revisions"]:
+        ref = item["artifact_ref"]
+        assert f"{ref['family']}/{ref['artifact_id']}@{ref['revision']}" in one
+
+
+def test_stats_json_on_a_terminal_names_the_table(tmp_path: Path) -> None:
+    import os
+    import pty
+
+    journal = tmp_path / "j.jsonl"
+    write(JournalSpec(entries=300, scopes=3, seed=5), str(journal))
+    assert replay(journal, tmp_path / "s", tmp_path / "l.jsonl").returncode == 0
+    # --top 0: a short answer, well within what the terminal holds unread
+    command = [sys.executable, "-m", "recurrence.processor.cli", "stats", "--state", str(tmp_path / "s"), "--top", "0"]
+    piped = subprocess.run(command, capture_output=True, text=True, check=True)
+    assert piped.stderr == ""  # what a suite reads: the JSON alone
+    leader, follower = pty.openpty()
+    try:
+        shown = subprocess.run(command, stdout=follower, stderr=subprocess.PIPE, text=True, check=True)
+    finally:
+        os.close(follower)
+        os.close(leader)
+    assert shown.stderr == "recurrence stats: 3 scopes; --table prints them as a table\n"
+
+
+def test_the_unknown_share_is_flagged_by_one_rule() -> None:
+    from recurrence.processor.statstable import unknown_flagged
+
+    assert not unknown_flagged({"selected": 0, "unknown": 0})
+    assert not unknown_flagged({"selected": 19, "unknown": 19})  # too few selections to say anything
+    assert not unknown_flagged({"selected": 20, "unknown": 9})
+    assert unknown_flagged({"selected": 20, "unknown": 10})
+    assert unknown_flagged({"selected": 2000, "unknown": 1900})
+    # The page flags by the same two numbers (its own copy, in the script).
+    from recurrence.processor.statstable import UNKNOWN_FLAG_MIN_SELECTED, UNKNOWN_FLAG_SHARE
+
+    script = (ROOT / "processor" / "web" / "ui" / "app.js").read_text()
+    assert f"const UNKNOWN_FLAG_SHARE = {UNKNOWN_FLAG_SHARE};" in script
+    assert f"const UNKNOWN_FLAG_MIN_SELECTED = {UNKNOWN_FLAG_MIN_SELECTED};" in script
 
 
 def test_crash_between_ledger_write_and_state_commit_is_repaired(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from typing import Final
 
 import pytest
 
-from .docblocks import DOCS, REPO, Block, blocks, run_verbatim, runnable
+from .docblocks import DOCS, REPO, Block, blocks, not_ignored, run_verbatim, runnable, written
 
 LINK: Final = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 CODE: Final = re.compile(r"`([^`\n]+)`")
@@ -24,6 +24,8 @@ GENERATED: Final = tuple(
 @pytest.mark.parametrize("block", runnable(""), ids=lambda b: b.where)
 def test_a_runnable_block_runs_as_written(block: Block, tmp_path: Path) -> None:
     run_verbatim(block, tmp_path / "scratch")
+    # Pasted into a checkout, it leaves nothing git would list as untracked (.gitignore names what it writes).
+    assert not_ignored(written(tmp_path / "scratch")) == []
 
 
 def test_the_quick_starts_are_marked_runnable_with_and_without_a_broker() -> None:

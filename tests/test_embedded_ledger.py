@@ -106,7 +106,7 @@ def test_a_longer_ledger_whose_recorded_part_matches_is_cut_and_regenerated(
     partial = b'{"record":"match","half a lin'
     out.write_bytes(good + partial)
     run = replay(capsys, path, state, out)
-    assert run.code == 0 and f"recovered the ledger ({len(partial)} uncommitted bytes regenerated)" in run.err
+    assert run.code == 0 and f"recovered the ledger ({len(partial):,} uncommitted bytes regenerated)" in run.err
     assert out.read_bytes() == good
 
 

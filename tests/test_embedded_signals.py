@@ -96,7 +96,7 @@ def test_a_second_signal_while_committing_leaves_a_tail_the_rerun_cuts(clean: Cl
     assert "abandoned" in _stderr_lines(stopped.stderr)[-1]
     assert out.read_bytes() == clean.first_200  # on disk, but the state only recorded 100 entries
     rerun = _rerun_completes(clean, state, out, resumed_at=100)
-    assert f"recovered the ledger ({len(clean.first_200) - len(clean.first_100)} uncommitted".encode() in rerun
+    assert f"recovered the ledger ({len(clean.first_200) - len(clean.first_100):,} uncommitted".encode() in rerun
 
 
 def test_a_signal_while_waiting_for_stdin_stops_at_once(clean: Clean, tmp_path: Path) -> None:

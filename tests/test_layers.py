@@ -30,7 +30,7 @@ WINGS: Final = (
     (f"{P}.core",),
     (f"{P}.host",),
     (f"{P}.embedded",),
-    (f"{P}.explain", f"{P}.verify", f"{P}.synthetic", f"{P}.tune", f"{P}.cliargs"),
+    (f"{P}.explain", f"{P}.verify", f"{P}.synthetic", f"{P}.tune", f"{P}.statstable", f"{P}.cliargs"),
     (f"{P}.web",),
     (f"{P}.stream",),
     (f"{P}.cli",),

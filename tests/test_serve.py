@@ -31,6 +31,7 @@ from recurrence.processor.web.serve import EmbeddedReadSurface, application
 from recurrence.processor.web.webtoken import TOKEN_ENV
 from recurrence.schemas.readsurface import (
     DeadLetterCounts,
+    DeadLetterListing,
     Explanation,
     PatternSuggestions,
     Progress,
@@ -79,6 +80,11 @@ class Served:
         result = subprocess.run([*recurrence_command(), *args, "--state", str(self.state)],
                                 check=True, capture_output=True, text=True, timeout=60)
         return result.stdout
+
+    def text_of(self, path: str) -> str:
+        status, _, body = self.get(path)
+        assert status == 200, body
+        return body.decode()
 
     def journal_lines(self) -> list[bytes]:
         return self.journal.read_bytes().splitlines()
@@ -164,6 +170,57 @@ def test_dead_letters_and_patterns(served: Served) -> None:
     assert patterns.available and patterns.min_scopes == 3
     listed = orjson.loads(served.cli("patterns", "--all", "--json"))
     assert [p.model_dump(mode="json") for p in patterns.patterns] == listed
+
+
+def _dead_letters(served: Served, code: str) -> list[dict[str, Any]]:
+    return [r for r in served.records() if r["record"] == "dead_letter" and r["error"] == code]
+
+
+def test_the_dead_letters_of_a_code_are_the_ledgers_in_order(served: Served) -> None:
+    counts = DeadLetterCounts.model_validate_json(served.get("/dead-letters")[2])
+    assert len(counts.by_code) >= 2
+    for code, count in counts.by_code.items():
+        body = DeadLetterListing.model_validate_json(served.get(f"/dead-letters/{code}")[2])
+        want = _dead_letters(served, code)
+        assert body.code == code and body.total == count == len(want) and body.more == 0
+        assert [d.dead_letter_id for d in body.dead_letters] == [r["dead_letter_id"] for r in want]
+        assert [(d.origin, d.detail, d.raw) for d in body.dead_letters] == [
+            (r["origin"], r["detail"], r["raw"][:2000]) for r in want]
+        # Each one opens: its id is one /explain knows.
+        assert served.get(f"/explain/{body.dead_letters[0].dead_letter_id}")[0] == 200
+    code = max(counts.by_code, key=lambda c: counts.by_code[c])
+    first = DeadLetterListing.model_validate_json(served.get(f"/dead-letters/{code}?limit=2")[2])
+    assert len(first.dead_letters) == 2 and first.more == counts.by_code[code] - 2
+    assert served.get("/dead-letters/no_such_code")[0] == 404
+    assert served.get("/dead-letters/" + CODES[0] + "?limit=0")[0] == 400
+    assert served.get("/dead-letters/" + CODES[0] + "?limit=1001")[0] == 400
+
+
+def test_the_dead_letter_scan_reads_only_what_the_ledger_grew_by(tmp_path: Path) -> None:
+    from recurrence.processor.embedded.deadletterscan import DeadLetterScan
+    from recurrence.processor.web.httpapi import listed_dead_letter
+
+    def dead(line: int, code: str) -> bytes:
+        return orjson.dumps({"record": "dead_letter", "dead_letter_id": f"sha256:{line:064x}",
+                             "origin": {"line": line}, "error": code, "detail": "d", "raw": "x" * 3000}) + b"\n"
+
+    ledger = tmp_path / "ledger.jsonl"
+    other = b'{"record":"match","text":"\\"record\\":\\"dead_letter\\""}\n'
+    ledger.write_bytes(dead(1, "invalid_json") + other + dead(3, "unknown_type"))
+    scan = DeadLetterScan()
+    committed = len(dead(1, "invalid_json") + other)  # the state committed only this much so far
+    scan.update(ledger, committed, listed_dead_letter)
+    assert scan.counts == {"invalid_json": 1} and scan.scanned == committed
+    assert scan.kept["invalid_json"][0]["raw_cut"] and len(scan.kept["invalid_json"][0]["raw"]) == 2000
+    with ledger.open("ab") as out:
+        out.write(dead(4, "invalid_json"))
+    scan.update(ledger, ledger.stat().st_size, listed_dead_letter)
+    assert scan.counts == {"invalid_json": 2, "unknown_type": 1}
+    assert [d["origin"]["line"] for d in scan.kept["invalid_json"]] == [1, 4]
+    # A shorter ledger (another one, rebuilt) is read again from its start.
+    ledger.write_bytes(dead(9, "unknown_type"))
+    scan.update(ledger, ledger.stat().st_size, listed_dead_letter)
+    assert scan.counts == {"unknown_type": 1}
 
 
 def test_the_page_and_the_document_are_served(served: Served) -> None:
@@ -301,6 +358,9 @@ def test_the_page_draws_the_tune_chart(served: Served) -> None:
     assert shown["marked"] == want["marked"] == [3]
     assert shown["configured"] == "the state runs at 3"
     assert "rebuild" not in shown["note"]
+    # What changing it takes, as recurrence tune says it.
+    assert shown["change"].startswith("The state runs at 3, fixed when it was built: to run at another K, replay "
+                                      "the journal into a fresh --state with a fresh --out and --review-threshold K")
 
 
 def test_the_openapi_document_holds_against_the_server(served: Served) -> None:
@@ -329,3 +389,97 @@ def test_the_page_names_every_count_of_the_statistics_model() -> None:
     assert labels is not None
     named = re.findall(r"(\w+):", labels.group(1))
     assert named == [name for name in RecurrenceStatistics.model_fields if name != "top_revisions"]
+
+
+def test_the_page_lists_dead_letters_and_patterns_and_opens_one(served: Served) -> None:
+    from selenium.webdriver.common.by import By
+
+    from recurrence.processor.statstable import unknown_flagged
+    from tests.browser import chromium, open_explanation, open_page, wait
+
+    counts = orjson.loads(served.get("/dead-letters")[2])["by_code"]
+    listed = orjson.loads(served.cli("patterns", "--all", "--json"))
+    stats = orjson.loads(served.cli("stats", "--top", "50"))
+    with chromium(1400, 1300) as driver:
+        open_page(driver, f"{served.url}/ui#token={TOKEN}")
+        # Dead letters: a code opens the list of its entries, in journal order; one opens its explanation.
+        code = max(counts, key=lambda c: counts[c])
+        driver.find_element(By.CSS_SELECTOR, f'tr[data-dead-code="{code}"] button.explain').click()
+        rows = f'table[data-dead-list="{code}"] tr[data-dead-letter]'
+        wait(driver, lambda d: len(d.find_elements(By.CSS_SELECTOR, rows)) == counts[code])
+        want = _dead_letters(served, code)
+        assert [r.get_attribute("data-dead-letter") for r in driver.find_elements(By.CSS_SELECTOR, rows)] == [
+            r["dead_letter_id"] for r in want]
+        first = driver.find_elements(By.CSS_SELECTOR, rows)[0]
+        assert first.find_elements(By.TAG_NAME, "td")[0].text == f"line {want[0]['origin']['line']:,}"
+        text = open_explanation(driver, first)
+        assert text == served.text_of(f"/explain/{want[0]['dead_letter_id']}?format=text").rstrip("\n")
+        # Patterns: a row opens its scopes and revisions; a revision opens its yield card in its scope.
+        pattern = listed[0]
+        driver.find_element(By.CSS_SELECTOR, f'#patterns tr[data-pattern="{pattern["signature_key"]}"] '
+                                             "button.explain").click()
+        detail = f'[data-pattern-detail="{pattern["signature_key"]}"]'
+        wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, detail + " tr[data-pattern-revision]"))
+        revisions = [r.get_attribute("data-pattern-revision")
+                     for r in driver.find_elements(By.CSS_SELECTOR, detail + " tr[data-pattern-revision]")]
+        assert revisions == [f"{r['scope_id']} {_revision(r)}" for r in pattern["revisions"]]
+        assert ", ".join(pattern["scopes"]) in driver.find_element(By.CSS_SELECTOR, detail).text
+        scope, revision = revisions[0].split(" ")
+        text = open_explanation(driver, driver.find_element(By.CSS_SELECTOR, detail + " tr[data-pattern-revision]"))
+        want_text = served.text_of(f"/explain/{urllib.parse.quote(revision, safe='')}?scope={scope}&format=text")
+        assert text == want_text.rstrip("\n")
+        # The unknown share: flagged by the rule stats --table uses, per scope and in total.
+        flags = {c.get_attribute("data-share"): c.get_attribute("data-flagged")
+                 for c in driver.find_elements(By.CSS_SELECTOR, "#scopes td[data-share]")}
+        assert flags == {s["scope_id"]: str(unknown_flagged(s["recurrence"])).lower() for s in stats}
+        fields = ("selected", "unknown")
+        totals = {f: sum(s["recurrence"][f] for s in stats) for f in fields}
+        banner = driver.find_element(By.ID, "unknown-flag")
+        assert banner.get_attribute("data-flagged") == str(unknown_flagged(totals)).lower()
+        if unknown_flagged(totals):
+            share = round(100 * totals["unknown"] / totals["selected"])
+            assert banner.is_displayed() and banner.text.startswith(f"{share}% of the selections")
+        driver.execute_script("window.scrollTo(0, 0)")
+        height = int(driver.execute_script("return document.documentElement.scrollHeight"))
+        driver.set_window_size(1400, height + 120)
+        SCREENSHOTS.mkdir(exist_ok=True)
+        assert driver.save_screenshot(str(SCREENSHOTS / "ui-lists.png"))
+
+
+def test_a_search_and_an_explanation_have_links_that_show_them_again(served: Served) -> None:
+    from selenium.webdriver.common.by import By
+
+    from tests.browser import chromium, open_explanation, open_page, wait
+
+    stats = orjson.loads(served.cli("stats", "--top", "50"))
+    scope = next(s for s in stats if s["recurrence"]["top_revisions"])
+    revision = _revision(scope["recurrence"]["top_revisions"][0])
+    signature = scope["recurrence"]["top_revisions"][0]["signature_key"]
+    with chromium(1400, 1300) as driver:
+        open_page(driver, f"{served.url}/ui#token={TOKEN}")
+        driver.find_element(By.CSS_SELECTOR, f'#scopes tr[data-scope="{scope["scope_id"]}"] td').click()
+        row = driver.find_element(By.CSS_SELECTOR, f'#top tr[data-revision="{revision}"]')
+        text = open_explanation(driver, row)
+        link = driver.find_element(By.CSS_SELECTOR, "#top tr.explanation-row a[data-share=explanation]")
+        href = str(link.get_attribute("href"))
+        assert TOKEN not in href
+        # The link, opened as someone else would (a new load of the page): the same explanation.
+        driver.get(href)
+        wait(driver, lambda d: d.find_element(By.ID, "search-explanation").text == text)
+        assert scope["scope_id"] in driver.find_element(By.ID, "search-what").text
+        # A search: its link shows the same rows, and the box holds the query again.
+        box = driver.find_element(By.ID, "search")
+        box.clear()
+        box.send_keys(signature)
+        driver.find_element(By.CSS_SELECTOR, "#search-form button[type=submit]").click()
+        wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#search-table tr[data-found]"))
+        found = [r.get_attribute("data-found")
+                 for r in driver.find_elements(By.CSS_SELECTOR, "#search-table tr[data-found]")]
+        href = str(driver.find_element(By.ID, "search-link").get_attribute("href"))
+        fragment = urllib.parse.parse_qs(urllib.parse.urlsplit(href).fragment)
+        assert fragment == {"search": [signature], "scope": [scope["scope_id"]]} and TOKEN not in href
+        driver.get("about:blank")
+        driver.get(href)
+        wait(driver, lambda d: [r.get_attribute("data-found")
+                                for r in d.find_elements(By.CSS_SELECTOR, "#search-table tr[data-found]")] == found)
+        assert driver.find_element(By.ID, "search").get_attribute("value") == signature

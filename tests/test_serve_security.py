@@ -6,11 +6,15 @@ worker's in ``tests/kafka/test_web.py``); its log is read afterwards.
 """
 
 import os
+import re
+import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -71,7 +75,7 @@ def _answers(url: str) -> bool:
         return False
 
 
-VALUES = {"scope_id": "rfc-minimum", "id": "experience/E7@1", "name": "app.js"}
+VALUES = {"scope_id": "rfc-minimum", "id": "experience/E7@1", "name": "app.js", "code": "invalid_json"}
 
 
 def test_every_data_path_asks_for_the_token_and_the_probes_and_the_page_shell_do_not(served: Server) -> None:
@@ -234,3 +238,99 @@ def test_the_api_check_finds_a_server_that_does_not_ask_for_its_token(tmp_path: 
     finally:
         store.close()
     assert found and all("accepts requests without authentication" in failure for failure in found), found
+
+
+def _first_lines(process: "subprocess.Popen[str]", count: int, seconds: float = 30) -> list[str]:
+    """The first ``count`` lines the process prints on stdout (the process is killed after ``seconds``)."""
+    assert process.stdout is not None
+    timer = threading.Timer(seconds, process.kill)
+    timer.start()
+    try:
+        return [process.stdout.readline() for _ in range(count)]
+    finally:
+        timer.cancel()
+
+
+@pytest.mark.parametrize("source", ["environment", "file"])
+def test_the_url_comes_once_the_port_listens_and_never_holds_the_token(source: str, tmp_path: Path) -> None:
+    state = _replayed(tmp_path)
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    extra, env = (["--http-token-file", str(token_file)], {}) if source == "file" else ([], {TOKEN_ENV: TOKEN})
+    process = subprocess.Popen([*recurrence_command(), "serve", "--state", str(state), "--port", "0", *extra],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, **env})
+    try:
+        url_line, token_line = _first_lines(process, 2)
+        found = re.fullmatch(r"recurrence serve: (http://127\.0\.0\.1:(\d+)/ui) \(Ctrl-C to stop\)\n", url_line)
+        assert found, url_line
+        # Printed once listening: the port answers at once, no retry.
+        assert request(found.group(1).removesuffix("/ui"), "/livez").status == 200
+        # A URL that works as printed: no token in it, no placeholder the page would take for one.
+        assert "#" not in url_line and "…" not in url_line + token_line and TOKEN not in url_line + token_line
+        where = f"the content of {token_file}" if source == "file" else f"the value of {TOKEN_ENV}"
+        assert f"asks once per tab for the access token ({where})" in token_line
+        assert f"open {found.group(1)}#token=<token>" in token_line
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def test_a_taken_port_is_one_line_and_no_url(tmp_path: Path) -> None:
+    state = _replayed(tmp_path)
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        result = subprocess.run([*recurrence_command(), "serve", "--state", str(state), "--port", str(port)],
+                                capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == (f"recurrence serve: port 127.0.0.1:{port} is in use; choose another --port, "
+                             "or stop the process holding it\n")
+
+
+def test_the_page_refuses_a_malformed_token_and_asks_for_it_again(served: Server) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+
+    from tests.browser import SCREENSHOTS, chromium, wait
+
+    def question(driver: Any) -> Any:
+        return wait(driver, expected_conditions.alert_is_present())
+
+    def loaded(driver: Any) -> None:
+        wait(driver, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-loaded") == "true")
+
+    with chromium() as driver:
+        # The URL an earlier serve printed, "…" and all: not a token, so the page asks and says why.
+        driver.get(f"{served.url}/ui#token=…")
+        asked = question(driver)
+        assert "The token in the address is not one" in asked.text
+        asked.send_keys("too-short")
+        asked.accept()
+        asked = question(driver)  # a malformed answer is refused too, and asked again
+        assert "That is not a token (it is 9 characters long" in asked.text
+        asked.send_keys(TOKEN)
+        asked.accept()
+        loaded(driver)
+        assert "token" not in driver.current_url
+        # A malformed token the tab kept (what the earlier page stored) is dropped on load: a reload asks again.
+        driver.execute_script("sessionStorage.setItem('recurrence-token', '…')")
+        driver.refresh()
+        asked = question(driver)
+        assert "The token this tab kept is not one" in asked.text
+        asked.dismiss()
+        # Declined: no browser error, one line that offers to ask again.
+        again = wait(driver, lambda d: d.find_elements(By.ID, "token-again"))[0]
+        status = driver.find_element(By.ID, "status").text
+        assert "asks for its access token" in status and "ISO-8859-1" not in status
+        SCREENSHOTS.mkdir(exist_ok=True)
+        assert driver.save_screenshot(str(SCREENSHOTS / "ui-token-asked.png"))
+        again.click()
+        asked = question(driver)
+        asked.send_keys(TOKEN)
+        asked.accept()
+        loaded(driver)
+        assert driver.find_element(By.ID, "status").text.startswith("state as of journal line")
+        errors = [entry["message"] for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
+        assert not [m for m in errors if "ISO-8859-1" in m or "TypeError" in m], errors

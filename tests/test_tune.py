@@ -165,6 +165,47 @@ def test_the_state_of_a_replay_keeps_the_same_counters_tune_computes(tmp_path: P
     assert kept == tune(str(journal), THRESHOLDS)[0]
 
 
+def test_tune_state_answers_from_the_counters_without_the_journal(tmp_path: Path) -> None:
+    journal = write(tmp_path / "journal.jsonl",
+                    list(generate(JournalSpec(entries=1500, scopes=3, seed=5, experiences_per_scope=3))))
+    state, ledger = tmp_path / "state", tmp_path / "ledger.jsonl"
+    replay(str(journal), state, ledger, EngineConfig(review_threshold=4), jobs=1)
+    # The journal is gone: nothing is replayed, the counters the state kept answer.
+    expected = tune(str(journal), (4, 2, 3))[0]
+    journal.unlink()
+    result = subprocess.run([*recurrence_command(), "tune", "--state", str(state), "--thresholds", "4,2,3", "--json"],
+                            capture_output=True, check=True, timeout=60)
+    assert orjson.loads(result.stdout) == expected
+    assert b"no journal read" in result.stderr and b"as of journal line 1,500" in result.stderr
+    text = subprocess.run([*recurrence_command(), "tune", "--state", str(state), "--thresholds", "2,3,4,5"],
+                          capture_output=True, text=True, check=True, timeout=60).stdout
+    # The state's own threshold is marked, and what changing it takes is said.
+    marked = [line.split()[0] for line in text.splitlines() if line.endswith("<- the state")]
+    assert marked == ["4"]
+    assert "The state runs at 4" in text and "fresh --state with a fresh --out and --review-threshold K" in text
+    assert text == table(tune_state_body(state, (2, 3, 4, 5)), 4, from_state=True)
+    # A journal and --state, or neither: one line, exit 2.
+    for extra in (["--state", str(state), str(ledger)], []):
+        done = subprocess.run([*recurrence_command(), "tune", *extra], capture_output=True, text=True, timeout=60,
+                              check=False)
+        assert done.returncode == 2 and done.stdout == "" and len(done.stderr.splitlines()) == 1, done
+
+
+def tune_state_body(state: Path, thresholds: tuple[int, ...]) -> dict[str, Any]:
+    from recurrence.processor.tune import state_what_if
+
+    return state_what_if(state, thresholds)[0]
+
+
+def test_the_table_marks_the_default_threshold_for_a_journal() -> None:
+    body: dict[str, Any] = {"thresholds": [{"threshold": k, "review_proposals": 0, "needing_review": 0, "flags": 0,
+                            "flags_then_avoided": 0, "by_scope": []} for k in (2, 3, 4)]}
+    text = table(body)
+    assert [line.split()[0] for line in text.splitlines() if line.endswith("<- default")] == ["3"]
+    assert "A replay runs at 3 unless told otherwise" in text
+    assert "not among --thresholds" in table({"thresholds": body["thresholds"][:1]})
+
+
 def test_a_state_replayed_without_counters_says_which_scopes_they_miss() -> None:
     store = MemoryStore()
     journal = linked_setup()

@@ -25,7 +25,7 @@ class Tally:
 
     def describe(self) -> str:
         """``records: kind=n, ...; dead letters: n (code=n, ...)``: counts and codes, never content."""
-        kinds = ", ".join(f"{k}={v}" for k, v in sorted(self.records.items())) or "none"
+        kinds = ", ".join(f"{k}={v:,}" for k, v in sorted(self.records.items())) or "none"
         dead = sum(self.dead_letters.values())
-        codes = ", ".join(f"{k}={v}" for k, v in sorted(self.dead_letters.items()))
-        return f"records: {kinds}; dead letters: {dead}{f' ({codes})' if codes else ''}"
+        codes = ", ".join(f"{k}={v:,}" for k, v in sorted(self.dead_letters.items()))
+        return f"records: {kinds}; dead letters: {dead:,}{f' ({codes})' if codes else ''}"

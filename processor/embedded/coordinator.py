@@ -71,14 +71,14 @@ class RunSummary(Tally):
     def line(self) -> str:
         rate = self.entries / self.seconds if self.seconds > 0 else 0.0
         repeated = (
-            f"; {self.repeated_dead_letters} dead letters already written by an earlier run were not repeated"
+            f"; {self.repeated_dead_letters:,} dead letters already written by an earlier run were not repeated"
             if self.repeated_dead_letters
             else ""
         )
-        patterns = f"; {self.patterns} new pattern suggestions" if self.patterns else ""
+        patterns = f"; {self.patterns:,} new pattern suggestions" if self.patterns else ""
         processes = f" in {self.processes} processes" if self.processes > 1 else ""
         return (
-            f"recurrence replay: {self.entries} entries in {self.seconds:.2f}s ({rate:,.0f} entries/s{processes}); "
+            f"recurrence replay: {self.entries:,} entries in {self.seconds:.2f}s ({rate:,.0f} entries/s{processes}); "
             f"{self.describe()}{repeated}{patterns}"
         )
 
@@ -93,9 +93,9 @@ class RunSummary(Tally):
         if not self.entries or dead + self.repeated_dead_letters < self.entries or set(self.records) - {"dead_letter"}:
             return None
         if not dead:
-            return f"every entry ({self.entries}) had been dead-lettered by an earlier run; nothing was applied"
+            return f"every entry ({self.entries:,}) had been dead-lettered by an earlier run; nothing was applied"
         code, count = max(self.dead_letters.items(), key=lambda item: (item[1], item[0]))
-        return f"every entry ({self.entries}) was dead-lettered, most as {code} ({count}); nothing was applied"
+        return f"every entry ({self.entries:,}) was dead-lettered, most as {code} ({count:,}); nothing was applied"
 
 
 def diagnosed_key(line_number: int, entry: bytes) -> bytes:

@@ -4,6 +4,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.engine import Engine
+from ..core.state import State
 from ..core.stateheader import check_layout
 from ..exceptions import StateDirError
 from ..host.journalfile import shown
@@ -20,6 +21,12 @@ def statistics(store: StateStore, scope_id: str | None, top: int | None) -> list
     config = bind_config(store, None)
     engine = Engine(Transaction(store), config)
     return [s.model_dump(mode="json") for s in engine.statistics(scope_id, top)]
+
+
+def listed_scopes(store: StateStore) -> list[str]:
+    """The scopes ``statistics`` lists (those with an accepted entry), in order."""
+    state = State(Transaction(store))
+    return [s for s in sorted(state.scope_ids()) if (meta := state.scope(s)) is not None and meta.last_position > 0]
 
 
 def open_archive(store: StateStore, ledger: Path | None = None, journal: Path | None = None) -> FileArchive:
@@ -42,7 +49,7 @@ def open_archive(store: StateStore, ledger: Path | None = None, journal: Path | 
 
 def open_state(path: Path, must_exist: bool = False, read_only: bool = False) -> StateStore:
     """The state for reading (``StateView``): every command but ``replay``, which opens its stores itself."""
-    if must_exist and not path.is_dir():
+    if must_exist and not path.exists():
         raise StateDirError(f"no state directory at {shown(path)}; run 'recurrence replay' first")
     del read_only  # readers never write; kept for callers that say so
     return open_view(path)

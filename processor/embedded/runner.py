@@ -58,6 +58,8 @@ from .statedir import (
     MemoryState,
     StateDir,
     closing_store,
+    holds_store,
+    main_path,
     partition_count,
 )
 
@@ -247,6 +249,10 @@ def replay(
 
         # Forked before anything else is opened (no store, no thread): see ``workers``.
         workers = fork_workers(processes)
+    if isinstance(location, StateDir) and out is not None and not holds_store(main_path(location.root)):
+        # A new state: a ledger it cannot take is refused before the state directory is created, so a
+        # refused run leaves no folder that looks like a state (``_open_ledger`` checks it again).
+        check_ledger(out, None)
     completed = False
     try:
         # The journal is opened first: an unreadable one stops the run before the state is stamped.

@@ -311,10 +311,33 @@ def open_view(root: Path, follower: bool = False) -> StateStore:
     raise StateDirError(f"the state {shown(root)} is between two batches; look again")
 
 
+def holds_store(path: Path) -> bool:
+    """Does ``path`` hold a RocksDB database? (Its ``CURRENT`` file names the live manifest.)"""
+    return (path / "CURRENT").is_file()
+
+
+def check_state(root: Path) -> None:
+    """Refuse, before anything is opened, a ``--state`` that no replay wrote.
+
+    A reader must find a database where it looks: rocksdict creates the directory it is given and writes
+    its ``rocksdict-config.json`` there before RocksDB finds no ``CURRENT`` and fails, so opening a folder
+    that is not a state would leave ``main/`` behind in it. Nothing is written here, whatever the folder.
+    """
+    if not root.is_dir():
+        what = "is not a directory" if root.exists() else "does not exist"
+        raise StateDirError(f"{shown(root)} {what}; pass the --state directory that 'recurrence replay' wrote")
+    if not (holds_store(main_path(root)) or is_single_store(root)):
+        raise StateDirError(
+            f"{shown(root)} is not a recurrence state (no {MAIN}/CURRENT in it); pass the --state directory that "
+            "'recurrence replay' wrote, or replay a journal into it first"
+        )
+
+
 def _open_view(root: Path, follower: bool) -> StateStore:
     def opened(path: Path) -> RocksStore:
         return RocksStore.open_follower(path) if follower else RocksStore.open(path, read_only=True)
 
+    check_state(root)
     if is_single_store(root):
         return opened(root)
     main = opened(main_path(root))
@@ -322,7 +345,11 @@ def _open_view(root: Path, follower: bool) -> StateStore:
     try:
         count = partition_count(main)
         for partition in existing_partitions(root) if count else []:
-            partitions[partition] = opened(partition_path(root, partition))
+            path = partition_path(root, partition)
+            # A partition's folder exists a moment before its database does (a replay creating it, or
+            # killed right then): it holds nothing yet, and opening it would write rocksdict's config there.
+            if holds_store(path):
+                partitions[partition] = opened(path)
     except BaseException:
         for store in [*partitions.values(), main]:
             with suppress(Exception):

@@ -35,13 +35,18 @@ def _settings(args: argparse.Namespace) -> StreamSettings:
     return load(args)
 
 
-def _apply(settings: StreamSettings, create: bool, report: IO[str] = sys.stderr) -> None:
+def _apply(settings: StreamSettings, create: bool, report: IO[str] = sys.stderr, brief: bool = False) -> None:
+    """``brief`` (a worker's start): the topics that are as defined in one line, the others one by one."""
     from ...topics.definitions import topic_specs  # noqa: PLC0415
     from .clients.topicsapply import apply_topics  # noqa: PLC0415
 
     result = asyncio.run(apply_topics(settings.kafka, topic_specs(settings), create=create))
+    ok = [topic for topic in result.reports if brief and topic.status == "ok"]
     for topic in result.reports:
-        print(topic.line(), file=report)
+        if topic not in ok:
+            print(topic.line(), file=report)
+    if ok:
+        print(f"topics: {len(ok)} as defined (recurrence topics show lists them)", file=report)
     if result.ok:
         return
     missing = [r for r in result.reports if r.status == "would create"]
@@ -109,8 +114,9 @@ def _cmd_ledger_dump(args: argparse.Namespace) -> int:
         # Pattern suggestions come from the patterns agent, behind the journal by the repartition topic.
         inputs = [settings.topics.journal, *([settings.topics.recurred] if settings.topics.patterns in topics else [])]
         progress = asyncio.run(wait_caught_up(settings.kafka, inputs, settings.group_id, args.max_wait))
-        print(f"recurrence ledger-dump: group {progress.group} caught up ({sum(p.end for p in progress.partitions)} "
-              f"journal entries)", file=sys.stderr)
+        entries = sum(p.end for p in progress.partitions)
+        print(f"recurrence ledger-dump: group {progress.group} caught up ({entries:,} journal entries)",
+              file=sys.stderr)
     reader = OutputReader(settings.kafka, topics, dedupe=not args.no_dedupe, start=start, partition=args.partition)
     with output(args.out, args.force, follow=args.follow) as out:
         if args.follow:
@@ -176,14 +182,13 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     if warning is not None:
         print(f"recurrence worker: {warning}", file=sys.stderr, flush=True)
     check_web_port(settings)
-    _apply(settings, create=settings.worker.create_topics)
-
-    import faust  # noqa: PLC0415
+    _apply(settings, create=settings.worker.create_topics, brief=True)
 
     from .worker.build import build_worker  # noqa: PLC0415
+    from .worker.frameworklog import Worker  # noqa: PLC0415
 
     service = build_worker(settings)
-    worker = faust.Worker(service.app, loglevel=settings.worker.loglevel, quiet=True, redirect_stdouts=False)
+    worker = Worker(service.app, loglevel=settings.worker.loglevel, quiet=True, redirect_stdouts=False)
     worker.execute_from_commandline()
     return EXIT_OK  # pragma: no cover - execute_from_commandline always raises SystemExit
 

@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ..embedded.ledgerfile import LedgerMark
-from ..embedded.statedir import JOURNAL_KEY, LEDGER_KEY, WRITTEN_KEY, StateView, open_view
+from ..embedded.statedir import JOURNAL_KEY, LEDGER_KEY, WRITTEN_KEY, StateView, check_state, open_view
 from ..exceptions import StateDirError
 from ..host.journalfile import Checkpoint, shown
 from ..store.base import StateStore
@@ -216,6 +216,7 @@ def follow_state(path: Path) -> Follower:
     in a partition one view early (its counters ahead of the main store's checkpoint by that batch),
     never the other way round; the next view is whole again.
     """
-    if not path.is_dir():
+    if not path.exists():
         raise StateDirError(f"no state directory at {shown(path)}; run 'recurrence replay' first")
+    check_state(path)  # before the first view: a folder no replay wrote is refused untouched
     return Follower(lambda: open_view(path, follower=True), lambda: files_signature(path))

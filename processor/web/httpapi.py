@@ -15,6 +15,7 @@ from typing import Any, Final, Literal
 import orjson
 
 from ...schemas.constants import DEFAULT_TOP_REVISIONS
+from ..core.deadletters import CODES
 from ..explain import NotFoundError, render
 from ..host.printable import echoed
 
@@ -92,6 +93,43 @@ def merge_revisions(parts: list[dict[str, Any]]) -> dict[str, Any]:
 
 def dead_letters_body(counts: Mapping[str, int]) -> dict[str, Any]:
     return {"total": sum(counts.values()), "by_code": dict(sorted(counts.items()))}
+
+
+#: Dead letters one ``/dead-letters/{code}`` lists at most, by default, and each raw entry's characters shown.
+MAX_LISTED: Final = 1000
+DEFAULT_LISTED: Final = 100
+RAW_SHOWN: Final = 2000
+
+
+def parse_limit(query: Mapping[str, str]) -> int:
+    raw = query.get("limit")
+    if raw is None or raw == "":
+        return DEFAULT_LISTED
+    if not (raw.isascii() and raw.isdecimal() and len(raw) <= len(str(MAX_LISTED))) or not 1 <= int(raw) <= MAX_LISTED:
+        raise ValueError(f"limit must be an integer from 1 to {MAX_LISTED}")
+    return int(raw)
+
+
+def check_code(code: str) -> None:
+    """A dead-letter code there can be (``deadletters.CODES``), or NotFoundError listing them."""
+    if code not in CODES:
+        raise NotFoundError(f"no dead-letter code {echoed(code)}; the codes are {', '.join(CODES)}")
+
+
+def listed_dead_letter(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A dead-letter record as the listing shows it: everything but the raw entry past ``RAW_SHOWN``."""
+    raw = str(record.get("raw", ""))
+    return {
+        "dead_letter_id": record["dead_letter_id"], "origin": record.get("origin") or {},
+        "scope_id": record.get("scope_id"), "position": record.get("position"), "error": record["error"],
+        "detail": record.get("detail", ""), "raw": raw[:RAW_SHOWN], "raw_cut": len(raw) > RAW_SHOWN,
+    }
+
+
+def dead_letter_listing(code: str, listed: list[dict[str, Any]], total: int, limit: int) -> dict[str, Any]:
+    """``/dead-letters/{code}``'s body: the first ``limit`` of the code's ``total`` dead letters."""
+    shown = listed[:limit]
+    return {"code": code, "total": total, "dead_letters": shown, "more": max(0, total - len(shown))}
 
 
 def patterns_body(rows: list[dict[str, Any]], min_scopes: int) -> dict[str, Any]:

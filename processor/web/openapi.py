@@ -17,6 +17,7 @@ from ... import __version__
 from ...schemas.constants import DEFAULT_TOP_REVISIONS, MAX_SCOPE_ID_LENGTH
 from ...schemas.readsurface import (
     DeadLetterCounts,
+    DeadLetterListing,
     ErrorBody,
     Explanation,
     PatternSuggestions,
@@ -26,11 +27,11 @@ from ...schemas.readsurface import (
 )
 from ...schemas.statistics import ScopeStatistics
 from ..core.whatif import MAX_THRESHOLD, MAX_THRESHOLDS
-from .httpapi import MAX_TOP, UI_FILES, Server
+from .httpapi import DEFAULT_LISTED, MAX_LISTED, MAX_TOP, UI_FILES, Server
 
 MODELS: Final[tuple[type[BaseModel], ...]] = (
-    ScopeStatistics, Explanation, DeadLetterCounts, PatternSuggestions, ThresholdWhatIf, ProbeBody, ErrorBody,
-    Progress,
+    ScopeStatistics, Explanation, DeadLetterCounts, DeadLetterListing, PatternSuggestions, ThresholdWhatIf, ProbeBody,
+    ErrorBody, Progress,
 )
 _REF: Final = "#/components/schemas/{model}"
 
@@ -136,6 +137,18 @@ def document(server: Server, routes: Sequence[tuple[str, bool]], token: bool = F
         "/dead-letters": _get(
             "distinct dead letters by code",
             {"200": _json(_ref(DeadLetterCounts), "counts"), **unavailable},
+        ),
+        "/dead-letters/{code}": _get(
+            "the dead letters of one code in journal order (the raw entry cut to 2,000 characters): "
+            "`/explain/{dead_letter_id}` opens one",
+            {"200": _json(_ref(DeadLetterListing), "the first `limit`, and how many more"),
+             "400": _error("bad parameter"), "404": _error("no such code"),
+             "409": _error("the ledger or the topic holding the dead letters cannot be read"), **unavailable},
+            [{"name": "code", "in": "path", "required": True, "description": "a stable dead-letter code",
+              "schema": {"type": "string", "minLength": 1}},
+             {"name": "limit", "in": "query", "required": False,
+              "description": f"at most this many (default {DEFAULT_LISTED})",
+              "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LISTED}}],
         ),
         "/patterns": _get(
             "cross-scope pattern rows (suggested and below the threshold), as `recurrence patterns --all --json`",

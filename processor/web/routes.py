@@ -33,7 +33,7 @@ from aiohttp import web
 from ..core.whatif import parse_thresholds
 from ..exceptions import UnusableError
 from ..explain import NotFoundError
-from .httpapi import JSON, Server, error_body, explain_body, explain_format, parse_top, ui_file
+from .httpapi import JSON, Server, error_body, explain_body, explain_format, parse_limit, parse_top, ui_file
 from .openapi import document
 from .websecurity import QUIET, add_security_headers, guard
 from .webtoken import Access
@@ -85,6 +85,9 @@ class Surface(Protocol):
     async def explain(self, identity: str, scope_id: str | None, ask: Ask) -> dict[str, Any]: ...
 
     async def dead_letters(self, ask: Ask) -> dict[str, Any]: ...
+
+    async def dead_letter_list(self, code: str, limit: int, ask: Ask) -> dict[str, Any]:
+        """The dead letters of one code in journal order (``/dead-letters/{code}``), at most ``limit``."""
 
     async def patterns(self, ask: Ask) -> dict[str, Any]: ...
 
@@ -214,6 +217,15 @@ async def dead_letters(request: web.Request, surface: Surface) -> web.StreamResp
     return await _conditional(request, surface, lambda: surface.dead_letters(Ask.of(request.query)))
 
 
+async def dead_letter_list(request: web.Request, surface: Surface) -> web.StreamResponse:
+    try:
+        limit = parse_limit(request.query)
+    except ValueError as bad:
+        return error_response(400, str(bad))
+    code = request.match_info["code"]
+    return await _conditional(request, surface, lambda: surface.dead_letter_list(code, limit, Ask.of(request.query)))
+
+
 async def patterns(request: web.Request, surface: Surface) -> web.StreamResponse:
     return await _conditional(request, surface, lambda: surface.patterns(Ask.of(request.query)))
 
@@ -297,6 +309,7 @@ ROUTES: Final[tuple[Route, ...]] = (
     # ``{id}`` may hold a raw ``/`` (family/artifact_id@revision)
     Route("/explain/{identity:[\\s\\S]+}", "/explain/{id}", explain),
     Route("/dead-letters", "/dead-letters", dead_letters),
+    Route("/dead-letters/{code}", "/dead-letters/{code}", dead_letter_list),
     Route("/patterns", "/patterns", patterns),
     Route("/progress", "/progress", progress),
     Route("/tune", "/tune", tune),

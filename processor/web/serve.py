@@ -11,7 +11,10 @@ kept until the next one replaces it.
 """
 
 import asyncio
+import errno
+import ipaddress
 import logging
+import socket
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -25,16 +28,26 @@ from ..core.recordindex import dead_letter_counts
 from ..core.state import State
 from ..core.whatif import chart_thresholds, rows, scope_shadows, served
 from ..embedded.archive import FileArchive
+from ..embedded.deadletterscan import DeadLetterScan
 from ..embedded.header import bind_config
 from ..embedded.reading import statistics
+from ..exceptions import UnusableError
 from ..explain import Explainer, NotFoundError
 from ..store.base import StateStore, Transaction
 from .follow import MIN_PACE, Follower, StateMark, follow, state_mark
-from .httpapi import Server, dead_letters_body, narrow, patterns_body
+from .httpapi import (
+    Server,
+    check_code,
+    dead_letter_listing,
+    dead_letters_body,
+    listed_dead_letter,
+    narrow,
+    patterns_body,
+)
 from .routes import Ask, Probe, install
 from .servemetrics import CONTENT_TYPE, StateReadings, registry, render
 from .websecurity import exposure_warning, handler_args
-from .webtoken import Access
+from .webtoken import TOKEN_ENV, Access
 
 log = logging.getLogger("recurrence.serve")
 
@@ -57,6 +70,9 @@ class EmbeddedReadSurface:
         self._ledger, self._journal = ledger, journal
         self.following = following
         self.views = 0
+        # Dead letters by code from the ledger, read as far as the last listing asked (kept across views).
+        self._scan = DeadLetterScan()
+        self._scan_lock = asyncio.Lock()
         self.replace(store, state_mark(store) if mark is None else mark)
         self._metrics = registry(StateReadings(
             lambda: self.mark, self._dead_letter_counts, lambda: self._statistics_for(0), lambda: self.views))
@@ -106,6 +122,15 @@ class EmbeddedReadSurface:
     async def dead_letters(self, ask: Ask) -> dict[str, Any]:
         return dead_letters_body(self._dead_letter_counts())
 
+    async def dead_letter_list(self, code: str, limit: int, ask: Ask) -> dict[str, Any]:
+        check_code(code)
+        # Read off the event loop (a first scan of a large ledger takes a while); one scan at a time.
+        async with self._scan_lock:
+            ledger, length = self.archive.ledger, self.mark.ledger_bytes
+            await asyncio.get_running_loop().run_in_executor(
+                None, self._scan.update, ledger, length, listed_dead_letter)
+        return dead_letter_listing(code, self._scan.kept.get(code, []), self._scan.counts.get(code, 0), limit)
+
     async def patterns(self, ask: Ask) -> dict[str, Any]:
         if self._patterns is None:
             rows = listing(Transaction(self.store), self.config.pattern_scopes, suggested_only=False)
@@ -137,9 +162,52 @@ def application(surface: EmbeddedReadSurface, access: Access | None = None) -> w
     return app
 
 
+def listening_socket(host: str, port: int) -> socket.socket:
+    """The server's socket, bound before anything is printed: a port that is taken is one line (exit 2),
+    never a URL followed by aiohttp's error."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as error:
+        raise UnusableError(f"--host {host!r} is not an address of this machine ({error.strerror})") from None
+    sock = socket.socket(family, kind, proto)
+    # As aiohttp sets it: a port still in TIME_WAIT after the last serve stopped is not a taken one.
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as error:
+        sock.close()
+        why = "is in use" if error.errno == errno.EADDRINUSE else f"cannot be bound ({error.strerror})"
+        raise UnusableError(f"port {host}:{port} {why}; choose another --port, or stop the process holding it") \
+            from None
+    return sock
+
+
+def _unspecified(host: str) -> bool:
+    if not host:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        return False
+
+
+def page_url(host: str, port: int) -> str:
+    """The page's address as a browser opens it: a loopback address for a wildcard bind (browsers refuse
+    0.0.0.0), brackets around an IPv6 address."""
+    shown = host
+    if _unspecified(host):
+        shown = "::1" if ":" in host else "127.0.0.1"
+    return f"http://[{shown}]:{port}/ui" if ":" in shown else f"http://{shown}:{port}/ui"
+
+
 def serve(surface: EmbeddedReadSurface, host: str, port: int, access: Access,
-          follower: Follower | None = None) -> None:
-    """Serve until SIGINT or SIGTERM; with a ``follower``, each new view of the state as it comes."""
+          follower: Follower | None = None, token_source: str = f"the value of {TOKEN_ENV}") -> None:
+    """Serve until SIGINT or SIGTERM; with a ``follower``, each new view of the state as it comes.
+
+    The page's URL is printed once the port listens (the port bound: ``--port 0`` picks one). With a token
+    it never carries the token (stdout ends up in logs and in scrollback): a second line says where the
+    page takes it from."""
     app = application(surface, access)
     if follower is not None:
 
@@ -149,9 +217,19 @@ def serve(surface: EmbeddedReadSurface, host: str, port: int, access: Access,
             task.cancel()
 
         app.cleanup_ctx.append(following)
+    sock = listening_socket(host, port)
     warning = exposure_warning(host, access)
     if warning is not None:
         print(f"recurrence serve: {warning}", file=sys.stderr, flush=True)
-    fragment = "#token=…" if access.required else ""
-    print(f"recurrence serve: http://{host}:{port}/ui{fragment} (Ctrl-C to stop)", flush=True)
-    web.run_app(app, host=host, port=port, print=None, access_log=None)
+    bound = int(sock.getsockname()[1])
+    url = page_url(host, bound)
+    where = f"listening on every address, port {bound}; " if _unspecified(host) else ""
+    lines = [f"recurrence serve: {url} ({where}Ctrl-C to stop)"]
+    if access.required:
+        lines.append(f"recurrence serve: the page asks once per tab for the access token ({token_source}); "
+                     f"to skip the question, open {url}#token=<token>")
+
+    def announce(_: str) -> None:  # aiohttp calls it once the socket listens
+        print("\n".join(lines), flush=True)
+
+    web.run_app(app, sock=sock, print=announce, access_log=None)

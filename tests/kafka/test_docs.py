@@ -50,7 +50,7 @@ import pytest
 from devkit.localrun import REPO, free_port
 from devkit.oracle import Oracle
 from tests.docblocks import Block as DocBlock
-from tests.docblocks import run_verbatim, runnable
+from tests.docblocks import not_ignored, run_verbatim, runnable, written
 
 DOCS: Final = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 FENCE: Final = re.compile(r"^```sh\n(.*?)^```", re.S | re.M)
@@ -101,6 +101,11 @@ def test_a_runnable_kafka_block_runs_as_written(block: DocBlock, kafka_bootstrap
     # The quick starts promise the embedded ledger, byte for byte, and their state stays in the working folder.
     assert (scratch / "ledger.jsonl").read_bytes() == _rfc_ledger(tmp_path)
     assert any((scratch / "worker-data").iterdir())
+    # Pasted into a checkout, it leaves nothing git would list as untracked (.gitignore names what it writes).
+    assert not_ignored(written(scratch)) == []
+    # The worker's log before its "ready" line is its own: the framework's start-up lines are for debug.
+    log = (scratch / "block.log").read_text()
+    assert "ready: the statistics page is at" in log and "Starting..." not in log and "Highwater" not in log
 
 
 # Commands that cannot run inside this test, by prefix, and why.

@@ -42,7 +42,7 @@ from recurrence.processor.tune import tune
 from recurrence.processor.verify import distinct
 from recurrence.processor.web.webtoken import TOKEN_ENV
 from recurrence.schemas.constants import DEFAULT_PATTERN_SCOPES
-from recurrence.schemas.readsurface import Explanation, PatternSuggestions, ThresholdWhatIf
+from recurrence.schemas.readsurface import DeadLetterListing, Explanation, PatternSuggestions, ThresholdWhatIf
 from tests.apicheck import failures
 from tests.browser import (
     SCREENSHOTS,
@@ -155,6 +155,24 @@ def test_dead_letters_are_explained_and_counted(cluster: Cluster) -> None:
     for worker in cluster.workers:
         status, body = worker.get_json("/dead-letters")
         assert status == 200 and body == {"total": sum(want.values()), "by_code": dict(sorted(want.items()))}
+    # Each code lists its dead letters on either worker: the embedded ledger's, but for where each came from (a
+    # line there, a topic offset here: ordered by journal partition and offset); the first N, and how many more.
+    for code, count in want.items():
+        embedded = [r for r in cluster.records if r["record"] == "dead_letter" and r["error"] == code]
+        for worker in cluster.workers:
+            status, body = worker.get_json(f"/dead-letters/{code}")
+            assert status == 200, body
+            DeadLetterListing.model_validate(body)
+            assert body["total"] == count and body["more"] == 0
+            assert sorted((d["scope_id"] or "", d["detail"], d["raw"]) for d in body["dead_letters"]) == sorted(
+                (r["scope_id"] or "", r["detail"], r["raw"][:2000]) for r in embedded)
+            origins = [(d["origin"]["partition"], d["origin"]["offset"]) for d in body["dead_letters"]]
+            assert origins == sorted(origins)
+            assert all(d["origin"]["topic"] == f"{cluster.deployment.prefix}.journal" for d in body["dead_letters"])
+    code = max(want, key=lambda c: want[c])
+    status, body = cluster.workers[1].get_json(f"/dead-letters/{code}?limit=1")
+    assert status == 200 and len(body["dead_letters"]) == 1 and body["more"] == want[code] - 1
+    assert cluster.workers[0].get_json("/dead-letters/no_such_code")[0] == 404
 
 
 def _embedded_patterns(cluster: Cluster) -> list[dict[str, Any]]:
@@ -247,7 +265,7 @@ def test_the_worker_page_draws_the_tune_chart(cluster: Cluster) -> None:
 
 
 # -- a stranger's requests, a second worker, a cut file (issue 26) --------------------------------------------
-VALUES = {"scope_id": "rfc-minimum", "id": "experience/E7@1", "name": "app.js"}
+VALUES = {"scope_id": "rfc-minimum", "id": "experience/E7@1", "name": "app.js", "code": "invalid_json"}
 
 
 def test_every_data_path_of_a_worker_asks_for_the_token(cluster: Cluster) -> None:

@@ -109,10 +109,10 @@ class DumpSummary:
         return self.raw_records - self.distinct
 
     def line(self) -> str:
-        topics = ", ".join(f"{t}={n}" for t, n in sorted(self.by_topic.items()))
+        topics = ", ".join(f"{t}={n:,}" for t, n in sorted(self.by_topic.items()))
         return (
-            f"recurrence ledger-dump: {self.distinct} distinct records from {self.raw_records} read "
-            f"({self.duplicates} duplicates dropped) in {self.seconds:.2f}s; {topics}"
+            f"recurrence ledger-dump: {self.distinct:,} distinct records from {self.raw_records:,} read "
+            f"({self.duplicates:,} duplicates dropped) in {self.seconds:.2f}s; {topics}"
         )
 
 

@@ -114,6 +114,8 @@ MEMBERS: Final = (
     Member("faust.stores.rocksdb:Store", "_dbs", THROUGH, "open_databases"),
     Member("faust.stores.rocksdb:RocksDBOptions", "open", OVERRIDES, f"{_TABLESTORE}:KeptRocksDBOptions"),
     Member("faust.stores.memory:Store", "apply_changelog_batch", OVERRIDES, f"{_TABLESTORE}:ChangeSetMemoryStore"),
+    # frameworklog: the root logger's handlers, once the worker has set them up, drop the framework's chatter.
+    Member("faust:Worker", "on_setup_root_logger", OVERRIDES, "worker.frameworklog:Worker"),
 )
 
 

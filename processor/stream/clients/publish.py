@@ -41,9 +41,9 @@ class PublishSummary:
     def line(self, topic: str) -> str:
         rate = self.entries / self.seconds if self.seconds > 0 else 0.0
         return (
-            f"recurrence publish: {self.entries} entries ({self.bytes:,} bytes) to {topic} in {self.seconds:.2f}s "
-            f"({rate:,.0f} entries/s); {self.unkeyed} without a readable scope_id (sent unkeyed to partition "
-            f"{UNKEYED_PARTITION}); {self.blank_lines} blank lines skipped"
+            f"recurrence publish: {self.entries:,} entries ({self.bytes:,} bytes) to {topic} in {self.seconds:.2f}s "
+            f"({rate:,.0f} entries/s); {self.unkeyed:,} without a readable scope_id (sent unkeyed to partition "
+            f"{UNKEYED_PARTITION}); {self.blank_lines:,} blank lines skipped"
         )
 
 

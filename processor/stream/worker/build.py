@@ -159,6 +159,7 @@ def build_worker(settings: StreamSettings) -> RecurrenceService:
             owners=patterns.cluster.owners,
         ),
         connection=settings.kafka,
+        dead_letters_topic=settings.topics.dead_letters,
     ), Access(settings.web_token()))
     return service
 

@@ -68,10 +68,20 @@ from ...core.patterns import listing, listing_order
 from ...core.recordindex import dead_letter_counts, record_key
 from ...core.state import Shadow, State
 from ...core.whatif import chart_thresholds, merge, rows, scope_shadows, served
+from ...exceptions import UnusableError
 from ...explain import Explainer, NotFoundError, identity_kind
 from ...host.printable import echoed
 from ...store.base import StateStore, Transaction
-from ...web.httpapi import Server, dead_letters_body, merge_revisions, narrow, patterns_body
+from ...web.httpapi import (
+    Server,
+    check_code,
+    dead_letter_listing,
+    dead_letters_body,
+    listed_dead_letter,
+    merge_revisions,
+    narrow,
+    patterns_body,
+)
 from ...web.routes import Ask, Probe, Relayed, Unavailable, install
 from ...web.webtoken import Access
 from ..batch.metrics import CONTENT_TYPE, Metrics
@@ -147,6 +157,8 @@ class ReadSurface:
     pattern_table: PatternTable
     # read_committed reads of output and journal records, for /explain
     connection: KafkaConnection | None = None
+    # the topic /dead-letters/{code} lists from (any worker reads all of it: no owner to ask)
+    dead_letters_topic: str | None = None
     peers: Peers = field(default_factory=Peers)
 
     server: Server = "worker"
@@ -340,6 +352,20 @@ class ReadSurface:
             for code, count in body.get("by_code", {}).items():
                 counts[code] = counts.get(code, 0) + int(count)
         return dead_letters_body(counts)
+
+    async def dead_letter_list(self, code: str, limit: int, ask: Ask) -> dict[str, Any]:
+        check_code(code)
+        if self.connection is None or self.dead_letters_topic is None:
+            raise Unavailable("this worker has no broker connection to read the dead letters with")
+        from ..clients.dump import read_records  # noqa: PLC0415 - only this path reads a whole output topic
+
+        try:
+            values, _ = await read_records(self.connection, [self.dead_letters_topic])
+        except UnusableError as error:  # the broker did not answer in time, or the topic is missing
+            raise Unavailable(str(error)) from None
+        records = [orjson.loads(value) for value in values]  # distinct, in journal order
+        listed = [listed_dead_letter(record) for record in records if record.get("error") == code]
+        return dead_letter_listing(code, listed, len(listed), limit)
 
     async def patterns(self, ask: Ask) -> dict[str, Any]:
         table = self.pattern_table

@@ -24,6 +24,10 @@ const DEFINITIONS = {
   unlinked_handoff_citations: "unlinked citations: Handoff citations no Task Outcome can be joined to; a gap " +
     "in provenance coverage, not a selection and not a failed recall.",
 };
+// A large unknown share is flagged (the same rule as `recurrence stats --table`, processor/statstable.py):
+// at least this share of the selections ended unknown, once there are this many selections.
+const UNKNOWN_FLAG_SHARE = 0.5;
+const UNKNOWN_FLAG_MIN_SELECTED = 20;
 const TOP = 50;          // top_revisions asked per scope (the needing-review list is their head)
 const CARDS = 20;        // revisions of the chosen scope whose verdict history is drawn
 const POLL_MS = 1000;    // how often /progress is asked whether the state moved (a 304 while it has not)
@@ -48,39 +52,91 @@ function el(tag, attrs, ...children) {
 }
 
 // The server's bearer token, when it has one (RECURRENCE_HTTP_TOKEN): taken from the URL fragment
-// (/ui#token=...), which never leaves the browser, and removed from the address bar; else asked for once,
-// when a request is refused (401). Kept for this tab only (sessionStorage) and sent with every request.
+// (/ui#token=...), which never leaves the browser, and removed from the address bar; else asked for when a
+// request is refused (401). Kept for this tab only (sessionStorage) and sent with every request. A value
+// that cannot be a token (the server refuses those at start: under 16 characters, spaces, anything but
+// visible ASCII, which a request header cannot even carry) is never kept: the page asks instead, and a
+// kept one found malformed (an earlier page) is dropped on load, so a reload asks again too.
 const TOKEN_KEY = "recurrence-token";
-let asking = null; // the one question in flight, shared by every request refused at the same time
+const TOKEN_SHAPE = /^[\x21-\x7e]{16,}$/;
+let asking = null;      // the one question in flight, shared by every request refused at the same time
+let tokenNote = "";     // why the page asks (a malformed or refused token), shown in the question
+let declined = false;   // the reader cancelled the question: not asked again until they choose to
+
+function tokenProblem(value) {
+  if (TOKEN_SHAPE.test(value)) return "";
+  if (/[^\x21-\x7e]/.test(value)) {
+    return "it holds spaces or characters a token never has (a token is letters, digits and punctuation)";
+  }
+  return `it is ${value.length} characters long, a token at least 16`;
+}
+
+function storedToken() {
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  if (token === null || !tokenProblem(token)) return token;
+  sessionStorage.removeItem(TOKEN_KEY);
+  tokenNote = `The token this tab kept is not one (${tokenProblem(token)}).`;
+  return null;
+}
 
 function takeTokenFromFragment() {
   const fragment = new URLSearchParams(location.hash.slice(1));
   const token = fragment.get("token");
-  if (!token) return;
-  sessionStorage.setItem(TOKEN_KEY, token);
+  if (token === null) return;
+  const problem = tokenProblem(token);
+  if (problem) tokenNote = `The token in the address is not one (${problem}).`;
+  else sessionStorage.setItem(TOKEN_KEY, token);
   fragment.delete("token");
   const rest = fragment.toString();
   history.replaceState(null, "", location.pathname + location.search + (rest ? `#${rest}` : ""));
 }
 
 function askToken(refused) {
-  if (sessionStorage.getItem(TOKEN_KEY) !== refused) return Promise.resolve(true); // already asked and answered
+  if (storedToken() !== refused) return Promise.resolve(true); // already asked and answered
+  if (declined) return Promise.resolve(false);
   if (!asking) {
+    if (refused !== null) tokenNote = "The server refused the token this tab sent.";
     asking = new Promise((resolve) => setTimeout(() => {
-      const entered = window.prompt("This server asks for its access token (RECURRENCE_HTTP_TOKEN):");
-      if (entered) sessionStorage.setItem(TOKEN_KEY, entered.trim());
+      let entered = null;
+      for (;;) {
+        const question = `${tokenNote ? tokenNote + "\n" : ""}This server asks for its access token ` +
+          "(RECURRENCE_HTTP_TOKEN, or the content of its --http-token-file):";
+        entered = window.prompt(question);
+        if (entered === null) break;
+        entered = entered.trim();
+        const problem = tokenProblem(entered);
+        if (!problem) break;
+        tokenNote = `That is not a token (${problem}).`;
+      }
+      if (entered === null) declined = true;
+      else sessionStorage.setItem(TOKEN_KEY, entered);
+      tokenNote = "";
       asking = null;
-      resolve(Boolean(entered));
+      resolve(entered !== null);
     }, 0));
   }
   return asking;
+}
+
+// After the reader cancelled the question: the status line offers to ask again.
+function offerToken() {
+  const status = byId("status");
+  const again = el("button", { type: "button", class: "small", id: "token-again" }, "enter the token");
+  again.addEventListener("click", () => {
+    declined = false;
+    status.replaceChildren("loading…");
+    status.className = "";
+    cycle();
+  }, { once: true });
+  status.replaceChildren("This server asks for its access token (RECURRENCE_HTTP_TOKEN).", again);
+  status.className = "error";
 }
 
 // Every request of the page goes through here: the token, no HTTP cache (the page sends its own
 // If-None-Match where it wants a 304), and the question for a token when the server refuses without one.
 async function request(path, options) {
   for (;;) {
-    const token = sessionStorage.getItem(TOKEN_KEY);
+    const token = storedToken();
     const headers = { ...((options && options.headers) || {}) };
     if (token) headers.Authorization = `Bearer ${token}`;
     const response = await fetch(path, { cache: "no-store", ...(options || {}), headers });
@@ -114,6 +170,37 @@ async function explanationText(id, scope) {
   try { return `${response.status}: ${JSON.parse(text).error}`; } catch (_) { return `${response.status}: ${text}`; }
 }
 
+// -- the address: what a link to the page holds ---------------------------------------------------------
+// #scope=S (the chosen scope), and #search=Q (a search) or #explain=ID (an explanation, with its scope):
+// a reload, or the link sent to someone else, shows the same. The token is never part of it.
+
+function addressParams() { return new URLSearchParams(location.hash.slice(1)); }
+
+function setAddress(changes) {
+  const params = addressParams();
+  for (const [name, value] of Object.entries(changes)) {
+    if (value === null || value === undefined || value === "") params.delete(name);
+    else params.set(name, value);
+  }
+  params.delete("token");
+  const hash = params.toString();
+  history.replaceState(null, "", location.pathname + location.search + (hash ? `#${hash}` : ""));
+}
+
+function pageHref(params) {
+  return `${location.origin}${location.pathname}#${new URLSearchParams(params)}`;
+}
+
+// An explanation's own scope (``?scope=`` of /explain) is "in", apart from the scope chosen on the page.
+function explanationHref(id, scope) {
+  return pageHref(scope ? { explain: id, in: scope, scope } : { explain: id });
+}
+
+function explanationLink(id, scope) {
+  return el("a", { href: explanationHref(id, scope), class: "share", "data-share": "explanation",
+    title: "a link to this explanation: copy it to share it (it never holds the token)" }, "link");
+}
+
 // -- tables that sort, filter and open an explanation beside a row -----------------------------------
 
 // A column: name, label, num (right-aligned, formatted), value(row) to sort and filter by, cell(row)
@@ -125,13 +212,16 @@ class Grid {
     this.key = options.key;                    // row -> a stable key (sort, filter and open rows survive a refresh)
     this.rowAttrs = options.rowAttrs || (() => ({}));
     this.explain = options.explain || null;    // row -> {id, scope} of its explanation
+    this.detail = options.detail || null;      // row -> a Node (or a promise of one) opened instead of a text
+    this.openLabel = options.openLabel || (this.detail ? "open" : "explain");
     this.onRow = options.onRow || null;        // a click on the row (not on a link or button)
     this.chosen = options.chosen || (() => false);
     this.emptyText = options.empty || "nothing to show";
     this.sort = options.sort || null;          // {name, descending}
     this.filter = "";
     this.rows = [];
-    this.open = new Map();                     // key -> the explanation's text (or null while loading)
+    this.open = new Map();                     // key -> the explanation's text or detail node (null: loading)
+    this.basis = new Map();                    // key -> the row a detail was made from (made again when it changes)
     this.count = options.count || null;        // an element that says how many rows are shown
     this.head();
     if (options.filterInput) {
@@ -156,7 +246,7 @@ class Grid {
       th.append(button);
       row.append(th);
     }
-    if (this.explain) row.append(el("th", { class: "explain-col" }, ""));
+    if (this.explain || this.detail) row.append(el("th", { class: "explain-col" }, ""));
     this.table.tHead.replaceChildren(row);
   }
 
@@ -165,6 +255,27 @@ class Grid {
     const keys = new Set(rows.map((r) => this.key(r)));
     for (const key of [...this.open.keys()]) if (!keys.has(key)) this.open.delete(key);
     this.render();
+    if (!this.detail) return;
+    for (const row of rows) {  // an open detail whose row changed (a live update) is made again
+      const key = this.key(row);
+      if (this.open.has(key) && this.basis.get(key) !== JSON.stringify(row)) this.load(row, key);
+    }
+  }
+
+  // What an opened row holds: the row's detail node, or its explanation's text.
+  async load(row, key) {
+    this.basis.set(key, JSON.stringify(row));
+    let content;
+    if (this.detail) {
+      try { content = await this.detail(row); } catch (error) { content = el("p", { class: "empty" }, String(error.message || error)); }
+    } else {
+      const { id, scope } = this.explain(row);
+      try { content = await explanationText(id, scope); } catch (error) { content = String(error); }
+    }
+    if (this.open.has(key)) {
+      this.open.set(key, content);
+      this.render();
+    }
   }
 
   visible() {
@@ -193,7 +304,8 @@ class Grid {
     }
     const body = this.table.tBodies[0];
     const shown = this.visible();
-    const width = this.columns.length + (this.explain ? 1 : 0);
+    const opens = Boolean(this.explain || this.detail);
+    const width = this.columns.length + (opens ? 1 : 0);
     const rows = [];
     for (const row of shown) {
       const key = this.key(row);
@@ -206,7 +318,7 @@ class Grid {
         tr.append(el("td", { class: [column.num ? "num" : "", column.mono ? "mono" : ""].join(" ").trim() || undefined,
           ...(column.attrs ? column.attrs(row) : {}), "data-value": column.num ? value : undefined }, shownValue));
       }
-      if (this.explain) tr.append(el("td", { class: "explain-col" }, this.explainButton(row, key)));
+      if (opens) tr.append(el("td", { class: "explain-col" }, this.explainButton(row, key)));
       if (this.onRow) {
         tr.classList.add("clickable");
         tr.addEventListener("click", (event) => {
@@ -231,18 +343,23 @@ class Grid {
   explainButton(row, key) {
     const open = this.open.has(key);
     const button = el("button", { type: "button", class: "explain", "aria-expanded": String(open) },
-      open ? "close" : "explain");
+      open ? "close" : this.openLabel);
     button.addEventListener("click", () => this.toggle(row, key));
     return button;
   }
 
   explanationRow(row, key, width) {
-    const { id, scope } = this.explain(row);
-    const text = this.open.get(key);
-    const pre = el("pre", { class: "explanation" }, text === null ? "loading…" : text);
-    return el("tr", { class: "explanation-row", "data-explains": key },
-      el("td", { colSpan: width }, el("div", { class: "explanation-head" },
-        el("span", { class: "mono" }, id + (scope ? ` in ${scope}` : ""))), pre));
+    const content = this.open.get(key);
+    const cell = el("td", { colSpan: width });
+    if (this.detail) {
+      cell.append(content === null ? el("p", { class: "hint" }, "loading…") : content);
+    } else {
+      const { id, scope } = this.explain(row);
+      cell.append(el("div", { class: "explanation-head" },
+        el("span", { class: "mono" }, id + (scope ? ` in ${scope}` : "")), explanationLink(id, scope)),
+        el("pre", { class: "explanation" }, content === null ? "loading…" : content));
+    }
+    return el("tr", { class: "explanation-row", "data-explains": key }, cell);
   }
 
   async toggle(row, key) {
@@ -253,13 +370,7 @@ class Grid {
     }
     this.open.set(key, null);
     this.render();
-    const { id, scope } = this.explain(row);
-    let text;
-    try { text = await explanationText(id, scope); } catch (error) { text = String(error); }
-    if (this.open.has(key)) {
-      this.open.set(key, text);
-      this.render();
-    }
+    await this.load(row, key);
   }
 }
 
@@ -379,6 +490,11 @@ function renderTune(body) {
     tr.append(el("td", { class: "num", "data-field": "premature" }, share));
     table.tBodies[0].append(tr);
   }
+  // What changing it takes: a state keeps the threshold it was built with (recurrence tune says the same).
+  document.getElementById("tune-change").textContent = `The state runs at ${body.review_threshold}, fixed when ` +
+    "it was built: to run at another K, replay the journal into a fresh --state with a fresh --out and " +
+    "--review-threshold K (a worker: a new --app-id with --review-threshold K). recurrence tune --state DIR " +
+    "prints this table in a terminal.";
   const note = document.getElementById("tune-note");
   note.textContent = body.incomplete_scopes.length
     ? `${body.incomplete_scopes.length} scopes were replayed before these counters were kept and count short ` +
@@ -416,6 +532,12 @@ const scopesGrid = new Grid(byId("scopes"), {
   columns: [
     { name: "scope", label: "scope", mono: true, value: (s) => s.scope_id, attrs: (s) => ({ "data-scope": s.scope_id }) },
     ...FIELDS.map((field) => fieldColumn(field, (s) => ({ "data-scope": s.scope_id, "data-field": field }))),
+    { name: "unknown_share", label: "unknown share", num: true,
+      title: `unknown / selected; flagged (!) from ${percent(UNKNOWN_FLAG_SHARE)} of ${UNKNOWN_FLAG_MIN_SELECTED} or more`,
+      value: (s) => { const share = unknownShare(s.recurrence); return share === null ? -1 : share; },
+      cell: (s) => percent(unknownShare(s.recurrence)) + (unknownFlagged(s.recurrence) ? " !" : ""),
+      attrs: (s) => ({ "data-share": s.scope_id, "data-flagged": String(unknownFlagged(s.recurrence)),
+        ...(unknownFlagged(s.recurrence) ? { class: "num flagged" } : {}) }) },
   ],
   key: (s) => s.scope_id,
   rowAttrs: (s) => ({ "data-scope": s.scope_id, class: "scope-row" }),
@@ -468,14 +590,78 @@ const reviewGrid = new Grid(byId("review"), {
   empty: "no revision needs review",
 });
 
+// A journal position as a person reads it: a line of a journal file, or a topic's partition and offset.
+function originText(origin) {
+  if (!origin) return "–";
+  if (origin.line !== undefined) return `line ${num(origin.line)}`;
+  if (origin.topic !== undefined) return `${origin.topic} ${origin.partition}/${num(origin.offset)}`;
+  return JSON.stringify(origin);
+}
+
+const RAW_PREVIEW = 160;  // characters of a rejected entry shown in its row (explain and the ledger have it whole)
+
+// A code's dead letters, listed (/dead-letters/{code}), each opening its explanation.
+async function deadLetterList(row) {
+  const body = await getJSON(`/dead-letters/${encodeURIComponent(row.code)}`);
+  const table = el("table", { class: "dead-list", "data-dead-list": row.code }, el("thead"), el("tbody"));
+  const grid = new Grid(table, {
+    columns: [
+      { name: "where", label: "journal position", value: (d) => originText(d.origin) },
+      { name: "scope", label: "scope", mono: true, value: (d) => d.scope_id || "–" },
+      { name: "detail", label: "why", value: (d) => d.detail },
+      { name: "entry", label: "entry", mono: true, value: (d) => d.raw,
+        cell: (d) => (d.raw.length > RAW_PREVIEW || d.raw_cut ? `${d.raw.slice(0, RAW_PREVIEW)}…` : d.raw) },
+    ],
+    key: (d) => d.dead_letter_id,
+    rowAttrs: (d) => ({ "data-dead-letter": d.dead_letter_id }),
+    explain: (d) => ({ id: d.dead_letter_id, scope: null }),
+    empty: "none",
+  });
+  grid.setRows(body.dead_letters);
+  const more = body.more ? `the first ${num(body.dead_letters.length)} of ${num(body.total)}` : `all ${num(body.total)}`;
+  return el("div", { class: "detail" },
+    el("p", { class: "hint" }, `${body.code}: ${more}, in journal order; explain shows why each was refused.`),
+    el("div", { class: "scroll" }, table));
+}
+
 const deadGrid = new Grid(byId("dead-letters"), {
   columns: [
     { name: "code", label: "code", mono: true, value: (r) => r.code },
     { name: "entries", label: "entries", num: true, value: (r) => r.count, attrs: (r) => ({ "data-code": r.code }) },
   ],
   key: (r) => r.code,
+  rowAttrs: (r) => ({ "data-dead-code": r.code }),
+  detail: deadLetterList,
+  openLabel: "list",
   empty: "none",
 });
+
+// A pattern opened: every scope and revision its row keeps, each revision's yield card one click away.
+function patternDetail(pattern) {
+  const table = el("table", { class: "pattern-revisions" }, el("thead"), el("tbody"));
+  const grid = new Grid(table, {
+    columns: [
+      { name: "scope", label: "scope", mono: true, value: (r) => r.scope_id },
+      { name: "revision", label: "revision", mono: true, value: (r) => refText(r.artifact_ref) },
+    ],
+    key: (r) => `${r.scope_id} ${refText(r.artifact_ref)}`,
+    rowAttrs: (r) => ({ "data-pattern-revision": `${r.scope_id} ${refText(r.artifact_ref)}` }),
+    explain: (r) => ({ id: refText(r.artifact_ref), scope: r.scope_id }),
+    empty: "no revision kept",
+  });
+  grid.setRows(pattern.revisions);
+  const scopes = `${pattern.scopes.join(", ")}${pattern.scopes_more_than_listed ? ", and more not kept" : ""}`;
+  const find = el("button", { type: "button", class: "small" }, "search this signature");
+  find.addEventListener("click", () => {
+    byId("search").value = pattern.signature_key;
+    search.run(pattern.signature_key);
+  });
+  return el("div", { class: "detail", "data-pattern-detail": pattern.signature_key },
+    el("p", {}, el("b", {}, `recurred in ${num(pattern.scope_count)} scopes: `), el("span", { class: "mono" }, scopes)),
+    el("p", { class: "hint" }, `${num(pattern.revisions.length)}${pattern.revisions_more_than_listed ? "+" : ""} ` +
+      "revisions it recurred on (explain opens a revision's yield card in its scope) ", find),
+    table);
+}
 
 const patternsGrid = new Grid(byId("patterns"), {
   columns: [
@@ -486,11 +672,13 @@ const patternsGrid = new Grid(byId("patterns"), {
       title: "distinct Experience revisions it recurred on (64 are kept)",
       cell: (p) => num(p.revisions.length) + (p.revisions_more_than_listed ? "+" : "") },
     { name: "recurrences", label: "recurrences", num: true, value: (p) => p.recurrences },
-    { name: "state", label: "state", value: (p) => (p.suggested ? "suggested" : `below ${p.min_scopes} scopes`) },
+    { name: "state", label: "state", value: (p) => (p.suggested ? "suggested" : `below ${p.min_scopes} scopes`),
+      attrs: () => ({ "data-pattern-state": "" }) },
   ],
   key: (p) => p.signature_key,
   rowAttrs: (p) => ({ "data-pattern": p.signature_key }),
   filterInput: byId("patterns-filter"),
+  detail: patternDetail,
   empty: "no signature has recurred in several scopes yet",
 });
 
@@ -509,17 +697,42 @@ const partitionsGrid = new Grid(byId("partitions"), {
   empty: "no journal partition is assigned to this worker",
 });
 
+function unknownShare(counts) { return counts.selected ? counts.unknown / counts.selected : null; }
+
+function unknownFlagged(counts) {
+  const share = unknownShare(counts);
+  return share !== null && counts.selected >= UNKNOWN_FLAG_MIN_SELECTED && share >= UNKNOWN_FLAG_SHARE;
+}
+
+function percent(share) { return share === null ? "–" : `${Math.round(100 * share)}%`; }
+
 function renderTotals(stats) {
   const box = byId("totals");
   const tiles = [el("div", { class: "tile" }, el("div", { class: "value", "data-total": "scopes", "data-value": stats.length },
     num(stats.length)), el("div", { class: "label" }, "scopes"))];
+  const totals = {};
+  for (const field of FIELDS) totals[field] = stats.reduce((sum, s) => sum + s.recurrence[field], 0);
+  const flagged = unknownFlagged(totals);
   for (const field of FIELDS) {
-    const total = stats.reduce((sum, s) => sum + s.recurrence[field], 0);
-    tiles.push(el("div", { class: "tile", title: DEFINITIONS[field] },
-      el("div", { class: "value", "data-total": field, "data-value": total }, num(total)),
-      el("div", { class: DEFINITIONS[field] ? "label defined" : "label" }, LABELS[field])));
+    const mark = field === "unknown" && flagged;
+    tiles.push(el("div", { class: mark ? "tile flagged" : "tile", title: DEFINITIONS[field] },
+      el("div", { class: "value", "data-total": field, "data-value": totals[field] }, num(totals[field])),
+      el("div", { class: DEFINITIONS[field] ? "label defined" : "label" },
+        LABELS[field] + (field === "unknown" && totals.selected ? ` · ${percent(unknownShare(totals))} of selected` : ""))));
   }
   box.replaceChildren(...tiles);
+  // A large unknown share says so in words, not only in a number that is easy to read past.
+  const scopes = stats.filter((s) => unknownFlagged(s.recurrence)).length;
+  const banner = byId("unknown-flag");
+  banner.hidden = !(flagged || scopes);
+  banner.setAttribute("data-flagged", String(flagged));
+  banner.setAttribute("data-scopes", String(scopes));
+  banner.textContent = banner.hidden ? "" :
+    `${percent(unknownShare(totals))} of the selections (${num(totals.unknown)} of ${num(totals.selected)}) ` +
+    `reached no verdict (flagged ! in ${num(scopes)} of ${num(stats.length)} scopes): ` +
+    "their Task Outcomes show neither the check bound to the lesson passing under its condition nor the failure " +
+    "again, so whether those lessons help is not being measured. Look at how Outcomes report the lessons' checks " +
+    `(flagged from ${percent(UNKNOWN_FLAG_SHARE)} of ${UNKNOWN_FLAG_MIN_SELECTED} or more selections).`;
 }
 
 function topRows(scope) {
@@ -594,7 +807,7 @@ async function choose(scopeId) {
   const changed = scopeId !== page.shown;
   page.chosen = scopeOf(scopeId) ? scopeId : null;
   page.shown = page.chosen;
-  if (page.chosen) history.replaceState(null, "", `#scope=${encodeURIComponent(page.chosen)}`);
+  if (page.chosen) setAddress({ scope: page.chosen });
   scopesGrid.render();
   if (changed) showChosenRow();
   const scope = scopeOf(page.chosen);
@@ -684,7 +897,7 @@ async function refresh() {
     page.chosen = scopeOf(wanted) ? wanted : busiest ? busiest.scope_id : null;
   }
   await choose(page.chosen);
-  if (search.last) await search.run(search.last, false);
+  await search.again();
 }
 
 // -- search: an observation (or any record) id, a revision, or a signature ------------------------------
@@ -703,8 +916,38 @@ const searchGrid = new Grid(byId("search-table"), {
 
 const search = {
   last: "",
+  explained: null,  // {id, scope} of the explanation shown in the search's place (#explain=...)
+  // What the search box shows again after a live update.
+  async again() {
+    if (search.explained) await search.explain(search.explained.id, search.explained.scope, false);
+    else if (search.last) await search.run(search.last, false);
+  },
+  // An explanation on its own, as a link to it shows it: #explain=ID[&scope=S].
+  async explain(id, scope, fresh = true) {
+    search.last = "";
+    search.explained = { id, scope };
+    setAddress({ search: null, explain: id, in: scope || null });
+    const box = byId("search-results");
+    box.hidden = false;
+    if (fresh) box.scrollIntoView({ block: "nearest" });
+    byId("search-what").textContent = `explanation of ${id}${scope ? ` in ${scope}` : ""}`;
+    byId("search-link").href = explanationHref(id, scope);
+    byId("search-table").hidden = true;
+    const pre = byId("search-explanation");
+    pre.hidden = false;
+    byId("search-note").textContent = "the evidence chain, as recurrence explain prints it";
+    pre.textContent = await explanationText(id, scope);
+    const goTo = byId("search-scope");
+    goTo.hidden = !(scope && scopeOf(scope));
+    if (!goTo.hidden) {
+      goTo.textContent = `show ${scope}`;
+      goTo.onclick = () => choose(scope);
+    }
+  },
   async run(query, fresh = true) {
     search.last = query;
+    search.explained = null;
+    setAddress({ search: query || null, explain: null, in: null });
     const box = byId("search-results");
     const note = byId("search-note");
     const pre = byId("search-explanation");
@@ -714,6 +957,7 @@ const search = {
       return;
     }
     box.hidden = false;
+    byId("search-link").href = location.href;  // the address now names this search (and the chosen scope)
     if (fresh) box.scrollIntoView({ block: "nearest" });
     const goTo = byId("search-scope");
     goTo.hidden = true;
@@ -812,14 +1056,41 @@ async function cycle() {
       document.body.setAttribute("data-refreshes", Number(document.body.getAttribute("data-refreshes") || 0) + 1);
     }
   } catch (error) {
+    page.tag = null;  // ask again in full next time
+    if (!page.loadedOnce) document.body.setAttribute("data-loaded", "error");
+    if (declined) {
+      offerToken();
+      return;  // nothing to show without the token: the button starts again
+    }
     const status = byId("status");
     status.textContent = String(error.message || error);
     status.className = "error";
-    page.tag = null;  // ask again in full next time
-    if (!page.loadedOnce) document.body.setAttribute("data-loaded", "error");
   }
   setTimeout(cycle, POLL_MS);
 }
 
+// What the address asks to show (a link someone shared): taken before the first draw, which shows it.
+function fromAddress() {
+  const params = addressParams();
+  const id = params.get("explain");
+  if (id) {
+    search.explained = { id, scope: params.get("in") };
+    search.last = "";
+  } else if (params.get("search")) {
+    search.last = params.get("search");
+    search.explained = null;
+    byId("search").value = search.last;
+  }
+}
+
+// A link within the page (an explanation's "link") changes only the fragment: show what it names.
+window.addEventListener("hashchange", () => {
+  fromAddress();
+  const wanted = addressParams().get("scope");
+  if (page.loadedOnce && scopeOf(wanted) && wanted !== page.chosen) choose(wanted);
+  if (page.loadedOnce) search.again();
+});
+
 takeTokenFromFragment();
+fromAddress();
 cycle();

@@ -1,0 +1,62 @@
+"""The worker's log at its default level says what the worker does, not how Faust starts.
+
+At ``--loglevel info`` Faust, mode and aiokafka log about 90 lines before the
+worker is ready: every service's "Starting...", the recovery's highwater
+tables, each partition opened. They are the framework's, and they go to the
+log only at ``--loglevel debug``: a filter on the root logger's handlers drops
+their records below WARNING. A record is the framework's when its logger is
+one of theirs, or when it was logged from their code (mode logs every
+service's start and stop, the worker's own services included, through the
+service's logger, named after the worker's module). Warnings and errors are
+never dropped.
+"""
+
+import logging
+import os
+from typing import Final
+
+import faust
+
+#: Packages whose records below WARNING are kept for debug.
+FRAMEWORK: Final = ("faust", "mode", "aiokafka", "kafka", "aiohttp", "venusian", "yarl")
+
+
+def _folders() -> tuple[str, ...]:
+    """Where the framework's code is: a record logged from there is the framework's."""
+    import aiohttp  # noqa: PLC0415
+    import aiokafka  # noqa: PLC0415
+    import mode  # noqa: PLC0415
+
+    return tuple(os.path.dirname(module.__file__ or "") + os.sep for module in (faust, mode, aiokafka, aiohttp))
+
+
+class FrameworkAtDebug(logging.Filter):
+    """Drops the framework's records below WARNING (see the module docstring)."""
+
+    def __init__(self, folders: tuple[str, ...] | None = None) -> None:
+        super().__init__()
+        self.folders = _folders() if folders is None else folders
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.WARNING:
+            return True
+        if record.name.split(".", 1)[0] in FRAMEWORK:
+            return False
+        return not record.pathname.startswith(self.folders)
+
+
+def quiet_framework(root: logging.Logger, level: int) -> None:
+    """Below debug, the framework's chatter leaves the root logger's handlers (at debug, everything shows)."""
+    if level <= logging.DEBUG:
+        return
+    keep = FrameworkAtDebug()
+    for handler in root.handlers:
+        handler.addFilter(keep)
+
+
+class Worker(faust.Worker):
+    """``faust.Worker`` whose log keeps the framework's start-up lines for ``--loglevel debug``."""
+
+    def on_setup_root_logger(self, logger: logging.Logger, level: int) -> None:
+        super().on_setup_root_logger(logger, level)
+        quiet_framework(logger, level)
