@@ -17,8 +17,9 @@ Readers (``stats``, ``explain``, ``patterns``, ``serve``) open a ``StateView``:
 one read-only ``StateStore`` over all of them, which sends a key to the store
 that holds it (the main store's namespaces by name, every other row by its
 scope) and merges scans across partitions in key order. A state of the
-earlier single-store layout (RocksDB files directly in STATE) is still read;
-``replay`` refuses it with the one line that says what to do.
+earlier single-store layout (state format 1: RocksDB files directly in STATE)
+is still read; ``replay`` refuses it with the one line that says what to do
+(``recurrence migrate``, ``migration``).
 """
 
 import heapq
@@ -34,12 +35,14 @@ from typing import Final, Protocol
 import orjson
 from rocksdict import Cache, WriteBufferManager
 
+from ..core.formats import STATE_FORMAT
 from ..core.partitioning import partition_for
 from ..exceptions import StateDirError
-from ..host.journalfile import shown
+from ..host.journalfile import Checkpoint, shown
 from ..store.base import StateStore
 from ..store.memory import MemoryStore
 from ..store.rocksdb import RocksStore, rocks_options
+from .stateformat import newer, stamped_format
 
 log = logging.getLogger("recurrence.state")
 
@@ -54,8 +57,10 @@ MAX_PARTITIONS: Final = 256
 #: Main-store rows: the runner's own, written in ledger order by the one process that writes the ledger.
 MAIN_NAMESPACES: Final = frozenset(
     {"format", "config", "partitions", "epoch", "clean", "written", "ledger", "journal", "ledger_path",
-     "journal_path", "rid", "dlc", "dl", "pat"}
+     "journal_path", "rid", "dlc", "dl", "pat", "state_format"}
 )
+#: Where ``recurrence migrate`` builds a state's new stores before they are moved into place.
+MIGRATING: Final = ".migrating"
 PARTITIONS_KEY: Final = b'["partitions"]'
 EPOCH_KEY: Final = b'["epoch"]'
 #: The ledger's mark (``ledgerfile.LedgerMark``) and the journal's checkpoint as of the last committed batch.
@@ -68,9 +73,6 @@ WRITTEN_KEY: Final = b'["written"]'
 CLEAN_KEY: Final = b'["clean"]'
 #: Partition-store row: [epoch, offset, line] -- every journal line of this partition up to there is applied.
 APPLIED_KEY: Final = b'["applied"]'
-
-_REBUILD: Final = "replay the journal into a fresh --state with a fresh --out"
-
 
 @dataclass(frozen=True, slots=True)
 class Applied:
@@ -89,6 +91,11 @@ class Applied:
         return cls(int(epoch), int(offset), int(line))
 
 
+def clean_mark(epoch: int, checkpoint: Checkpoint | None) -> bytes:
+    """``CLEAN_KEY``'s value for a run of ``epoch`` that ended with every partition durable at ``checkpoint``."""
+    return orjson.dumps([epoch, None if checkpoint is None else [checkpoint.offset, checkpoint.line]])
+
+
 def main_path(root: Path) -> Path:
     return root / MAIN
 
@@ -105,8 +112,9 @@ def is_single_store(root: Path) -> bool:
 def refuse_single_store(root: Path) -> None:
     if is_single_store(root):
         raise StateDirError(
-            f"the state {shown(root)} has the single-store layout of an earlier recurrence, which replay no longer "
-            f"writes (stats, explain, patterns and serve still read it); to go on: {_REBUILD}"
+            f"the state {shown(root)} has state format 1 (the single store of a recurrence before 1.0.0), which "
+            f"replay no longer writes: upgrade it in place once with 'recurrence migrate --state {shown(root)}' "
+            "(stats, explain, patterns and serve read it as it is)"
         )
 
 
@@ -157,6 +165,18 @@ def _namespace_and_scope(key: bytes) -> tuple[str, str | None]:
     return str(parts[0]), scope
 
 
+def home(key: bytes, count: int) -> int | None:
+    """The partition whose store holds the row ``key`` (None: the main store's): the main store's
+    namespaces by name, every other row by its scope (a key that is not a JSON array goes to main)."""
+    try:
+        namespace, scope = _namespace_and_scope(key)
+    except (orjson.JSONDecodeError, IndexError, TypeError):
+        return None
+    if namespace in MAIN_NAMESPACES or scope is None:
+        return None
+    return partition_for(scope, count)
+
+
 def _prefix_parts(prefix: bytes) -> list[object]:
     if not prefix:
         return []
@@ -193,11 +213,10 @@ class StateView:
         return self.partitions.get(partition_for(scope, self.count))
 
     def get(self, key: bytes) -> bytes | None:
-        try:
-            namespace, scope = _namespace_and_scope(key)
-        except (orjson.JSONDecodeError, IndexError, TypeError):
+        partition = home(key, self.count)
+        if partition is None:
             return self.main.get(key)
-        store = self._store_for(namespace, scope)
+        store = self.partitions.get(partition)
         return None if store is None else store.get(key)
 
     def iterate_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
@@ -320,6 +339,9 @@ def _open_view(root: Path, follower: bool) -> StateStore:
     main = opened(main_path(root))
     partitions: dict[int, StateStore] = {}
     try:
+        found = stamped_format(main.get, f"the state {shown(root)}")
+        if found is not None and found > STATE_FORMAT:
+            raise newer(found, f"the state {shown(root)}")
         count = partition_count(main)
         for partition in existing_partitions(root) if count else []:
             partitions[partition] = opened(partition_path(root, partition))

@@ -44,10 +44,12 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Final
 
+from ...core.formats import CHANGESET_FORMAT
 from ..settings import CHANGELOG_RECORD_BYTES
 
-MAGIC: Final = b"RCS1"
-PART_MAGIC: Final = b"RCP1"
+#: The digit is the format's version (``formats.CHANGESET_FORMAT``).
+MAGIC: Final = b"RCS%d" % CHANGESET_FORMAT
+PART_MAGIC: Final = b"RCP%d" % CHANGESET_FORMAT
 #: Largest changelog record value by default: ``--changelog-record-bytes``, declared with the settings.
 RECORD_BYTES: Final = CHANGELOG_RECORD_BYTES
 _KEY_LEN = struct.Struct(">I")
