@@ -24,8 +24,16 @@ from ..exceptions import ConfigMismatchError, StateDirError
 from ..host.journalfile import Progress, shown
 from ..store.rocksdb import RocksStore
 from .header import NEW_STATE
-from .splitstore import estimated_rows, leftovers, plan, remove_leftovers, split
-from .statedir import DEFAULT_PARTITIONS, StateDir, is_single_store, main_path, partition_count
+from .splitstore import estimated_rows, plan, split
+from .statedir import (
+    DEFAULT_PARTITIONS,
+    StateDir,
+    is_single_store,
+    leftovers,
+    main_path,
+    partition_count,
+    remove_leftovers,
+)
 from .stateformat import SINGLE_STORE, check_state_format
 
 

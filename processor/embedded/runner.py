@@ -232,7 +232,7 @@ def replay(
     summary = RunSummary()
     started = time.monotonic()
     location = StateDir(state) if isinstance(state, Path) else state
-    location.refuse_old_layout()
+    location.prepare()
     processes = jobs if jobs is not None else default_jobs(journal)
     if isinstance(location, MemoryState):
         processes = 1

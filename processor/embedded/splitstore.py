@@ -22,7 +22,6 @@ Crash-safe (kill -9 anywhere, run again: the same state):
 """
 
 import os
-import re
 import shutil
 from collections.abc import Callable, Iterator
 from contextlib import suppress
@@ -50,15 +49,12 @@ from .statedir import (
     Store,
     clean_mark,
     home,
+    leftovers,
     main_path,
+    remove_leftovers,
 )
 from .stateformat import STATE_FORMAT_KEY
 
-#: The files a RocksDB store (and rocksdict) keeps in its directory: what a single store leaves in STATE.
-_STORE_FILE: Final = re.compile(
-    r"CURRENT|IDENTITY|LOCK|LOG(\.old\.\d+)?|MANIFEST-\d+|OPTIONS-\d+(\.dbtmp)?|\d+\.(sst|log|blob)"
-    r"|rocksdict-config\.json"
-)
 #: Rows held per store before they are written (one write batch each).
 _BATCH_ROWS: Final = 10_000
 _EPOCH: Final = 0
@@ -75,29 +71,6 @@ class Split:
     partition_rows: dict[int, int] = field(default_factory=dict)
     checkpoint: Checkpoint | None = None
     single_store_bytes: int = 0
-
-
-def leftovers(root: Path) -> list[Path]:
-    """The single store's files still in ``root`` (and the work folder of a migration)."""
-    try:
-        names = os.listdir(root)
-    except FileNotFoundError:
-        return []
-    found = [root / name for name in sorted(names) if _STORE_FILE.fullmatch(name)]
-    return [*found, root / MIGRATING] if (root / MIGRATING).exists() else found
-
-
-def remove_leftovers(root: Path) -> int:
-    """Remove what ``leftovers`` finds, once the main store is in place; how many were removed."""
-    found = leftovers(root)
-    for path in found:
-        if path.is_dir():
-            shutil.rmtree(path)
-        else:
-            path.unlink(missing_ok=True)
-    if found:
-        sync_directory(root)
-    return len(found)
 
 
 def _refuse(root: Path, why: str) -> StateDirError:

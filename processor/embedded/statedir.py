@@ -25,6 +25,8 @@ is still read; ``replay`` refuses it with the one line that says what to do
 import heapq
 import logging
 import os
+import re
+import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
@@ -42,6 +44,7 @@ from ..host.journalfile import Checkpoint, shown
 from ..store.base import StateStore
 from ..store.memory import MemoryStore
 from ..store.rocksdb import RocksStore, rocks_options
+from .ledgerfile import sync_directory
 from .stateformat import newer, stamped_format
 
 log = logging.getLogger("recurrence.state")
@@ -116,6 +119,36 @@ def refuse_single_store(root: Path) -> None:
             f"replay no longer writes: upgrade it in place once with 'recurrence migrate --state {shown(root)}' "
             "(stats, explain, patterns and serve read it as it is)"
         )
+
+
+#: The files a RocksDB store (and rocksdict) keeps in its directory: what a single store leaves in STATE.
+_STORE_FILE: Final = re.compile(
+    r"CURRENT|IDENTITY|LOCK|LOG(\.old\.\d+)?|MANIFEST-\d+|OPTIONS-\d+(\.dbtmp)?|\d+\.(sst|log|blob)"
+    r"|rocksdict-config\.json"
+)
+
+
+def leftovers(root: Path) -> list[Path]:
+    """The single store's files still in ``root`` (and the work folder of a migration)."""
+    try:
+        names = os.listdir(root)
+    except FileNotFoundError:
+        return []
+    found = [root / name for name in sorted(names) if _STORE_FILE.fullmatch(name)]
+    return [*found, root / MIGRATING] if (root / MIGRATING).exists() else found
+
+
+def remove_leftovers(root: Path) -> int:
+    """Remove what ``leftovers`` finds, once the main store is in place; how many were removed."""
+    found = leftovers(root)
+    for path in found:
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+    if found:
+        sync_directory(root)
+    return len(found)
 
 
 def existing_partitions(root: Path) -> list[int]:
@@ -256,8 +289,11 @@ class StateDir:
     def __init__(self, root: Path) -> None:
         self.root = root
 
-    def refuse_old_layout(self) -> None:
+    def prepare(self) -> None:
+        """Before a replay: refuse a single store; finish what an interrupted migration left (files only)."""
         refuse_single_store(self.root)
+        if main_path(self.root).is_dir() and remove_leftovers(self.root):
+            log.warning("removed the files an interrupted 'recurrence migrate' left in the state")
 
     def open_main(self) -> RocksStore:
         # Durable writes: after a power cut the main store never falls behind what it recorded of the ledger.
@@ -281,7 +317,7 @@ class MemoryState:
         self.main = MemoryStore()
         self.partitions: dict[int, MemoryStore] = {}
 
-    def refuse_old_layout(self) -> None:
+    def prepare(self) -> None:
         return None
 
     def open_main(self) -> MemoryStore:
