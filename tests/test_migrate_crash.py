@@ -31,11 +31,9 @@ SINGLE_STORE = FIXTURES / "0.1.0-78d47b4"
 POINTS: dict[str, tuple[Target, When, int]] = {
     "before the first write": ("apply", "before", 1),
     "amid the new stores' writes": ("apply", "after", 3),
-    "amid the new stores' fsyncs": ("fsync", "after", 4),
     "before the partitions move": ("rename", "before", 1),
     "after the partitions moved": ("rename", "after", 1),
     "after the main store moved (the commit)": ("rename", "after", 2),
-    "after the first old file went": ("unlink", "after", 1),
     "amid removing the old files": ("unlink", "after", 6),
     "before the last fsync": ("fsync", "before", 11),
 }
