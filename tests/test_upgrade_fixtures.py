@@ -176,3 +176,26 @@ def test_what_an_interrupted_migration_left_is_removed_by_the_next_replay(fresh:
     replay(str(fresh.journal), state, ledger, jobs=1)
     assert sorted(p.name for p in state.iterdir()) == ["main", "partitions"]
     assert ledger.read_bytes() == fresh.ledger
+
+
+@pytest.mark.parametrize(
+    ("rows", "why"),
+    [
+        ({b'["format"]': b"1"}, "its row layout is '1', and this release reads '2'"),
+        ({b'["format"]': b"2", b'["config"]': b"{}"}, "it records no ledger mark"),
+    ],
+    ids=["another-row-layout", "no-ledger-mark"],
+)
+def test_a_single_store_this_release_cannot_continue_is_not_migrated(
+    tmp_path: Path, rows: dict[bytes, bytes], why: str
+) -> None:
+    state = tmp_path / "state"
+    store = RocksStore.open(state)
+    store.apply({**rows, b'["scope","a"]': b"[1,0,0,0,0]"})
+    store.close()
+    before = sorted(p.name for p in state.iterdir())
+    done = cli("migrate", "--state", state)
+    assert done.returncode == 2
+    line = one_line(done.stderr)
+    assert f"cannot migrate the state {state}: {why}" in line and "rebuild it" in line
+    assert sorted(p.name for p in state.iterdir()) == before

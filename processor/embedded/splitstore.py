@@ -179,6 +179,11 @@ def _sync_tree(work: Path) -> None:
 
 def split(root: Path, count: int, progress: Progress) -> Split:
     """Split the single store in ``root`` into ``count`` partitions in place (see the module docstring)."""
+    probe = RocksStore.open(root, read_only=True)  # a store refused below is left exactly as it was
+    try:
+        _checkpoint(root, probe)
+    finally:
+        probe.close()
     work = root / MIGRATING
     if work.exists():
         shutil.rmtree(work)  # an interrupted run's: built again from the start
