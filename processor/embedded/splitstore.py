@@ -138,7 +138,7 @@ class _Writer:
 
     def __init__(self, work: Path, header: dict[bytes, bytes]) -> None:
         location = StateDir(work)
-        self.main: Store = location.open_main()
+        self.main: Store = location.open_main(durable=False)  # synced once, in ``finish``
         self._open = location.opener()
         self._header = header  # every partition's first rows
         self.partitions: dict[int, Store] = {}

@@ -295,13 +295,14 @@ class StateDir:
         if main_path(self.root).is_dir() and remove_leftovers(self.root):
             log.warning("removed the files an interrupted 'recurrence migrate' left in the state")
 
-    def open_main(self) -> RocksStore:
-        # Durable writes: after a power cut the main store never falls behind what it recorded of the ledger.
+    def open_main(self, durable: bool = True) -> RocksStore:
+        # Durable writes: after a power cut the main store never falls behind what it recorded of the ledger
+        # (``durable=False``: a store being built, synced once when it is complete; ``splitstore``).
         # Its memtable (the records index, mostly) is flushed at the size a partition's is
         # (``PartitionStores``): in the background while the run goes on, not all of it at close.
         options = rocks_options()
         options.set_write_buffer_size(PartitionStores.WRITE_BUFFER_BYTES)
-        return RocksStore.open(main_path(self.root), durable=True, options=options)
+        return RocksStore.open(main_path(self.root), durable=durable, options=options)
 
     def existing(self) -> list[int]:
         return existing_partitions(self.root)
