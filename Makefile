@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 OUT    := out/example
 
-.PHONY: help venv run test test-fast lint schemas bench bench-kafka kafka-up kafka-down tools browser clean
+.PHONY: help venv run test test-fast lint schemas bench bench-kafka kafka-up kafka-down tools browser clean releases fixture
 
 help:
 	@echo "make run        replay examples/rfc-minimum.jsonl embedded (no broker) and print statistics"
@@ -17,6 +17,8 @@ help:
 	@echo "make bench-kafka  worker vs embedded (both guarantees), 2 workers vs 1, then recovery after kill -9 (real broker)"
 	@echo "make kafka-up / kafka-down   a single-node KRaft broker on 127.0.0.1"
 	@echo "make tools      promtool and kubeconform into .cache/bin, Debian's chromium (tests that need them skip without)"
+	@echo "make releases   the previous release, built from git into .cache/releases (the rolling-upgrade test's old worker)"
+	@echo "make fixture RELEASE=REF   the upgrade fixture of a release (tests/fixtures/upgrade; docs/upgrading.md)"
 
 $(STAMP): pyproject.toml dev/pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required")'
@@ -44,7 +46,7 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 # Lint while the broker starts, then every test in PYTEST_WORKERS processes (dev/suite.sh).
-test: $(STAMP) tools
+test: $(STAMP) tools releases
 	@bash dev/suite.sh
 
 test-fast: $(STAMP)
@@ -103,6 +105,16 @@ $(TOOLS)/kubeconform:
 	@command -v go >/dev/null 2>&1 && GOBIN=$(abspath $(TOOLS)) GOFLAGS=-mod=mod \
 	  go install github.com/yannh/kubeconform/cmd/kubeconform@$(KUBECONFORM_V) \
 	  || echo "make tools: kubeconform unavailable (no Go toolchain?); the k8s test will skip"
+
+# Earlier releases built from this clone's git history (dev/devkit/releases.py): a few seconds each,
+# kept in .cache/releases by commit. A shallow clone has no history: the upgrade test then skips.
+releases: $(STAMP)
+	@$(PY) -m devkit.releases || echo "make releases: unavailable; the rolling-upgrade test will skip"
+
+# The state and ledger an earlier release writes over the fixture journal, for tests/test_upgrade_fixtures.py.
+fixture: $(STAMP)
+	@test -n "$(RELEASE)" || { echo "usage: make fixture RELEASE=<git ref of the release>"; exit 2; }
+	@$(PY) -m devkit.fixtures "$(RELEASE)"
 
 kafka-up:
 	@bash deploy/kafka/kafka.sh up

@@ -22,10 +22,12 @@ import orjson
 from ..schemas.constants import DEFAULT_TOP_REVISIONS
 from .cliargs import EXIT_OK, non_negative_int, partition_count_arg, port_number, positive_int, ratio
 from .core.engineconfig import EngineConfig, add_flags, from_flags
+from .core.formats import version_lines
 from .core.patterns import listing
 from .core.state import State
 from .core.whatif import MAX_THRESHOLD, parse_thresholds
 from .embedded.header import bind_config
+from .embedded.migration import migrate
 from .embedded.paths import check_paths
 from .embedded.reading import listed_scopes, open_archive, open_state, statistics
 from .embedded.runner import DEFAULT_BATCH, ReplayInterrupted, RunSummary, replay
@@ -236,6 +238,20 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_migrate(args: argparse.Namespace) -> int:
+    report = migrate(Path(args.state), dry_run=args.dry_run, partitions=args.partitions)
+    for change in report.changes:
+        print(f"recurrence migrate: {printable(change)}", file=sys.stderr)
+    if not report.changes:
+        print(f"recurrence migrate: the state is state format {report.found} already; nothing to do", file=sys.stderr)
+    elif args.dry_run:
+        print("recurrence migrate: dry run: nothing was changed; run without --dry-run to migrate", file=sys.stderr)
+    else:
+        print(f"recurrence migrate: done in {report.seconds:.2f}s; go on with 'recurrence replay' on the same --state "
+              "and --out", file=sys.stderr)
+    return EXIT_OK
+
+
 def _cmd_generate(args: argparse.Namespace) -> int:
     spec = JournalSpec(
         entries=args.entries,
@@ -332,6 +348,22 @@ def _add_stats(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         "--top", type=non_negative_int, default=DEFAULT_TOP_REVISIONS, help="top_revisions bound (default %(default)s)"
     )
     p.set_defaults(func=_cmd_stats)
+
+
+def _add_migrate(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    p = commands.add_parser(
+        "migrate", help="upgrade a state written by an earlier recurrence to the format this one writes, in place",
+        description="Upgrade --state in place to the state format this release writes (recurrence --version "
+        "prints it), with progress; killed at any point, run it again. The ledger file is not touched. A state "
+        "of a newer recurrence is refused.",
+    )
+    p.add_argument("--state", required=True, help="state directory written by replay")
+    p.add_argument("--dry-run", action="store_true", help="say what would change; change nothing")
+    p.add_argument(
+        "--partitions", type=partition_count_arg, default=None, metavar="P",
+        help=f"partitions of a single-store state split by the migration (default {DEFAULT_PARTITIONS})",
+    )
+    p.set_defaults(func=_cmd_migrate)
 
 
 def _add_generate(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -448,13 +480,15 @@ class _VersionAction(argparse.Action):
     def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
         from .. import __version__  # noqa: PLC0415 - importlib.metadata costs every command ~25 ms
 
-        print(f"recurrence {__version__}")
+        print("\n".join(version_lines(__version__)))
         parser.exit()
 
 
 # Commands that need nothing from the Kafka side: parsing their command line skips importing it
 # (pydantic-settings, asyncio, ...), a tenth of a second off every embedded run.
-EMBEDDED_COMMANDS = frozenset({"replay", "stats", "tune", "generate", "explain", "patterns", "serve", "verify"})
+EMBEDDED_COMMANDS = frozenset(
+    {"replay", "stats", "tune", "generate", "explain", "patterns", "serve", "verify", "migrate"}
+)
 
 
 def build_parser(with_stream: bool = True) -> argparse.ArgumentParser:
@@ -473,6 +507,7 @@ def build_parser(with_stream: bool = True) -> argparse.ArgumentParser:
     _add_patterns(commands)
     _add_serve(commands)
     _add_verify(commands)
+    _add_migrate(commands)
     if not with_stream:
         _verbose_everywhere(commands)
         return parser

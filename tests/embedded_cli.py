@@ -19,7 +19,7 @@ from typing import Any, Literal
 from recurrence.processor.embedded.reading import open_state, statistics
 from recurrence.processor.synthetic import JournalSpec, write
 
-Target = Literal["fsync", "flush", "process", "commit", "shard"]
+Target = Literal["fsync", "flush", "process", "commit", "shard", "rename", "apply", "unlink"]
 When = Literal["before", "after"]
 
 _SITECUSTOMIZE = '''
@@ -88,6 +88,13 @@ if _HOOKS:
     if "shard" in targets:  # a shard flushing committed batches into its partitions
         from recurrence.processor.embedded.shard import Shard
         _wrap(Shard, "commit", "shard")
+    if "rename" in targets:  # recurrence migrate moving the new stores into place
+        _wrap(os, "rename", "rename")
+    if "apply" in targets:  # a write batch into any RocksDB store
+        from recurrence.processor.store.rocksdb import RocksStore
+        _wrap(RocksStore, "apply", "apply")
+    if "unlink" in targets:  # a file removed (recurrence migrate removing the single store's files)
+        _wrap(os, "unlink", "unlink")
     count_file = os.environ.get("RECURRENCE_TEST_COUNTS")
     if count_file:
         counted = lambda: {f"{t}-{w}": n for (t, w), n in _COUNTS.items()}

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from devkit.deployment import write_journal
 from devkit.oracle import Oracle
 from recurrence.processor.core.engineconfig import EngineConfig
+from recurrence.processor.core.formats import CHANGESET_FORMAT
 from recurrence.processor.stream.batch import changeset
 from recurrence.processor.stream.batch.processing import BatchProcessor
 from recurrence.processor.stream.batch.types import SOURCE_HEADER, ChangelogRecord
@@ -53,6 +54,20 @@ def test_split_records_stay_under_the_cap_and_join_back_whole(changes: dict[byte
 def test_a_cap_without_room_for_a_part_is_refused() -> None:
     with pytest.raises(ValueError):
         changeset.encode_records({b"k": b"v" * 100}, changeset.MIN_RECORD_BYTES - 1)
+
+
+def test_a_change_set_of_a_newer_format_is_refused_not_applied_as_a_plain_record() -> None:
+    whole = changeset.encode({b'["scope","a"]': b"[1,0,0,0,0]"})
+    newer = b"RCS%d" % (CHANGESET_FORMAT + 1) + whole[len(changeset.MAGIC) :]
+    assembler = changeset.Assembler()
+    assert assembler.take(0, 1, whole) == whole
+    with pytest.raises(changeset.ChangeSetError, match=rf"partition 0 offset 2 is a change set of format "
+                       rf"{CHANGESET_FORMAT + 1}, written by a newer recurrence \(this one reads {CHANGESET_FORMAT}\)"):
+        assembler.take(0, 2, newer)
+    part = b"RCP%d" % (CHANGESET_FORMAT + 1) + b"\x00" * 9
+    with pytest.raises(changeset.ChangeSetError, match="newer recurrence"):
+        assembler.take(0, 3, part)
+    assert assembler.take(0, 4, b"RCSx plain value") == b"RCSx plain value"  # not a format digit: a plain value
 
 
 def test_orphaned_first_parts_are_dropped_and_the_rerun_applies() -> None:

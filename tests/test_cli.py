@@ -12,6 +12,7 @@ import pytest
 
 from recurrence import __version__
 from recurrence.processor.cli import build_parser, main
+from recurrence.processor.core.formats import OLDEST_STATE_FORMAT, ROW_LAYOUT, STATE_FORMAT
 from recurrence.processor.exceptions import (
     ConfigMismatchError,
     Interrupted,
@@ -244,7 +245,11 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as done:
         main(["--version"])
     assert done.value.code == 0
-    assert capsys.readouterr().out.strip() == f"recurrence {__version__}"
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"recurrence {__version__}"
+    # The state format it writes and the oldest it reads (docs/upgrading.md), then the other formats.
+    assert lines[1].startswith(f"state format {STATE_FORMAT} (reads {OLDEST_STATE_FORMAT} to {STATE_FORMAT};")
+    assert lines[2].startswith(f"row layout {ROW_LAYOUT} (reads {ROW_LAYOUT}), changelog change sets")
 
 
 @pytest.mark.parametrize("where", ["before", "after"])

@@ -101,6 +101,11 @@ def test_the_kafka_path_stamps_the_row_layout_and_refuses_another() -> None:
     _kafka_batch(state)
     assert state.stores[0].get(FORMAT_KEY) == ROW_LAYOUT
     foreign = Partitions()
-    foreign.partition_state(0).apply({FORMAT_KEY: b"9"})
-    with pytest.raises(StateDirError, match="layout '9'"):
+    foreign.partition_state(0).apply({FORMAT_KEY: b"1"})
+    with pytest.raises(StateDirError, match="layout '1'"):
         _kafka_batch(foreign)
+    newer = Partitions()
+    newer.partition_state(0).apply({FORMAT_KEY: b"%d" % (int(ROW_LAYOUT) + 1)})
+    with pytest.raises(StateDirError, match=rf"newer recurrence \(row layout {int(ROW_LAYOUT) + 1}; this one reads "
+                       rf"{int(ROW_LAYOUT)}\): upgrade recurrence"):
+        _kafka_batch(newer)

@@ -188,7 +188,7 @@ def test_a_state_of_the_single_store_layout_is_refused_by_replay_and_still_read(
     refused = replay(journal, old, tmp_path / "memory.jsonl")
     assert refused.returncode == 2
     message = one_line(refused.stderr)
-    assert "single-store layout" in message and "fresh --state" in message
+    assert "state format 1" in message and f"recurrence migrate --state {old}" in message
     assert stats(old) == new[1]
     assert _patterns(old) == new[2]
 

@@ -220,6 +220,29 @@ def test_a_state_replayed_without_counters_says_which_scopes_they_miss() -> None
     assert incomplete == ["team-a"]
 
 
+def test_a_state_written_before_the_counters_goes_on_with_every_group_where_it_stands(tmp_path: Path) -> None:
+    """A state of a release before the counters (78d47b4's, migrated) has none: the first verdict that
+    grows a streak once dead-lettered its entry as an internal error. They now start from the groups'
+    streaks: the ledger is a fresh run's, the streak histogram too; the scopes stay incomplete."""
+    lines = list(generate(JournalSpec(entries=1200, scopes=3, seed=5, experiences_per_scope=3)))
+    journal, head = tmp_path / "journal.jsonl", tmp_path / "head.jsonl"
+    write(journal, lines)
+    write(head, lines[:600])
+    fresh = MemoryState()
+    replay(str(journal), fresh, tmp_path / "fresh.jsonl")
+    old = MemoryState()
+    replay(str(head), old, tmp_path / "old.jsonl")
+    for store in old.partitions.values():
+        store.apply({row_key: None for row_key, _ in store.iterate_prefix(b'["tune",')})
+    replay(str(journal), old, tmp_path / "old.jsonl")
+    assert (tmp_path / "old.jsonl").read_bytes() == (tmp_path / "fresh.jsonl").read_bytes()
+    (fresh_scopes, _), (old_scopes, incomplete) = (scope_shadows(State(Transaction(s.view()))) for s in (fresh, old))
+    assert [s for s, _ in old_scopes] == [s for s, _ in fresh_scopes] and incomplete == [s for s, _ in old_scopes]
+    for (_, kept), (_, rebuilt) in zip(fresh_scopes, old_scopes, strict=True):
+        assert kept is not None and rebuilt is not None
+        assert rebuilt.streaks == kept.streaks and 0 < rebuilt.verdicts < kept.verdicts
+
+
 @pytest.mark.parametrize(
     "text",
     ["", " ", "2,,3", "a", "0", "-1", "2.5", "1e2", f"{SHADOW_STREAKS + 1}", "\uff13", "2;3",

@@ -41,6 +41,7 @@ from recurrence.topics.names import TopicNames, topic_names
 
 from .localrun import free_port, recurrence_command, wait_for
 from .oracle import Oracle
+from .releases import Release
 
 # -- a worker ---------------------------------------------------------------------------------
 
@@ -56,6 +57,8 @@ class Worker:
     extra: Sequence[str] = ()
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
+    #: An earlier release to run instead of this checkout's (the rolling-upgrade test's old worker).
+    release: Release | None = None
 
     @property
     def log_path(self) -> Path:
@@ -73,13 +76,13 @@ class Worker:
             log.flush()
             self.proc = subprocess.Popen(
                 [
-                    *recurrence_command(), "worker",
+                    *(recurrence_command() if self.release is None else self.release.command()), "worker",
                     "--datadir", str(self.datadir),
                     "--web-port", str(self.port),
                     "--processing-guarantee", self.deployment.guarantee,
                     *self.extra,
                 ],
-                env=self.deployment.env(),
+                env=self.deployment.env() if self.release is None else self.release.env(self.deployment.env()),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=self.deployment.workdir,
@@ -276,8 +279,8 @@ class Deployment:
             env=self.env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=self.workdir,
         )
 
-    def worker(self, name: str, *extra: str) -> Worker:
-        return Worker(self, name, free_port(), self.workdir / f"{self.prefix}-{name}-data", extra)
+    def worker(self, name: str, *extra: str, release: Release | None = None) -> Worker:
+        return Worker(self, name, free_port(), self.workdir / f"{self.prefix}-{name}-data", extra, release=release)
 
     # -- what the group has done
 

@@ -210,7 +210,8 @@ class OutcomeLedger:
             if verdict is not None:
                 out.append(verdict)
                 if shadow is None:
-                    shadow = state.shadow_for_update(scope_id)  # one copy per Outcome, not per verdict
+                    # One copy per Outcome, not per verdict.
+                    shadow = state.shadow_for_update(scope_id, meta.recurred + meta.avoided)
                 out.extend(
                     self._apply_verdict(scope_id, meta, cand, group, shadow, avoided, outcome_ref, position)
                 )

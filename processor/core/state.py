@@ -14,7 +14,7 @@ Nothing here grows in RAM with the journal: each entry touches a bounded
 number of rows, and the row cache is bounded.
 """
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
@@ -262,6 +262,17 @@ class Shadow:
     # eligible[v]: times a streak reached v while a proposal could be written (surface, head).
     eligible: list[int] = field(default_factory=list)
 
+    @classmethod
+    def of_streaks(cls, streaks: Iterable[int]) -> "Shadow":
+        """Counters for a scope whose earlier verdicts were never folded in (its state was written before
+        the counters existed): its groups' current streaks, so the next verdicts move each group from
+        where it stands. ``verdicts`` stays 0: ``whatif`` lists the scope as incomplete."""
+        shadow = cls()
+        for streak in streaks:
+            if streak:
+                _bump(shadow.streaks, min(streak, SHADOW_STREAKS))
+        return shadow
+
     def encode(self) -> bytes:
         return orjson.dumps([self.verdicts, self.streaks, self.peaks, self.eligible])
 
@@ -437,11 +448,18 @@ class State:
         shadow: Shadow | None = self.txn.get(key("tune", scope_id), Shadow.decode)
         return shadow
 
-    def shadow_for_update(self, scope_id: str) -> Shadow:
-        """A private copy of the scope's shadow counters, staged in the current entry."""
+    def shadow_for_update(self, scope_id: str, earlier_verdicts: int) -> Shadow:
+        """A private copy of the scope's shadow counters, staged in the current entry; ``earlier_verdicts``:
+        the scope's terminal verdicts so far (counters missing after some were written by a release before
+        them, and start from the groups' streaks)."""
         row_key = key("tune", scope_id)
         current: Shadow | None = self.txn.get(row_key, Shadow.decode)
-        shadow = Shadow() if current is None else current.copy()
+        if current is not None:
+            shadow = current.copy()
+        elif earlier_verdicts:
+            shadow = Shadow.of_streaks(group.streak for _, _, group in self.groups(scope_id))
+        else:
+            shadow = Shadow()
         self.txn.put(row_key, shadow)
         return shadow
 

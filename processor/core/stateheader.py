@@ -19,9 +19,10 @@ from pydantic import ValidationError
 
 from ..exceptions import ConfigMismatchError, StateDirError
 from .engineconfig import EngineConfig
+from .formats import ROW_LAYOUT as ROW_LAYOUT_VERSION
 
-#: Layout version of the engine's rows (``state``); a store written by another layout is refused.
-ROW_LAYOUT: Final = b"2"
+#: Layout version of the engine's rows (``state``, ``formats.ROW_LAYOUT``); another layout is refused.
+ROW_LAYOUT: Final = b"%d" % ROW_LAYOUT_VERSION
 FORMAT_KEY: Final = b'["format"]'
 CONFIG_KEY: Final = b'["config"]'
 HEADER_KEYS: Final = frozenset({FORMAT_KEY, CONFIG_KEY})
@@ -38,6 +39,11 @@ def check_layout(get: Get, where: str, advice: str) -> dict[bytes, bytes]:
     stamped = get(FORMAT_KEY)
     if stamped == ROW_LAYOUT:
         return {}
+    if stamped is not None and stamped.isdigit() and int(stamped) > ROW_LAYOUT_VERSION:
+        raise StateDirError(
+            f"{where} was written by a newer recurrence (row layout {int(stamped)}; this one reads "
+            f"{ROW_LAYOUT_VERSION}): upgrade recurrence to use it"
+        )
     if stamped is not None:
         raise StateDirError(
             f"{where} was written by another version of recurrence (layout {stamped.decode(errors='replace')!r}, "

@@ -11,6 +11,7 @@ from ..core.engineconfig import EngineConfig
 from ..core.stateheader import HEADER_KEYS, ROW_LAYOUT, check_layout, check_pinned, config_of
 from ..exceptions import StateDirError
 from ..store.base import StateStore
+from .stateformat import check_state_format
 
 NEW_STATE: Final = "rebuild it: replay the journal into a fresh --state with a fresh --out"
 
@@ -19,13 +20,15 @@ _KEEP_SETTING: Final = "use a fresh --state directory to change it"
 
 
 def check_format(store: StateStore, stamps: dict[bytes, bytes] | None = None) -> None:
-    """Refuse a state written in another row layout; stamp a new one (into ``stamps`` if given)."""
+    """Refuse a main store written in another row layout or a newer state format; stamp a new one, and a
+    state of 0.1.0 with the state format it has (``stateformat``), into ``stamps`` if given."""
     rows = check_layout(store.get, "the state", NEW_STATE)
     if rows and next(store.iterate_prefix(b""), None) is not None:
         raise StateDirError(
             f"the state was written by another version of recurrence (no layout version, this one reads "
             f"{ROW_LAYOUT.decode()!r}); {NEW_STATE}"
         )
+    rows.update(check_state_format(store.get, "the state"))
     _stamp(store, stamps, rows)
 
 

@@ -117,7 +117,7 @@ class Ledger:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
             if created:
-                _sync_directory(path.parent)  # the new file's name is durable before anything refers to it
+                sync_directory(path.parent)  # the new file's name is durable before anything refers to it
         except OSError as error:
             raise self._error(error) from error
 
@@ -187,7 +187,7 @@ class DiscardedLedger:
 _FULL: Final = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 
-def _sync_directory(path: Path) -> None:
+def sync_directory(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         os.fsync(fd)

@@ -31,8 +31,6 @@ from itertools import islice
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Final
 
-import orjson
-
 from ..core.engineconfig import EngineConfig
 from ..core.partitioning import Router, assign
 from ..exceptions import ConfigMismatchError, Interrupted, LedgerMismatchError, StateDirError
@@ -57,6 +55,7 @@ from .statedir import (
     Applied,
     MemoryState,
     StateDir,
+    clean_mark,
     closing_store,
     holds_store,
     main_path,
@@ -144,10 +143,6 @@ def _open_ledger(
     return config, ledger, cut, count
 
 
-def _clean_mark(epoch: int, checkpoint: Checkpoint | None) -> bytes:
-    return orjson.dumps([epoch, None if checkpoint is None else [checkpoint.offset, checkpoint.line]])
-
-
 def _behind(state: "StateDir | MemoryState", existing: list[int], epoch: int) -> tuple[int, int]:
     """Where the partition furthest behind stands (a crash left it behind the ledger): read-only look."""
     open_partition = state.opener(read_only=True)
@@ -181,7 +176,7 @@ def _resume(
     if raw is None:
         return _Start(epoch, 0, False)
     checkpoint = Checkpoint.decode(raw)
-    clean = main.get(CLEAN_KEY) == _clean_mark(epoch, checkpoint)
+    clean = main.get(CLEAN_KEY) == clean_mark(epoch, checkpoint)
     behind = (checkpoint.offset, checkpoint.line) if clean or not existing else _behind(state, existing, epoch)
     lagging = behind < (checkpoint.offset, checkpoint.line)
     if reader.resume(checkpoint, behind if lagging else None):
@@ -239,7 +234,7 @@ def replay(
     summary = RunSummary()
     started = time.monotonic()
     location = StateDir(state) if isinstance(state, Path) else state
-    location.refuse_old_layout()
+    location.prepare()
     processes = jobs if jobs is not None else default_jobs(journal)
     if isinstance(location, MemoryState):
         processes = 1
@@ -346,7 +341,7 @@ def _run(
         run.finish()
         # Every partition is durable at the checkpoint: the next run need not look at them.
         raw = main.get(JOURNAL_KEY)
-        main.apply({CLEAN_KEY: _clean_mark(start.epoch, None if raw is None else Checkpoint.decode(raw))})
+        main.apply({CLEAN_KEY: clean_mark(start.epoch, None if raw is None else Checkpoint.decode(raw))})
     finally:
         summary.blank_lines = reader.blank_lines
         progress.update(summary.entries, reader.read_bytes, force=True)

@@ -17,13 +17,16 @@ Readers (``stats``, ``explain``, ``patterns``, ``serve``) open a ``StateView``:
 one read-only ``StateStore`` over all of them, which sends a key to the store
 that holds it (the main store's namespaces by name, every other row by its
 scope) and merges scans across partitions in key order. A state of the
-earlier single-store layout (RocksDB files directly in STATE) is still read;
-``replay`` refuses it with the one line that says what to do.
+earlier single-store layout (state format 1: RocksDB files directly in STATE)
+is still read; ``replay`` refuses it with the one line that says what to do
+(``recurrence migrate``, ``migration``).
 """
 
 import heapq
 import logging
 import os
+import re
+import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
@@ -34,12 +37,15 @@ from typing import Final, Protocol
 import orjson
 from rocksdict import Cache, WriteBufferManager
 
+from ..core.formats import STATE_FORMAT
 from ..core.partitioning import partition_for
 from ..exceptions import StateDirError
-from ..host.journalfile import shown
+from ..host.journalfile import Checkpoint, shown
 from ..store.base import StateStore
 from ..store.memory import MemoryStore
 from ..store.rocksdb import RocksStore, rocks_options
+from .ledgerfile import sync_directory
+from .stateformat import newer, stamped_format
 
 log = logging.getLogger("recurrence.state")
 
@@ -54,8 +60,10 @@ MAX_PARTITIONS: Final = 256
 #: Main-store rows: the runner's own, written in ledger order by the one process that writes the ledger.
 MAIN_NAMESPACES: Final = frozenset(
     {"format", "config", "partitions", "epoch", "clean", "written", "ledger", "journal", "ledger_path",
-     "journal_path", "rid", "dlc", "dl", "pat"}
+     "journal_path", "rid", "dlc", "dl", "pat", "state_format"}
 )
+#: Where ``recurrence migrate`` builds a state's new stores before they are moved into place.
+MIGRATING: Final = ".migrating"
 PARTITIONS_KEY: Final = b'["partitions"]'
 EPOCH_KEY: Final = b'["epoch"]'
 #: The ledger's mark (``ledgerfile.LedgerMark``) and the journal's checkpoint as of the last committed batch.
@@ -68,9 +76,6 @@ WRITTEN_KEY: Final = b'["written"]'
 CLEAN_KEY: Final = b'["clean"]'
 #: Partition-store row: [epoch, offset, line] -- every journal line of this partition up to there is applied.
 APPLIED_KEY: Final = b'["applied"]'
-
-_REBUILD: Final = "replay the journal into a fresh --state with a fresh --out"
-
 
 @dataclass(frozen=True, slots=True)
 class Applied:
@@ -89,6 +94,11 @@ class Applied:
         return cls(int(epoch), int(offset), int(line))
 
 
+def clean_mark(epoch: int, checkpoint: Checkpoint | None) -> bytes:
+    """``CLEAN_KEY``'s value for a run of ``epoch`` that ended with every partition durable at ``checkpoint``."""
+    return orjson.dumps([epoch, None if checkpoint is None else [checkpoint.offset, checkpoint.line]])
+
+
 def main_path(root: Path) -> Path:
     return root / MAIN
 
@@ -105,9 +115,40 @@ def is_single_store(root: Path) -> bool:
 def refuse_single_store(root: Path) -> None:
     if is_single_store(root):
         raise StateDirError(
-            f"the state {shown(root)} has the single-store layout of an earlier recurrence, which replay no longer "
-            f"writes (stats, explain, patterns and serve still read it); to go on: {_REBUILD}"
+            f"the state {shown(root)} has state format 1 (the single store of a recurrence before 1.0.0), which "
+            f"replay no longer writes: upgrade it in place once with 'recurrence migrate --state {shown(root)}' "
+            "(stats, explain, patterns and serve read it as it is)"
         )
+
+
+#: The files a RocksDB store (and rocksdict) keeps in its directory: what a single store leaves in STATE.
+_STORE_FILE: Final = re.compile(
+    r"CURRENT|IDENTITY|LOCK|LOG(\.old\.\d+)?|MANIFEST-\d+|OPTIONS-\d+(\.dbtmp)?|\d+\.(sst|log|blob)"
+    r"|rocksdict-config\.json"
+)
+
+
+def leftovers(root: Path) -> list[Path]:
+    """The single store's files still in ``root`` (and the work folder of a migration)."""
+    try:
+        names = os.listdir(root)
+    except FileNotFoundError:
+        return []
+    found = [root / name for name in sorted(names) if _STORE_FILE.fullmatch(name)]
+    return [*found, root / MIGRATING] if (root / MIGRATING).exists() else found
+
+
+def remove_leftovers(root: Path) -> int:
+    """Remove what ``leftovers`` finds, once the main store is in place; how many were removed."""
+    found = leftovers(root)
+    for path in found:
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+    if found:
+        sync_directory(root)
+    return len(found)
 
 
 def existing_partitions(root: Path) -> list[int]:
@@ -157,6 +198,18 @@ def _namespace_and_scope(key: bytes) -> tuple[str, str | None]:
     return str(parts[0]), scope
 
 
+def home(key: bytes, count: int) -> int | None:
+    """The partition whose store holds the row ``key`` (None: the main store's): the main store's
+    namespaces by name, every other row by its scope (a key that is not a JSON array goes to main)."""
+    try:
+        namespace, scope = _namespace_and_scope(key)
+    except (orjson.JSONDecodeError, IndexError, TypeError):
+        return None
+    if namespace in MAIN_NAMESPACES or scope is None:
+        return None
+    return partition_for(scope, count)
+
+
 def _prefix_parts(prefix: bytes) -> list[object]:
     if not prefix:
         return []
@@ -193,11 +246,10 @@ class StateView:
         return self.partitions.get(partition_for(scope, self.count))
 
     def get(self, key: bytes) -> bytes | None:
-        try:
-            namespace, scope = _namespace_and_scope(key)
-        except (orjson.JSONDecodeError, IndexError, TypeError):
+        partition = home(key, self.count)
+        if partition is None:
             return self.main.get(key)
-        store = self._store_for(namespace, scope)
+        store = self.partitions.get(partition)
         return None if store is None else store.get(key)
 
     def iterate_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
@@ -237,16 +289,20 @@ class StateDir:
     def __init__(self, root: Path) -> None:
         self.root = root
 
-    def refuse_old_layout(self) -> None:
+    def prepare(self) -> None:
+        """Before a replay: refuse a single store; finish what an interrupted migration left (files only)."""
         refuse_single_store(self.root)
+        if main_path(self.root).is_dir() and remove_leftovers(self.root):
+            log.warning("removed the files an interrupted 'recurrence migrate' left in the state")
 
-    def open_main(self) -> RocksStore:
-        # Durable writes: after a power cut the main store never falls behind what it recorded of the ledger.
+    def open_main(self, durable: bool = True) -> RocksStore:
+        # Durable writes: after a power cut the main store never falls behind what it recorded of the ledger
+        # (``durable=False``: a store being built, synced once when it is complete; ``splitstore``).
         # Its memtable (the records index, mostly) is flushed at the size a partition's is
         # (``PartitionStores``): in the background while the run goes on, not all of it at close.
         options = rocks_options()
         options.set_write_buffer_size(PartitionStores.WRITE_BUFFER_BYTES)
-        return RocksStore.open(main_path(self.root), durable=True, options=options)
+        return RocksStore.open(main_path(self.root), durable=durable, options=options)
 
     def existing(self) -> list[int]:
         return existing_partitions(self.root)
@@ -262,7 +318,7 @@ class MemoryState:
         self.main = MemoryStore()
         self.partitions: dict[int, MemoryStore] = {}
 
-    def refuse_old_layout(self) -> None:
+    def prepare(self) -> None:
         return None
 
     def open_main(self) -> MemoryStore:
@@ -343,6 +399,9 @@ def _open_view(root: Path, follower: bool) -> StateStore:
     main = opened(main_path(root))
     partitions: dict[int, StateStore] = {}
     try:
+        found = stamped_format(main.get, f"the state {shown(root)}")
+        if found is not None and found > STATE_FORMAT:
+            raise newer(found, f"the state {shown(root)}")
         count = partition_count(main)
         for partition in existing_partitions(root) if count else []:
             path = partition_path(root, partition)

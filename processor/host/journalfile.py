@@ -51,8 +51,10 @@ class Progress:
     """
 
     def __init__(
-        self, total_bytes: int | None, stream: IO[str] | None = None, start_bytes: int = 0, processes: int = 1
+        self, total_bytes: int | None, stream: IO[str] | None = None, start_bytes: int = 0, processes: int = 1,
+        unit: str = "entries",
     ) -> None:
+        """``total_bytes``: what ``done_bytes`` counts up to (``recurrence migrate`` counts rows, in ``unit``)."""
         self.total = total_bytes
         self.stream = stream or sys.stderr
         self.enabled = self.stream is not None and self.stream.isatty()
@@ -60,6 +62,7 @@ class Progress:
         self.last = 0.0
         self.start_bytes = start_bytes
         self.processes = processes
+        self.unit = unit
 
     def update(self, entries: int, done_bytes: int, force: bool = False) -> None:
         now = time.monotonic()
@@ -72,13 +75,13 @@ class Progress:
         if self.total:
             share = min(done_bytes / self.total, 1.0)
             bar = "#" * int(share * 30)
-            text = f"[{bar:<30}] {share:6.1%} {entries:,} entries {rate:,.0f}/s{workers}"
+            text = f"[{bar:<30}] {share:6.1%} {entries:,} {self.unit} {rate:,.0f}/s{workers}"
             done = done_bytes - self.start_bytes
             if done > 0 and done_bytes < self.total:
                 left = (self.total - done_bytes) * elapsed / done
                 text += f", {int(left) // 60}:{int(left) % 60:02d} left"
         else:
-            text = f"{entries:,} entries {rate:,.0f}/s{workers}"
+            text = f"{entries:,} {self.unit} {rate:,.0f}/s{workers}"
         self.stream.write("\r" + text)
         self.stream.flush()
 

@@ -127,6 +127,10 @@ class RocksStore:
                 break
             yield raw_key, bytes(value)
 
+    def estimated_rows(self) -> int:
+        """RocksDB's estimate of the rows in the store (exact for one that was never overwritten)."""
+        return int(self._db.property_int_value("rocksdb.estimate-num-keys") or 0)
+
     def apply(self, changes: Mapping[bytes, bytes | None]) -> None:
         self.write(write_batch(changes))
 

@@ -44,15 +44,19 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Final
 
+from ...core.formats import CHANGESET_FORMAT
 from ..settings import CHANGELOG_RECORD_BYTES
 
-MAGIC: Final = b"RCS1"
-PART_MAGIC: Final = b"RCP1"
+#: The digit is the format's version (``formats.CHANGESET_FORMAT``).
+MAGIC: Final = b"RCS%d" % CHANGESET_FORMAT
+PART_MAGIC: Final = b"RCP%d" % CHANGESET_FORMAT
 #: Largest changelog record value by default: ``--changelog-record-bytes``, declared with the settings.
 RECORD_BYTES: Final = CHANGELOG_RECORD_BYTES
 _KEY_LEN = struct.Struct(">I")
 _VALUE_LEN = struct.Struct(">i")
 _PART = struct.Struct(">II")
+#: What the magics start with; the digit after it is the format.
+_FAMILY: Final = frozenset({MAGIC[:3], PART_MAGIC[:3]})
 #: The smallest ``max_bytes`` that leaves a part room for payload.
 MIN_RECORD_BYTES: Final = len(PART_MAGIC) + _PART.size + 1
 
@@ -76,6 +80,18 @@ def encode(changes: Mapping[bytes, bytes | None]) -> bytes:
 
 def is_changeset(value: bytes | None) -> bool:
     return value is not None and value.startswith(MAGIC)
+
+
+def refuse_newer(value: bytes | None, partition: int, offset: int) -> None:
+    """A change set (or part) of a newer format is refused, never applied as a plain record."""
+    if value is None or value[:3] not in _FAMILY or not value[3:4].isdigit():
+        return
+    found = int(value[3:4])
+    if found > CHANGESET_FORMAT:
+        raise ChangeSetError(
+            f"the changelog record at partition {partition} offset {offset} is a change set of format {found}, "
+            f"written by a newer recurrence (this one reads {CHANGESET_FORMAT}): upgrade this worker"
+        )
 
 
 def decode(value: bytes) -> dict[bytes, bytes | None]:
@@ -155,6 +171,7 @@ class Assembler:
         A record read again (at or below the last part taken) is ``Held.HELD`` as well: it
         is already among the pending parts.
         """
+        refuse_newer(value, partition, offset)
         pending = self._pending.get(partition)
         if pending is not None and offset <= pending.last:
             return Held.HELD

@@ -62,6 +62,7 @@ from typing import Any, Final, Protocol
 
 import orjson
 
+from ...core.formats import OLDEST_SNAPSHOT_FORMAT, SNAPSHOT_FORMAT
 from ..batch.metrics import SnapshotCounts
 from ..batch.types import ChangelogRecord
 from .tablestore import OFFSET_KEY, ChangeSetRocksStore
@@ -69,9 +70,10 @@ from .tablestore import OFFSET_KEY, ChangeSetRocksStore
 log = logging.getLogger("recurrence.stream")
 
 #: 2: chunks are slices of the row stream (a row may straddle chunks). 1: every chunk held whole rows;
-#: still read (its chunks are slices that happen to end at row boundaries).
-FORMAT: Final = 2
-_READABLE: Final = frozenset({1, 2})
+#: still read (its chunks are slices that happen to end at row boundaries). A newer one is not used:
+#: recovery then replays the whole changelog, as without snapshots.
+FORMAT: Final = SNAPSHOT_FORMAT
+_READABLE: Final = frozenset(range(OLDEST_SNAPSHOT_FORMAT, SNAPSHOT_FORMAT + 1))
 #: Raw row bytes per chunk record before compression (zlib adds at most ~0.03% to incompressible bytes).
 CHUNK_BYTES: Final = 512 * 1024
 #: Largest snapshot record (the manifest is the only one that can grow past a chunk: ~80 bytes per
