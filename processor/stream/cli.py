@@ -15,10 +15,11 @@ import signal
 import socket
 import sys
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import IO, Any, Final, cast
 
 import orjson
 
+from ...topics.definitions import ROLES, Role
 from ..cliargs import non_negative_int
 from ..exceptions import EXIT_OK, BrokerError, TopicDriftError, UnusableError
 from ..host.outputfile import Writable, check_output, output
@@ -132,6 +133,17 @@ def _cmd_statistics_dump(args: argparse.Namespace) -> int:
     with output(args.out, args.force) as out:
         out.write(orjson.dumps(statistics, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
     print(f"recurrence statistics-dump: {len(statistics)} scopes from {settings.topics.statistics}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _cmd_acls(args: argparse.Namespace) -> int:
+    from .acls import check_principal, render  # noqa: PLC0415
+
+    check_principal(args.principal)
+    form = "json" if args.json else "strimzi" if args.strimzi else "text"
+    role = cast(Role, args.role)  # argparse's choices are the roles
+    text = render(_settings(args), role, args.principal, form, args.command_config, args.strimzi or "")
+    sys.stdout.buffer.write(text)
     return EXIT_OK
 
 
@@ -268,6 +280,26 @@ def register(commands: Any) -> None:
     p.add_argument("--out", help="output file (default stdout); an existing one only with --force")
     p.add_argument("--force", action="store_true", help="overwrite an existing --out file")
     p.set_defaults(func=_cmd_statistics_dump)
+
+    p = commands.add_parser(
+        "acls", help="the least Kafka ACLs a principal needs as a worker, a publisher or a reader (no broker needed)"
+    )
+    _common(p, layout=None)
+    add_model_arguments(p, WorkerOptions, "worker", only=("processing_guarantee", "create_topics"))
+    g = p.add_argument_group("acls")
+    g.add_argument("--principal", required=True, metavar="User:NAME", help="who gets the ACLs (User:NAME)")
+    g.add_argument("--role", required=True, choices=ROLES,
+                   help="worker: recurrence worker; publish: recurrence publish; read: ledger-dump, "
+                   "statistics-dump, status")
+    form = g.add_mutually_exclusive_group()
+    form.add_argument("--json", action="store_true",
+                      help="a JSON list of ACLs in Kafka's names (principal, host, resource_type, resource_name, "
+                      "pattern_type, operation, permission) instead of kafka-acls commands")
+    form.add_argument("--strimzi", metavar="CLUSTER",
+                      help="a Strimzi KafkaUser (SCRAM-SHA-512) for the Kafka cluster resource CLUSTER instead")
+    g.add_argument("--command-config", default="admin.properties", metavar="PATH",
+                   help="the super user's client properties file the kafka-acls commands name (default %(default)s)")
+    p.set_defaults(func=_cmd_acls)
 
     p = commands.add_parser(
         "status", help="per input partition (journal, repartition topic): end offset, the group's committed offset, lag"
