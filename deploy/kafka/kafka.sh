@@ -383,6 +383,21 @@ logger.request.level = WARN
 logger.state.name = state.change.logger
 logger.state.level = WARN
 EOF
+  if [[ "$TOPOLOGY" == secure ]]; then
+    # Every authorization decision, allowed (DEBUG) and denied (INFO), in a file of its own:
+    # which principal did what to which resource (the tests check an ACL set against it).
+    cat >>"$LOG4J_CONF" <<EOF
+appender.authz.type = File
+appender.authz.name = AUTHZ
+appender.authz.fileName = $NODE_DIR/authorizer.log
+appender.authz.layout.type = PatternLayout
+appender.authz.layout.pattern = [%d] %p %m%n
+logger.authz.name = kafka.authorizer.logger
+logger.authz.level = DEBUG
+logger.authz.additivity = false
+logger.authz.appenderRef.authz.ref = AUTHZ
+EOF
+  fi
 }
 
 # ---------------------------------------------------------------- the secured node's credentials
@@ -542,6 +557,7 @@ with_lock() {
 # Start the selected node's JVM (configured and formatted) in the background; its pid on stdout.
 launch() {
   [[ -f "$LOG_FILE" ]] && mv -f "$LOG_FILE" "$LOG_FILE.prev"
+  [[ -f "$NODE_DIR/authorizer.log" ]] && mv -f "$NODE_DIR/authorizer.log" "$NODE_DIR/authorizer.log.prev"
   rm -f "$PID_FILE"
   # `exec` keeps the pid written by the wrapper shell the pid of the JVM;
   # setsid detaches it from the caller's process group and terminal; 9>&- keeps
