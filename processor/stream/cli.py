@@ -11,9 +11,11 @@ topics missing, web port busy), 3 topic drift (``topics apply``/``worker``),
 import argparse
 import asyncio
 import errno
+import functools
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, Final, cast
 
@@ -24,6 +26,7 @@ from ..cliargs import non_negative_int
 from ..exceptions import EXIT_OK, BrokerError, TopicDriftError, UnusableError
 from ..host.outputfile import Writable, check_output, output
 from .clients.brokers import APPLY_HINT, quiet_client_logs
+from .clients.diagnosis import NotAuthorizedError, authorization
 from .clients.dumpformat import DEFAULT_FORMAT
 from .cliflags import NAMING, add_config_argument, add_model_arguments, load
 from .settings import KafkaConnection, StreamSettings, TopicLayout, WorkerOptions
@@ -34,6 +37,33 @@ DEFAULT_MAX_WAIT: Final = 120.0
 def _settings(args: argparse.Namespace) -> StreamSettings:
     quiet_client_logs(bool(getattr(args, "verbose", False)))
     return load(args)
+
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def acting_as(role: Role | None, operation: str) -> Callable[[Command], Command]:
+    """A command of ``role`` (None: an admin's): a refusal names the operation it was doing when the
+    error does not, and the ``recurrence acls`` command that prints the role's set."""
+
+    def wrap(command: Command) -> Command:
+        @functools.wraps(command)
+        def run(args: argparse.Namespace) -> int:
+            try:
+                return command(args)
+            except NotAuthorizedError as refused:
+                raise (refused.for_role(role) if role else refused) from None
+            except Exception as error:
+                if not type(error).__module__.startswith("aiokafka"):
+                    raise
+                found = authorization(load(args).kafka, error, operation)
+                if found is None:
+                    raise
+                raise (found.for_role(role) if role else found) from None
+
+        return run
+
+    return wrap
 
 
 def _apply(settings: StreamSettings, create: bool, report: IO[str] = sys.stderr) -> None:
@@ -54,6 +84,7 @@ def _apply(settings: StreamSettings, create: bool, report: IO[str] = sys.stderr)
     )
 
 
+@acting_as(None, "CREATE")
 def _cmd_topics_apply(args: argparse.Namespace) -> int:
     _apply(_settings(args), create=not args.dry_run, report=sys.stdout)
     return EXIT_OK
@@ -69,6 +100,7 @@ def _cmd_topics_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+@acting_as("publish", "WRITE")
 def _cmd_publish(args: argparse.Namespace) -> int:
     from .clients.publish import publish  # noqa: PLC0415
 
@@ -94,6 +126,7 @@ async def _follow(reader: Any, out: Writable, render: Any) -> None:
             loop.remove_signal_handler(signum)
 
 
+@acting_as("read", "READ")
 def _cmd_ledger_dump(args: argparse.Namespace) -> int:
     from .clients.dump import OutputReader, topics_for_kinds  # noqa: PLC0415
     from .clients.dumpformat import StartOffset, compile_format  # noqa: PLC0415
@@ -124,6 +157,7 @@ def _cmd_ledger_dump(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+@acting_as("read", "READ")
 def _cmd_statistics_dump(args: argparse.Namespace) -> int:
     from .clients.dump import read_statistics  # noqa: PLC0415
 
@@ -147,6 +181,7 @@ def _cmd_acls(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+@acting_as("read", "DESCRIBE")
 def _cmd_status(args: argparse.Namespace) -> int:
     from .clients.status import group_progress  # noqa: PLC0415
 
@@ -176,6 +211,7 @@ def check_web_port(settings: StreamSettings) -> None:
             ) from None
 
 
+@acting_as("worker", "DESCRIBE")
 def _cmd_worker(args: argparse.Namespace) -> int:
     from ..host.folderlock import lock_folder  # noqa: PLC0415
     from ..web.websecurity import exposure_warning  # noqa: PLC0415
