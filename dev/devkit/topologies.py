@@ -17,7 +17,7 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Final
+from typing import Final, Self
 
 from .localrun import KAFKA_SH, REPO
 
@@ -40,7 +40,7 @@ class ScriptBroker:
             ["bash", str(KAFKA_SH), *args], check=False, capture_output=True, text=True, timeout=timeout, env=self.env
         )
 
-    def __enter__(self) -> "ScriptBroker":
+    def __enter__(self) -> Self:
         status = self.script("status", self.topology)
         up = self.script("up", self.topology, timeout=900)
         if up.returncode != 0:
@@ -134,6 +134,11 @@ class SecureBroker(ScriptBroker):
     def admin_properties(self) -> Path:
         """The super user's client settings for Kafka's Java tools (``--command-config``)."""
         return self.clients / "admin.properties"
+
+    @property
+    def authorizer_log(self) -> Path:
+        """Every authorization decision of the node (allowed and denied, with the matching ACL)."""
+        return self.clients.parent / "authorizer.log"
 
     def password(self, user: str) -> str:
         return Path(self.settings(user)["sasl_password_file"]).read_text().strip()

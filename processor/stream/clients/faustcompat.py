@@ -88,6 +88,7 @@ MEMBERS: Final = (
     # workerapp: the app's transport, the consumer that hands whole fetches to the agents, and the
     # two exactly_once corrections (high watermarks read fresh; fresh transactional producers).
     Member("faust:App", "_new_transport", OVERRIDES, f"{_WORKERAPP}:WorkerApp"),
+    Member("faust:App", "_crash", OVERRIDES, f"{_WORKERAPP}:WorkerApp"),
     Member(f"{_FAUST_KAFKA}:Transport", "Consumer", OVERRIDES, f"{_WORKERAPP}:_Transport"),
     Member(f"{_FAUST_KAFKA}:Transport", "TransactionManager", OVERRIDES, f"{_WORKERAPP}:_Transport"),
     Member(f"{_FAUST_KAFKA}:Consumer", "_new_consumer_thread", OVERRIDES, f"{_WORKERAPP}:_Consumer"),

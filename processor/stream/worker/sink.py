@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import TopicPartition
-from aiokafka.errors import IllegalOperation, InvalidTxnState, KafkaError
 from aiokafka.partitioner import DefaultPartitioner
 
 from ...exceptions import TransactionStateError
@@ -38,12 +37,12 @@ class _Open:
 
 
 def failed_transaction(producer: Any, error: BaseException) -> BaseException | None:
-    """What failed the producer's transaction, when ``error`` only echoes it (a record refused as
-    InvalidTxnState, a send refused as "not in transaction"): a partition or an offset commit that
-    was refused, e.g. an ACL revoked while the worker runs. None when there is nothing more to say."""
-    if not isinstance(error, InvalidTxnState | IllegalOperation):
-        return None
-    return transaction_failure(producer)
+    """What failed the producer's transaction when ``error`` only echoes it -- a record refused as
+    InvalidTxnState, a send refused as "not in transaction" or by aiokafka's own assertion, as the
+    timing goes: a partition or an offset commit the broker refused, e.g. an ACL revoked while the
+    worker runs. None when the transaction has not failed (then ``error`` is the story)."""
+    cause = transaction_failure(producer)
+    return None if cause is None or cause is error else cause
 
 
 class _Pending:
@@ -63,7 +62,7 @@ class _Pending:
     def __await__(self) -> Generator[Any, None, Delivered]:
         try:
             metadata = yield from self._batch.acknowledged.__await__()
-        except KafkaError as failed:
+        except Exception as failed:
             cause = failed_transaction(self._batch.producer, failed)
             if cause is None:
                 raise

@@ -242,6 +242,13 @@ class WorkerApp(faust.App):
     def _new_transport(self) -> Any:
         return _Transport(self.conf.broker_consumer, self)
 
+    def _crash(self, reason: BaseException) -> None:
+        """mode marks every service above a crashed one as crashed through this (the consumer thread's
+        failed offset commit, the fetcher's failed fetch): a refusal -- an ACL revoked while the worker
+        runs -- ends the process with its line and exit 2, where Faust would stop with exit 1."""
+        self.on_refusal(reason)
+        super()._crash(reason)
+
     @cached_property
     def web(self) -> SurfaceWeb:  # the read surface's routes only (``webserver``)
         return SurfaceWeb(self)
