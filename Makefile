@@ -5,17 +5,18 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 OUT    := out/example
 
-.PHONY: help venv run test test-fast lint schemas bench bench-kafka kafka-up kafka-down tools browser clean
+.PHONY: help venv run test test-cluster test-fast lint schemas bench bench-kafka kafka-up kafka-down tools browser clean
 
 help:
 	@echo "make run        replay examples/rfc-minimum.jsonl embedded (no broker) and print statistics"
 	@echo "make test       install everything, run lint + the whole suite (starts/stops a local Kafka)"
+	@echo "make test-cluster  the secured-broker and three-node tests (tests/cluster, ~2.5 min; .ci/run runs them too)"
 	@echo "make test-fast  the suite without the Kafka tests"
 	@echo "make lint       ruff + mypy --strict"
 	@echo "make schemas    regenerate schemas/json/*.json from the models"
 	@echo "make bench      embedded replay vs its validation limit, the 1M cost curve (tables into docs/performance.md)"
 	@echo "make bench-kafka  worker vs embedded (both guarantees), 2 workers vs 1, then recovery after kill -9 (real broker)"
-	@echo "make kafka-up / kafka-down   a single-node KRaft broker on 127.0.0.1"
+	@echo "make kafka-up / kafka-down   a single-node KRaft broker on 127.0.0.1 (kafka.sh up cluster|secure: the others)"
 	@echo "make tools      promtool and kubeconform into .cache/bin, Debian's chromium (tests that need them skip without)"
 
 $(STAMP): pyproject.toml dev/pyproject.toml
@@ -43,10 +44,15 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 test: $(STAMP) lint tools
-	$(PY) -m pytest
+	$(PY) -m pytest -m "not cluster"
+
+# The brokers a platform team runs (kafka.sh up secure / up cluster, started and stopped by the tests):
+# least-privilege principals, every diagnosis, broker and worker crashes, a rolling restart.
+test-cluster: $(STAMP)
+	$(PY) -m pytest -m cluster tests/cluster
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -m "not kafka"
+	$(PY) -m pytest -m "not kafka and not cluster"
 
 schemas: $(STAMP)
 	$(PY) -m recurrence.schemas.export

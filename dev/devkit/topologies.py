@@ -11,6 +11,7 @@ the CA, the super user's Java tool properties, and runs ``kafka-acls`` (Kafka's 
 from the jars the script fetched).
 """
 
+import asyncio
 import os
 import subprocess
 import tomllib
@@ -19,7 +20,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final, Self
 
-from .localrun import KAFKA_SH, REPO
+from aiokafka.admin import AIOKafkaAdminClient
+
+from .localrun import KAFKA_SH, REPO, wait_for
 
 #: Kafka's ``kafka-acls`` command, run from the jars ``kafka.sh`` fetched.
 ACL_COMMAND: Final = "org.apache.kafka.tools.AclCommand"
@@ -89,6 +92,29 @@ class ClusterBroker(ScriptBroker):
     def start(self, node: int) -> None:
         """Start the node again on its data; returns once it answers as a member of the cluster."""
         self._node("start", node)
+
+    def under_replicated(self) -> list[str]:
+        """Partitions (``topic:partition``) with fewer in-sync replicas than replicas, over every topic."""
+        return asyncio.run(_under_replicated(self.bootstrap))
+
+    def wait_in_sync(self, timeout: float = 120.0) -> None:
+        """Until every partition of every topic has all its replicas in sync (a rolling restart's next step)."""
+        wait_for(lambda: not self.under_replicated(), timeout, 0.5, "every replica in sync")
+
+
+async def _under_replicated(bootstrap: str) -> list[str]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+    await admin.start()
+    try:
+        topics = await admin.list_topics()
+        found = []
+        for topic in await admin.describe_topics(sorted(topics)):
+            for partition in topic["partitions"]:
+                if len(partition["isr"]) < len(partition["replicas"]) or partition["leader"] < 0:
+                    found.append(f"{topic['topic']}:{partition['partition']}")
+        return found
+    finally:
+        await admin.close()
 
 
 class SecureBroker(ScriptBroker):
