@@ -16,6 +16,7 @@ import yaml
 from devkit.localrun import recurrence_command
 from recurrence.processor.stream.acls import acl_set
 from recurrence.processor.stream.settings import StreamSettings
+from recurrence.topics.definitions import Role
 from tests.tools import K8S_SCHEMAS, REPO, tool
 
 K8S = REPO / "deploy" / "k8s" / "recurrence.yaml"
@@ -124,7 +125,9 @@ def test_the_web_port_takes_its_token_from_a_secret_and_admits_only_the_workers_
 # its ACLs read back equal the set `recurrence acls` derives.
 
 KAFKA_USERS = REPO / "deploy" / "k8s" / "kafka-users.yaml"
-USERS = (("recurrence-worker", "worker"), ("recurrence-publish", "publish"), ("recurrence-read", "read"))
+USERS: tuple[tuple[str, Role], ...] = (
+    ("recurrence-worker", "worker"), ("recurrence-publish", "publish"), ("recurrence-read", "read")
+)
 STRIMZI_OPERATIONS = {"Read", "Write", "Create", "Delete", "Alter", "Describe", "ClusterAction", "AlterConfigs",
                       "DescribeConfigs", "IdempotentWrite", "All"}
 STRIMZI_RESOURCES = {"topic", "group", "cluster", "transactionalId"}
