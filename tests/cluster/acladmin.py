@@ -87,28 +87,32 @@ def revoke(broker: SecureBroker, acl: Mapping[str, str]) -> None:
         assert future.result(timeout=_TIMEOUT), f"no ACL deleted for {acl}"
 
 
-def decisions(log: Path, principal: str) -> list[dict[str, Any]]:
-    """The broker's authorization decisions for ``principal``: verdict, operation, resource, matched ACL."""
+def decisions(log: Path, principal: str, since: int = 0) -> list[dict[str, Any]]:
+    """The broker's authorization decisions for ``principal`` logged after byte ``since`` of the log:
+    verdict, operation, resource, matched ACL."""
     found = []
-    for line in log.read_text(errors="replace").splitlines():
+    with log.open("rb") as handle:
+        handle.seek(since)
+        text = handle.read().decode(errors="replace")
+    for line in text.splitlines():
         match = _DECISION.search(line)
         if match and match["principal"] == principal:
             found.append(match.groupdict())
     return found
 
 
-def used(log: Path, principal: str) -> set[tuple[str, str, str, str]]:
+def used(log: Path, principal: str, since: int = 0) -> set[tuple[str, str, str, str]]:
     """The ACLs that allowed a request for exactly their own operation (not one they merely imply)."""
     return {
         (d["acl_type"], d["acl_name"], d["acl_pattern"], d["acl_operation"])
-        for d in decisions(log, principal)
+        for d in decisions(log, principal, since)
         if d["verdict"] == "Allowed" and d["acl_operation"] == d["operation"]
     }
 
 
-def denied(log: Path, principal: str) -> list[str]:
+def denied(log: Path, principal: str, since: int = 0) -> list[str]:
     return sorted({f"{d['operation']} {d['resource']} ({d['request']})"
-                   for d in decisions(log, principal) if d["verdict"] == "Denied"})
+                   for d in decisions(log, principal, since) if d["verdict"] == "Denied"})
 
 
 def key(acl: Mapping[str, str]) -> tuple[str, str, str, str]:

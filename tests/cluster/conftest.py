@@ -24,7 +24,7 @@ from devkit.topologies import ClusterBroker, SecureBroker
 
 HERE = Path(__file__).resolve().parent
 #: The secured node's SCRAM users besides ``admin``: one or more per test.
-USERS: Final = ("worker", "publisher", "reader", "reader2", "worker2", "worker3", "nobody")
+USERS: Final = ("worker", "publisher", "reader", "reader2", "worker2", "worker3", "nobody", "newcomer")
 
 
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker

@@ -16,9 +16,9 @@ def test_a_runnable_secure_block_runs_as_written(block: Block, secure_broker: Se
                           env={"RECURRENCE_TOPIC_PREFIX": prefix})
     # The admin created the topics; the reader, holding no ACL, is told which one and how to get the set.
     assert f"created      {prefix}.journal (journal)" in output
-    assert f"--allow-principal User:reader --operation Read --topic {prefix}.ledger" in output
-    assert "recurrence status: not authorized: User:reader may not DESCRIBE topics" in output
-    assert "'recurrence acls --principal User:reader --role read'" in output and "exit 2" in output
+    assert f"--allow-principal User:newcomer --operation Read --topic {prefix}.ledger" in output
+    assert "recurrence status: not authorized: User:newcomer may not DESCRIBE topics" in output
+    assert "'recurrence acls --principal User:newcomer --role read'" in output and "exit 2" in output
 
 
 def test_the_docs_have_a_secure_block() -> None:

@@ -57,6 +57,7 @@ def lines(path: Path) -> list[bytes]:
 
 def test_the_whole_path_as_principals_holding_exactly_their_sets(secured: SecuredDeployment, tmp_path: Path) -> None:
     deployment, broker = secured.deployment, secured.broker
+    since = broker.authorizer_log.stat().st_size  # this test's decisions only (principals serve other tests too)
     journal = tmp_path / "journal.jsonl"
     write_journal(journal, generate(JournalSpec(entries=1500, scopes=20, seed=34, garbage_ratio=0.02)))
     oracle = Oracle.run(journal, tmp_path)
@@ -98,8 +99,8 @@ def test_the_whole_path_as_principals_holding_exactly_their_sets(secured: Secure
 
     log = broker.authorizer_log
     for principal, acls in sets.items():
-        assert acladmin.denied(log, principal) == [], f"{principal} was refused something its set should allow"
-        unused = set(map(acladmin.key, acls)) - acladmin.used(log, principal)
+        assert acladmin.denied(log, principal, since) == [], f"{principal} was refused something its set allows"
+        unused = set(map(acladmin.key, acls)) - acladmin.used(log, principal, since)
         assert not unused, f"{principal} holds ACLs that allowed nothing: {sorted(unused)}"
     print(f"\n[secured] {len(oracle.records)} records equal; ACLs per role: "
           + ", ".join(f"{p} {len(a)}" for p, a in sets.items()))
