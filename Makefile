@@ -5,17 +5,18 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 OUT    := out/example
 
-.PHONY: help venv run test test-fast lint schemas bench bench-kafka kafka-up kafka-down tools browser clean releases fixture
+.PHONY: help venv run test test-cluster test-fast lint schemas bench bench-kafka kafka-up kafka-down tools browser clean releases fixture
 
 help:
 	@echo "make run        replay examples/rfc-minimum.jsonl embedded (no broker) and print statistics"
 	@echo "make test       install everything, run lint + the whole suite (starts/stops a local Kafka)"
+	@echo "make test-cluster  the secured-broker and three-node tests (tests/cluster; .ci/run runs them too)"
 	@echo "make test-fast  the suite without the Kafka tests (2 processes)"
 	@echo "make lint       ruff + mypy --strict"
 	@echo "make schemas    regenerate schemas/json/*.json from the models"
 	@echo "make bench      embedded replay vs its validation limit, the 1M cost curve (tables into docs/performance.md)"
 	@echo "make bench-kafka  worker vs embedded (both guarantees), 2 workers vs 1, then recovery after kill -9 (real broker)"
-	@echo "make kafka-up / kafka-down   a single-node KRaft broker on 127.0.0.1"
+	@echo "make kafka-up / kafka-down   a single-node KRaft broker on 127.0.0.1 (kafka.sh up cluster|secure: the others)"
 	@echo "make tools      promtool and kubeconform into .cache/bin, Debian's chromium (tests that need them skip without)"
 	@echo "make releases   the previous release, built from git into .cache/releases (the rolling-upgrade test's old worker)"
 	@echo "make fixture RELEASE=REF   the upgrade fixture of a release (tests/fixtures/upgrade; docs/upgrading.md)"
@@ -47,10 +48,15 @@ lint: $(STAMP)
 
 # Lint while the broker starts, then every test in PYTEST_WORKERS processes (dev/suite.sh).
 test: $(STAMP) tools releases
-	@bash dev/suite.sh
+	@bash dev/suite.sh -m "not cluster"
+
+# The brokers a platform team runs (kafka.sh up secure / up cluster, started and stopped by the tests):
+# least-privilege principals, every diagnosis, broker and worker crashes, a rolling restart.
+test-cluster: $(STAMP)
+	$(PY) -m pytest -m cluster tests/cluster
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -m "not kafka" -n 2
+	$(PY) -m pytest -m "not kafka and not cluster" -n 2
 
 schemas: $(STAMP)
 	$(PY) -m recurrence.schemas.export

@@ -1,7 +1,8 @@
 """The command blocks of README.md and docs/*.md, and running the ones marked runnable exactly as written.
 
 A fenced ``sh`` block is *runnable* when the line right before its fence is
-``<!-- runnable -->`` (no broker) or ``<!-- runnable: kafka -->`` (needs one). It
+``<!-- runnable -->`` (no broker), ``<!-- runnable: kafka -->`` (needs one) or
+``<!-- runnable: secure -->`` (the secured broker: ``tests/cluster/test_docs.py``). It
 runs verbatim as one bash script (``set -euo pipefail``) in a scratch folder that
 holds a copy of ``examples/``, with the installed ``recurrence`` first on PATH and
 no ``KAFKA_*`` or ``RECURRENCE_*`` variable from the test's environment: what a
@@ -61,17 +62,17 @@ def runnable(kind: str) -> list[Block]:
     return [b for b in blocks() if b.runnable == kind]
 
 
-def _broker_script(bootstrap: str) -> str:
+def _broker_script(line: str) -> str:
     return (
         "#!/usr/bin/env bash\n"
         "# The test's stand-in for deploy/kafka/kafka.sh: the session's broker is already up.\n"
-        f'if [ "${{1:-}}" = up ]; then echo "KAFKA_BOOTSTRAP_SERVERS={bootstrap}"; fi\n'
+        f'if [ "${{1:-}}" = up ]; then echo "{line}"; fi\n'
     )
 
 
 def run_verbatim(
     block: Block, scratch: Path, bootstrap: str | None = None, env: dict[str, str] | None = None,
-    timeout: float = 300.0,
+    timeout: float = 300.0, up_line: str | None = None,
 ) -> str:
     """Run ``block`` as written in ``scratch``; its output. AssertionError with the script and output on failure.
 
@@ -79,10 +80,11 @@ def run_verbatim(
     """
     scratch.mkdir(parents=True)
     shutil.copytree(REPO / "examples", scratch / "examples")
-    if bootstrap is not None:
+    if bootstrap is not None or up_line is not None:
+        # ``kafka.sh up`` answers with the session broker's line (``up secure``: its RECURRENCE_CONFIG=...).
         script = scratch / "deploy" / "kafka" / "kafka.sh"
         script.parent.mkdir(parents=True)
-        script.write_text(_broker_script(bootstrap))
+        script.write_text(_broker_script(up_line or f"KAFKA_BOOTSTRAP_SERVERS={bootstrap}"))
     environment = {k: v for k, v in os.environ.items() if not k.startswith(("KAFKA_", "RECURRENCE_"))}
     environment.update(PATH=f"{Path(sys.executable).parent}{os.pathsep}{environment.get('PATH', '')}",
                        PYTHONUNBUFFERED="1", **(env or {}))

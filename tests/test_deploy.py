@@ -4,12 +4,19 @@ kubeconform and the schemas come from ``make tools``; without them the
 schema check skips with the reason, and the structural checks still run.
 """
 
+import re
 import subprocess
+import tomllib
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from devkit.localrun import recurrence_command
+from recurrence.processor.stream.acls import acl_set
+from recurrence.processor.stream.settings import StreamSettings
+from recurrence.topics.definitions import Role
 from tests.tools import K8S_SCHEMAS, REPO, tool
 
 K8S = REPO / "deploy" / "k8s" / "recurrence.yaml"
@@ -108,3 +115,64 @@ def test_the_web_port_takes_its_token_from_a_secret_and_admits_only_the_workers_
         if name.startswith("worker"):
             assert service["secrets"] == ["recurrence-http-token"]
             assert all(port.startswith("127.0.0.1:") for port in service["ports"])
+
+
+# -- Strimzi KafkaUsers: the least ACLs of each role (deploy/k8s/kafka-users.yaml) -----------------------------
+#
+# No Strimzi CRD schema is available offline (no package registry ships one), so kubeconform cannot
+# check these. Instead: the file is regenerated from `recurrence acls --strimzi` and compared, its
+# shape is checked against the KafkaUser v1beta2 fields it uses (the enums below are Strimzi's), and
+# its ACLs read back equal the set `recurrence acls` derives.
+
+KAFKA_USERS = REPO / "deploy" / "k8s" / "kafka-users.yaml"
+USERS: tuple[tuple[str, Role], ...] = (
+    ("recurrence-worker", "worker"), ("recurrence-publish", "publish"), ("recurrence-read", "read")
+)
+STRIMZI_OPERATIONS = {"Read", "Write", "Create", "Delete", "Alter", "Describe", "ClusterAction", "AlterConfigs",
+                      "DescribeConfigs", "IdempotentWrite", "All"}
+STRIMZI_RESOURCES = {"topic", "group", "cluster", "transactionalId"}
+
+
+def _layout_file(tmp_path: Path) -> Path:
+    path = tmp_path / "recurrence.toml"
+    path.write_text(_documents()["ConfigMap"]["data"]["recurrence.toml"])
+    return path
+
+
+def test_the_kafka_users_are_what_recurrence_acls_generates(tmp_path: Path) -> None:
+    config = _layout_file(tmp_path)
+    header = KAFKA_USERS.read_text().split("\n---\n", 1)[0]
+    generated = [
+        subprocess.run([*recurrence_command(), "acls", "--config", str(config), "--principal", f"User:{name}",
+                        "--role", role, "--strimzi", "kafka"], check=True, capture_output=True, text=True).stdout
+        for name, role in USERS
+    ]
+    assert KAFKA_USERS.read_text() == header + "\n" + "".join(f"---\n{text}" for text in generated), (
+        "deploy/k8s/kafka-users.yaml is stale: regenerate it with the commands in its header"
+    )
+
+
+def test_the_kafka_users_have_strimzis_shape_and_hold_the_derived_sets(tmp_path: Path) -> None:
+    users = [doc for doc in yaml.safe_load_all(KAFKA_USERS.read_text()) if doc]
+    assert [u["metadata"]["name"] for u in users] == [name for name, _ in USERS]
+    settings = StreamSettings(**tomllib.loads(_layout_file(tmp_path).read_text())["topics"])
+    for user, (name, role) in zip(users, USERS, strict=True):
+        assert set(user) == {"apiVersion", "kind", "metadata", "spec"}
+        assert user["apiVersion"] == "kafka.strimzi.io/v1beta2" and user["kind"] == "KafkaUser"
+        assert set(user["metadata"]["labels"]) == {"strimzi.io/cluster"}
+        assert user["spec"]["authentication"] == {"type": "scram-sha-512"}
+        authorization = user["spec"]["authorization"]
+        assert set(authorization) == {"type", "acls"} and authorization["type"] == "simple"
+        found = set()
+        for rule in authorization["acls"]:
+            assert set(rule) == {"resource", "operations", "host"} and rule["host"] == "*"
+            assert set(rule["resource"]) == {"type", "name", "patternType"}
+            assert rule["resource"]["type"] in STRIMZI_RESOURCES
+            assert rule["resource"]["patternType"] in ("literal", "prefix")
+            assert set(rule["operations"]) <= STRIMZI_OPERATIONS and "All" not in rule["operations"]
+            kind = {"topic": "TOPIC", "group": "GROUP", "transactionalId": "TRANSACTIONAL_ID"}[rule["resource"]["type"]]
+            pattern = {"literal": "LITERAL", "prefix": "PREFIXED"}[rule["resource"]["patternType"]]
+            found |= {(kind, rule["resource"]["name"], pattern, re.sub(r"(?<!^)([A-Z])", r"_\1", op).upper())
+                      for op in rule["operations"]}
+        wanted = {(*a.resource, a.operation) for a in acl_set(settings, role, f"User:{name}")}
+        assert found == wanted, role

@@ -37,7 +37,7 @@ def test_the_quick_starts_are_marked_runnable_with_and_without_a_broker() -> Non
         lines = doc.read_text(encoding="utf-8").splitlines()
         for number, line in enumerate(lines):
             if "runnable" in line and line.lstrip().startswith("<!--"):
-                assert re.fullmatch(r"<!-- runnable(: kafka)? -->", line.strip()), f"{doc.name}:{number + 1}"
+                assert re.fullmatch(r"<!-- runnable(: kafka|: secure)? -->", line.strip()), f"{doc.name}:{number + 1}"
                 assert lines[number + 1] == "```sh", f"{doc.name}:{number + 1}: no sh block right after the marker"
 
 

@@ -22,7 +22,8 @@ from typing import Any
 
 import faust
 import pytest
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.errors import TopicAuthorizationFailedError
 
 import recurrence.processor
 from recurrence.processor.stream.clients import faustcompat
@@ -104,11 +105,32 @@ def _instances(tmp_path: Path) -> Iterator[tuple[Any, Callable[[], None]]]:
     yield importlib.import_module(faustcompat.RECOVERY_MODULE), lambda: None
     loop = asyncio.new_event_loop()
     consumer = loop.run_until_complete(_consumer())
-    yield consumer, loop.close
+    yield consumer, lambda: None
+    producer = loop.run_until_complete(_transactional_producer())
+    yield producer, lambda: None
+    yield getattr(producer, "_txn_manager"), loop.close  # noqa: B009 - how aiokafka keeps a producer's transactions
 
 
 async def _consumer() -> AIOKafkaConsumer:
     return AIOKafkaConsumer(bootstrap_servers="127.0.0.1:1")
+
+
+async def _transactional_producer() -> AIOKafkaProducer:
+    return AIOKafkaProducer(bootstrap_servers="127.0.0.1:1", transactional_id="compat-t")
+
+
+def test_a_failed_transaction_gives_its_cause() -> None:
+    async def check() -> None:
+        producer = await _transactional_producer()
+        assert faustcompat.transaction_failure(producer) is None
+        manager = getattr(producer, "_txn_manager")  # noqa: B009 - the private attribute under test
+        manager.set_pid_and_epoch(1, 0)  # as InitProducerId leaves it
+        manager.begin_transaction()
+        manager.error_transaction(TopicAuthorizationFailedError({"t.ledger"}))
+        failure = faustcompat.transaction_failure(producer)
+        assert isinstance(failure, TopicAuthorizationFailedError) and failure.args == ({"t.ledger"},)
+
+    asyncio.run(check())
 
 
 @pytest.mark.parametrize("member", [m for m in MEMBERS if m.how == THROUGH], ids=_label)

@@ -16,6 +16,12 @@ because a scope's journal partition is also its changelog partition and (by
 key) its output partition, and the patterns agent's repartition topic and
 changelog line up the same way by signature key.
 
+Who uses each topic, and how (``uses``): the client roles of a deployment -- the worker, the
+publisher (``recurrence publish``) and a reader (``ledger-dump``, ``statistics-dump``,
+``status``) -- each with the Kafka operations it performs on that topic. ``recurrence acls``
+derives a principal's least ACL set from these (``processor/stream/acls.py``); READ and WRITE
+imply DESCRIBE in Kafka, so DESCRIBE appears only where nothing else is granted.
+
 Record sizes: the changelogs split a change set into records below
 ``--changelog-record-bytes``, snapshots cut their chunks, and every other
 record the worker writes is one record however large. The journal is held at
@@ -25,8 +31,10 @@ Kafka's default limit, and the topics the worker writes whole records to take
 the journal accepted can be refused on the way out and stop the worker.
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Final, Protocol
+from types import MappingProxyType
+from typing import Final, Literal, Protocol
 
 from .names import TopicNames
 
@@ -54,6 +62,23 @@ SNAPSHOTS: Final = {
 }
 
 
+#: The clients of a deployment, one role per principal (``recurrence acls --role``).
+Role = Literal["worker", "publish", "read"]
+ROLES: Final[tuple[Role, ...]] = ("worker", "publish", "read")
+#: Kafka's names of the topic operations the roles perform.
+Operation = Literal["READ", "WRITE", "DESCRIBE"]
+READ: Final = "READ"
+WRITE: Final = "WRITE"
+DESCRIBE: Final = "DESCRIBE"
+
+# The worker writes the ledger topics and reads records back from them for /explain; readers dump them.
+LEDGER_USES: Final[Mapping[Role, tuple[Operation, ...]]] = {"worker": (WRITE, READ), "read": (READ,)}
+# What only the worker reads and writes: its state changelogs and snapshots.
+WORKER_STATE: Final[Mapping[Role, tuple[Operation, ...]]] = {"worker": (READ, WRITE)}
+# Written by the worker, read by readers (statistics-dump, ledger-dump --kinds patterns).
+PUBLISHED: Final[Mapping[Role, tuple[Operation, ...]]] = {"worker": (WRITE,), "read": (READ,)}
+
+
 @dataclass(frozen=True)
 class TopicSpec:
     name: str
@@ -65,6 +90,8 @@ class TopicSpec:
     #: Configs the topic may hold a larger value of than ``config`` (a record limit on a topic the
     #: worker writes: a larger one only lets larger records through). The rest must be equal.
     at_least: frozenset[str] = frozenset()
+    #: Role -> the operations its principal performs on this topic (the module's docstring).
+    uses: Mapping[Role, tuple[Operation, ...]] = field(default_factory=lambda: MappingProxyType({}))
 
 
 class Layout(Protocol):
@@ -84,33 +111,40 @@ def topic_specs(settings: Layout) -> list[TopicSpec]:
     names = settings.topics
     insync = {"min.insync.replicas": str(settings.min_insync)}
 
-    def spec(name: str, role: str, description: str, policy: dict[str, str] = APPEND_ONLY) -> TopicSpec:
+    def spec(
+        name: str, role: str, description: str, uses: Mapping[Role, tuple[Operation, ...]],
+        policy: dict[str, str] = APPEND_ONLY,
+    ) -> TopicSpec:
         # The journal's limit is exact: a larger one would admit entries whose dead letters the
         # output topics refuse. Any other topic may take larger records than defined.
         at_least = frozenset() if role == "journal" else frozenset({RECORD_LIMIT} & policy.keys())
         return TopicSpec(name, role, settings.partitions, settings.replication, {**policy, **insync}, description,
-                         at_least)
+                         at_least, MappingProxyType(dict(uses)))
 
     return [
+        # Readers read the journal's and the repartition topic's end offsets (status, --until-caught-up).
         spec(names.journal, "journal", "Source journal entries, keyed by scope_id, in position order per scope",
-             {**APPEND_ONLY, **JOURNAL_RECORDS}),
-        spec(names.ledger, "ledger", "match and observation records, keyed by scope_id", OUTPUT),
-        spec(names.review, "review", "review_proposal and admission records, keyed by scope_id", OUTPUT),
-        spec(names.dead_letters, "dead-letters", "dead_letter records (key scope_id when readable)", OUTPUT),
-        spec(names.changelog, "changelog", "engine state: one change set per journal partition per batch"),
+             {"publish": (WRITE,), "worker": (READ,), "read": (DESCRIBE,)}, {**APPEND_ONLY, **JOURNAL_RECORDS}),
+        spec(names.ledger, "ledger", "match and observation records, keyed by scope_id", LEDGER_USES, OUTPUT),
+        spec(names.review, "review", "review_proposal and admission records, keyed by scope_id", LEDGER_USES, OUTPUT),
+        spec(names.dead_letters, "dead-letters", "dead_letter records (key scope_id when readable)", LEDGER_USES,
+             OUTPUT),
+        spec(names.changelog, "changelog", "engine state: one change set per journal partition per batch",
+             WORKER_STATE),
         spec(
             names.statistics, "statistics",
             "each changed scope's RecurrenceStatistics after every batch, keyed by scope_id (last value wins)",
-            {**COMPACTED, **OUTPUT_RECORDS},
+            PUBLISHED, {**COMPACTED, **OUTPUT_RECORDS},
         ),
         spec(names.recurred, "repartition", "recurred observations keyed by signature key, for the patterns agent",
-             OUTPUT),
+             {"worker": (READ, WRITE), "read": (DESCRIBE,)}, OUTPUT),
         spec(names.patterns, "patterns", "pattern suggestions (a signature recurring in K scopes), keyed by it",
-             OUTPUT),
-        spec(names.patterns_changelog, "patterns-changelog", "patterns agent state: one change set per batch"),
+             PUBLISHED, OUTPUT),
+        spec(names.patterns_changelog, "patterns-changelog", "patterns agent state: one change set per batch",
+             WORKER_STATE),
         spec(
             names.snapshots, "snapshots",
             "partition snapshots of both tables: chunks then a manifest, keyed <table>/<partition>/...",
-            SNAPSHOTS,
+            WORKER_STATE, SNAPSHOTS,
         ),
     ]

@@ -11,18 +11,22 @@ topics missing, web port busy), 3 topic drift (``topics apply``/``worker``),
 import argparse
 import asyncio
 import errno
+import functools
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import IO, Any, Final, cast
 
 import orjson
 
+from ...topics.definitions import ROLES, Role
 from ..cliargs import non_negative_int
 from ..exceptions import EXIT_OK, BrokerError, TopicDriftError, UnusableError
 from ..host.outputfile import Writable, check_output, output
 from .clients.brokers import APPLY_HINT, quiet_client_logs
+from .clients.diagnosis import NotAuthorizedError, authorization
 from .clients.dumpformat import DEFAULT_FORMAT
 from .cliflags import NAMING, add_config_argument, add_model_arguments, load
 from .settings import KafkaConnection, StreamSettings, TopicLayout, WorkerOptions
@@ -33,6 +37,33 @@ DEFAULT_MAX_WAIT: Final = 120.0
 def _settings(args: argparse.Namespace) -> StreamSettings:
     quiet_client_logs(bool(getattr(args, "verbose", False)))
     return load(args)
+
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def acting_as(role: Role | None, operation: str) -> Callable[[Command], Command]:
+    """A command of ``role`` (None: an admin's): a refusal names the operation it was doing when the
+    error does not, and the ``recurrence acls`` command that prints the role's set."""
+
+    def wrap(command: Command) -> Command:
+        @functools.wraps(command)
+        def run(args: argparse.Namespace) -> int:
+            try:
+                return command(args)
+            except NotAuthorizedError as refused:
+                raise (refused.for_role(role) if role else refused) from None
+            except Exception as error:
+                if not type(error).__module__.startswith("aiokafka"):
+                    raise
+                found = authorization(load(args).kafka, error, operation)
+                if found is None:
+                    raise
+                raise (found.for_role(role) if role else found) from None
+
+        return run
+
+    return wrap
 
 
 def _apply(settings: StreamSettings, create: bool, report: IO[str] = sys.stderr, brief: bool = False) -> None:
@@ -58,6 +89,7 @@ def _apply(settings: StreamSettings, create: bool, report: IO[str] = sys.stderr,
     )
 
 
+@acting_as(None, "CREATE")
 def _cmd_topics_apply(args: argparse.Namespace) -> int:
     _apply(_settings(args), create=not args.dry_run, report=sys.stdout)
     return EXIT_OK
@@ -73,6 +105,7 @@ def _cmd_topics_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+@acting_as("publish", "WRITE")
 def _cmd_publish(args: argparse.Namespace) -> int:
     from .clients.publish import publish  # noqa: PLC0415
 
@@ -98,6 +131,7 @@ async def _follow(reader: Any, out: Writable, render: Any) -> None:
             loop.remove_signal_handler(signum)
 
 
+@acting_as("read", "READ")
 def _cmd_ledger_dump(args: argparse.Namespace) -> int:
     from .clients.dump import OutputReader, topics_for_kinds  # noqa: PLC0415
     from .clients.dumpformat import StartOffset, compile_format  # noqa: PLC0415
@@ -129,6 +163,7 @@ def _cmd_ledger_dump(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+@acting_as("read", "READ")
 def _cmd_statistics_dump(args: argparse.Namespace) -> int:
     from .clients.dump import read_statistics  # noqa: PLC0415
 
@@ -141,6 +176,18 @@ def _cmd_statistics_dump(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_acls(args: argparse.Namespace) -> int:
+    from .acls import check_principal, render  # noqa: PLC0415
+
+    check_principal(args.principal)
+    form = "json" if args.json else "strimzi" if args.strimzi else "text"
+    role = cast(Role, args.role)  # argparse's choices are the roles
+    text = render(_settings(args), role, args.principal, form, args.command_config, args.strimzi or "")
+    sys.stdout.buffer.write(text)
+    return EXIT_OK
+
+
+@acting_as("read", "DESCRIBE")
 def _cmd_status(args: argparse.Namespace) -> int:
     from .clients.status import group_progress  # noqa: PLC0415
 
@@ -170,6 +217,7 @@ def check_web_port(settings: StreamSettings) -> None:
             ) from None
 
 
+@acting_as("worker", "DESCRIBE")
 def _cmd_worker(args: argparse.Namespace) -> int:
     from ..host.folderlock import lock_folder  # noqa: PLC0415
     from ..web.websecurity import exposure_warning  # noqa: PLC0415
@@ -273,6 +321,26 @@ def register(commands: Any) -> None:
     p.add_argument("--out", help="output file (default stdout); an existing one only with --force")
     p.add_argument("--force", action="store_true", help="overwrite an existing --out file")
     p.set_defaults(func=_cmd_statistics_dump)
+
+    p = commands.add_parser(
+        "acls", help="the least Kafka ACLs a principal needs as a worker, a publisher or a reader (no broker needed)"
+    )
+    _common(p, layout=None)
+    add_model_arguments(p, WorkerOptions, "worker", only=("processing_guarantee", "create_topics"))
+    g = p.add_argument_group("acls")
+    g.add_argument("--principal", required=True, metavar="User:NAME", help="who gets the ACLs (User:NAME)")
+    g.add_argument("--role", required=True, choices=ROLES,
+                   help="worker: recurrence worker; publish: recurrence publish; read: ledger-dump, "
+                   "statistics-dump, status")
+    form = g.add_mutually_exclusive_group()
+    form.add_argument("--json", action="store_true",
+                      help="a JSON list of ACLs in Kafka's names (principal, host, resource_type, resource_name, "
+                      "pattern_type, operation, permission) instead of kafka-acls commands")
+    form.add_argument("--strimzi", metavar="CLUSTER",
+                      help="a Strimzi KafkaUser (SCRAM-SHA-512) for the Kafka cluster resource CLUSTER instead")
+    g.add_argument("--command-config", default="admin.properties", metavar="PATH",
+                   help="the super user's client properties file the kafka-acls commands name (default %(default)s)")
+    p.set_defaults(func=_cmd_acls)
 
     p = commands.add_parser(
         "status", help="per input partition (journal, repartition topic): end offset, the group's committed offset, lag"

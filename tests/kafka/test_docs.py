@@ -159,7 +159,7 @@ def logical_commands(text: str) -> list[str]:
 
 def blocks() -> list[Block]:
     """The blocks not marked runnable (those run as written, above)."""
-    verbatim = {(b.doc, b.line) for b in runnable("") + runnable("kafka")}
+    verbatim = {(b.doc, b.line) for b in runnable("") + runnable("kafka") + runnable("secure")}
     found = []
     for doc in DOCS:
         text = doc.read_text(encoding="utf-8")

@@ -80,10 +80,15 @@ MEMBERS: Final = (
     Member("mode.services:Service", "_crashed", THROUGH, "crashed"),
     Member("aiokafka:AIOKafkaConsumer", "_client", THROUGH, "kafka_client"),
     Member("aiokafka:AIOKafkaConsumer", "_fetch_max_wait_ms", THROUGH, "set_fetch_max_wait"),
+    # The cause of a failed transaction (an ACL revoked mid-run), which its records only report as InvalidTxnState.
+    Member("aiokafka:AIOKafkaProducer", "_txn_manager", THROUGH, "transaction_failure"),
+    Member("aiokafka.producer.transaction_manager:TransactionManager", "_transaction_waiter", THROUGH,
+           "transaction_failure"),
     Member(RECOVERY_MODULE, "asyncio", THROUGH, "shorten_recovery_wait"),
     # workerapp: the app's transport, the consumer that hands whole fetches to the agents, and the
     # two exactly_once corrections (high watermarks read fresh; fresh transactional producers).
     Member("faust:App", "_new_transport", OVERRIDES, f"{_WORKERAPP}:WorkerApp"),
+    Member("faust:App", "_crash", OVERRIDES, f"{_WORKERAPP}:WorkerApp"),
     Member(f"{_FAUST_KAFKA}:Transport", "Consumer", OVERRIDES, f"{_WORKERAPP}:_Transport"),
     Member(f"{_FAUST_KAFKA}:Transport", "TransactionManager", OVERRIDES, f"{_WORKERAPP}:_Transport"),
     Member(f"{_FAUST_KAFKA}:Consumer", "_new_consumer_thread", OVERRIDES, f"{_WORKERAPP}:_Consumer"),
@@ -155,6 +160,17 @@ def transaction_locks(producer: Any) -> dict[str, asyncio.Lock]:
     """The per-producer locks Faust's timed transaction commit takes, by transactional id."""
     locks: dict[str, asyncio.Lock] = producer._trn_locks
     return locks
+
+
+def transaction_failure(producer: Any) -> BaseException | None:
+    """Why a transactional AIOKafkaProducer's open transaction failed (a partition it may not add, an
+    offset commit the group refused), or None. Its records fail only with InvalidTxnState; the cause
+    waits in its transaction manager until a commit raises it."""
+    manager = getattr(producer, "_txn_manager", None)
+    waiter = getattr(manager, "_transaction_waiter", None)
+    if isinstance(waiter, asyncio.Future) and waiter.done() and not waiter.cancelled():
+        return waiter.exception()
+    return None
 
 
 def set_fetch_max_wait(consumer: Any, milliseconds: int) -> None:

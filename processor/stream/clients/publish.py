@@ -13,6 +13,8 @@ number before it is sent; the lines before it are published.
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import IO, Any, Final
 
@@ -24,6 +26,7 @@ from ...exceptions import UnusableError
 from ...host.journalfile import JournalReader, Progress
 from ..settings import KafkaConnection
 from .brokers import bounded, require_topics, started
+from .diagnosis import NotAuthorizedError, topic_refused
 
 _WINDOW: Final = 2000  # records in flight before waiting for acknowledgements
 # A record alone in its record batch: the batch header (61 bytes) and the record's own framing.
@@ -47,6 +50,18 @@ class PublishSummary:
         )
 
 
+@asynccontextmanager
+async def writing(connection: KafkaConnection, topic: str) -> AsyncIterator[None]:
+    """A refusal of the producer is a refusal to WRITE the journal: Kafka 3.0+ refuses an idempotent
+    producer's id on the cluster when the principal may write no topic (KIP-679)."""
+    try:
+        yield
+    except NotAuthorizedError as refused:
+        if refused.resource != "cluster":
+            raise
+        raise topic_refused(connection, "WRITE", [topic], refused.code) from None
+
+
 async def publish(
     journal: str,
     connection: KafkaConnection,
@@ -68,14 +83,14 @@ async def publish(
         request_timeout_ms=max(1000, int(connection.timeout * 1000)),
     )
     try:
-        async with started(connection, producer):
+        async with writing(connection, topic), started(connection, producer):
             # Checked first: aiokafka would otherwise retry a missing topic's metadata for 40 s.
             await require_topics(connection, producer.client, [topic])
             in_flight: list[asyncio.Future[Any]] = []
             for line, entry in reader:
                 key = scope_key(entry)
                 if len(entry) + len(key or b"") + _FRAMING > JOURNAL_MAX_RECORD_BYTES:
-                    await bounded(connection, asyncio.gather(*in_flight))
+                    await bounded(connection, asyncio.gather(*in_flight), "WRITE")
                     raise UnusableError(
                         f"journal line {line} is {len(entry):,} bytes, more than the journal topic takes "
                         f"({JOURNAL_MAX_RECORD_BYTES:,} bytes a record); the {summary.entries} entries before it "
@@ -91,10 +106,10 @@ async def publish(
                 summary.entries += 1
                 summary.bytes += len(entry)
                 if len(in_flight) >= _WINDOW:
-                    await bounded(connection, asyncio.gather(*in_flight))
+                    await bounded(connection, asyncio.gather(*in_flight), "WRITE")
                     in_flight.clear()
                 progress.update(summary.entries, reader.read_bytes)
-            await bounded(connection, asyncio.gather(*in_flight))
+            await bounded(connection, asyncio.gather(*in_flight), "WRITE")
             await bounded(connection, producer.flush())
     finally:
         reader.close()

@@ -140,7 +140,7 @@ class ProgressProbe:
         ends: Mapping[TopicPartition, int] = await bounded(c, self._consumer.end_offsets(tps))
         starts: Mapping[TopicPartition, int] = await bounded(c, self._consumer.beginning_offsets(tps))
         committed: Mapping[TopicPartition, Any] = await retrying(
-            c, lambda: self._admin.list_consumer_group_offsets(self.group, partitions=tps)
+            c, lambda: self._admin.list_consumer_group_offsets(self.group, partitions=tps), "DESCRIBE"
         )
         partitions = []
         for tp in tps:

@@ -23,12 +23,15 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from ....topics.definitions import RECORD_LIMIT, TopicSpec
 from ..settings import KafkaConnection
 from .brokers import bounded, started
+from .diagnosis import topic_refused
 
 # Limits that move no record when changed: the drift line says how to change them in place.
 ALTERABLE_IN_PLACE = frozenset({RECORD_LIMIT})
 
 _TOPIC_ALREADY_EXISTS = 36
 _UNKNOWN_TOPIC = 3
+_TOPIC_AUTHORIZATION_FAILED = 29
+_CLUSTER_AUTHORIZATION_FAILED = 31
 
 
 @dataclass
@@ -78,24 +81,40 @@ def _describe_drift(spec: TopicSpec, partitions: int, replication: int, configs:
     return problems
 
 
-async def _existing(admin: AIOKafkaAdminClient, names: Sequence[str]) -> dict[str, dict[str, Any]]:
+async def _existing(
+    connection: KafkaConnection, admin: AIOKafkaAdminClient, names: Sequence[str]
+) -> dict[str, dict[str, Any]]:
+    """The topics that exist; one the principal may not describe is refused, not taken for missing."""
     found: dict[str, dict[str, Any]] = {}
+    refused: list[str] = []
     for topic in await admin.describe_topics(list(names)):
-        if topic["error_code"] == 0 and topic["partitions"]:
+        if topic["error_code"] == _TOPIC_AUTHORIZATION_FAILED:
+            refused.append(topic["topic"])
+        elif topic["error_code"] == 0 and topic["partitions"]:
             found[topic["topic"]] = topic
+    if refused:
+        raise topic_refused(connection, "DESCRIBE", refused, "TOPIC_AUTHORIZATION_FAILED")
     return found
 
 
-async def _configs(admin: AIOKafkaAdminClient, names: Sequence[str]) -> dict[str, dict[str, str]]:
+async def _configs(
+    connection: KafkaConnection, admin: AIOKafkaAdminClient, names: Sequence[str]
+) -> dict[str, dict[str, str]]:
     if not names:
         return {}
     resources = [ConfigResource(ConfigResourceType.TOPIC, name, None) for name in names]
     result: dict[str, dict[str, str]] = {}
+    refused: list[str] = []
     for response in await admin.describe_configs(resources):
         for resource in response.to_object()["resources"]:
+            if resource["error_code"] == _TOPIC_AUTHORIZATION_FAILED:
+                refused.append(resource["resource_name"])
+                continue
             result[resource["resource_name"]] = {
                 entry["config_names"]: entry["config_value"] for entry in resource["config_entries"]
             }
+    if refused:  # without its configs a topic would look drifted: say what is missing instead
+        raise topic_refused(connection, "DESCRIBE_CONFIGS", refused, "TOPIC_AUTHORIZATION_FAILED")
     return result
 
 
@@ -103,8 +122,8 @@ async def apply_topics(connection: KafkaConnection, specs: Sequence[TopicSpec], 
     timeout_ms = max(1000, int(connection.timeout * 1000))
     admin = AIOKafkaAdminClient(**connection.aiokafka_kwargs(), request_timeout_ms=timeout_ms)
     async with started(connection, admin):
-        existing = await bounded(connection, _existing(admin, [s.name for s in specs]))
-        configs = await bounded(connection, _configs(admin, [s.name for s in specs if s.name in existing]))
+        existing = await bounded(connection, _existing(connection, admin, [s.name for s in specs]))
+        configs = await bounded(connection, _configs(connection, admin, [s.name for s in specs if s.name in existing]))
         reports: list[TopicReport] = []
         to_create: list[TopicSpec] = []
         for spec in specs:
@@ -125,6 +144,10 @@ async def apply_topics(connection: KafkaConnection, specs: Sequence[TopicSpec], 
                 ),
             )
             errors = {e["topic"]: e for e in response.to_object()["topic_errors"]}
+            refused = [name for name, e in errors.items()
+                       if e["error_code"] in (_TOPIC_AUTHORIZATION_FAILED, _CLUSTER_AUTHORIZATION_FAILED)]
+            if refused:
+                raise topic_refused(connection, "CREATE", refused, "TOPIC_AUTHORIZATION_FAILED")
             for spec in to_create:
                 error = errors.get(spec.name, {})
                 code = error.get("error_code", 0)
@@ -142,15 +165,17 @@ async def apply_topics(connection: KafkaConnection, specs: Sequence[TopicSpec], 
         order = {spec.name: i for i, spec in enumerate(specs)}
         reports.sort(key=lambda r: order[r.spec.name])
         if any(r.status == "created" for r in reports):
-            await _wait_visible(admin, [r.spec.name for r in reports if r.status == "created"])
+            await _wait_visible(connection, admin, [r.spec.name for r in reports if r.status == "created"])
         return ApplyResult(reports)
 
 
-async def _wait_visible(admin: AIOKafkaAdminClient, names: Sequence[str], timeout: float = 30.0) -> None:
+async def _wait_visible(
+    connection: KafkaConnection, admin: AIOKafkaAdminClient, names: Sequence[str], timeout: float = 30.0
+) -> None:
     """Topic creation is asynchronous on the broker; wait until every partition has a leader."""
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
-        found = await _existing(admin, names)
+        found = await _existing(connection, admin, names)
         if all(
             name in found and all(p["leader"] >= 0 for p in found[name]["partitions"]) for name in names
         ):

@@ -41,8 +41,10 @@ from ..batch.metrics import Metrics
 from ..batch.probes import ProbeInputs, readiness
 from ..batch.processing import BatchProcessor
 from ..batch.types import Entry, PartitionedState
+from ..clients.diagnosis import NotAuthorizedError, authorization
 from ..clients.faustcompat import crashed
 from ..faustentry import NOT_A_FAUST_APP
+from ..settings import KafkaConnection
 from .cluster import Cluster
 from .fetches import FetchChannel, Fetched
 from .journal import PartitionReader
@@ -103,6 +105,8 @@ class ServiceOptions:
     processing_guarantee: str
     batch_max: int
     ready_max_lag: int
+    #: Whose refusals the worker reports (``diagnosis.NotAuthorizedError``); None: not said.
+    connection: KafkaConnection | None = None
 
     @property
     def exactly_once(self) -> bool:
@@ -133,6 +137,7 @@ class RecurrenceService:
         if self.snapshots.shipping:
             app.timer(SNAPSHOT_CHECK_INTERVAL)(self.ship_snapshots)
         app.on_partitions_assigned.connect(self.assigned)
+        app.on_refusal = self.consumer_refused
         for lane in (self.engine, self.patterns):
             app.agent(lane.topic, name=lane.agent)(self.agent(lane))
         app.timer(REPORT_INTERVAL)(self.report)
@@ -208,11 +213,26 @@ class RecurrenceService:
             self._abort("cancelled while a batch was in flight", entries)
         elif isinstance(error, RecurrenceError):  # a refusal with an operator's message: one line, its exit code
             self._abort(str(error), entries, error.exit_code)
+        elif (refused := self._refused(error)) is not None:  # an ACL gone: a restart is refused the same way
+            self._abort(refused.line(), entries, refused.exit_code, "once the ACL is granted again")
         elif isinstance(error, MessageSizeTooLargeError):  # the broker refused a record: the same on every restart
             self._abort(RECORD_TOO_LARGE, entries)
         else:
             log.critical("batch failed: %s", type(error).__name__, exc_info=error)
             self._abort(f"{type(error).__name__} while a batch was in flight", entries)
+
+    def consumer_refused(self, error: BaseException) -> None:
+        """The consumer was refused (the group's or a topic's READ revoked): exit 2 with the line."""
+        refused = self._refused(error, "READ")
+        if refused is not None:
+            self._abort(refused.line(), [], refused.exit_code, "once the ACL is granted again")
+
+    def _refused(self, error: BaseException, operation: str = "WRITE") -> NotAuthorizedError | None:
+        """An authorization error (an ACL revoked while the worker runs) as the worker's refusal line."""
+        if self.options.connection is None:
+            return None
+        refused = authorization(self.options.connection, error, operation)
+        return None if refused is None else refused.for_role("worker")
 
     def _entries(self, fetched: Fetched, topic: str) -> list[Entry]:
         """A fetch's records as entries, only of partitions this worker still owns in this generation."""
@@ -303,14 +323,15 @@ class RecurrenceService:
             await asyncio.sleep(READY_POLL_INTERVAL)
         log.info("ready: the statistics page is at %s/ui", self.options.url)
 
-    def _abort(self, why: str, entries: list[Entry], code: int = EXIT_BATCH_ABORTED) -> None:
-        first = {e.partition: e.offset for e in reversed(entries)}
-        log.critical(
-            "%s; exiting without acknowledging %d entries (first offsets %s); a restart resumes from them",
-            why,
-            len(entries),
-            ", ".join(f"p{p}@{o}" for p, o in sorted(first.items())),
-        )
+    def _abort(self, why: str, entries: list[Entry], code: int = EXIT_BATCH_ABORTED, when: str = "") -> None:
+        if entries:
+            first = {e.partition: e.offset for e in reversed(entries)}
+            where = ", ".join(f"p{p}@{o}" for p, o in sorted(first.items()))
+            stop = f"exiting without acknowledging {len(entries)} entries (first offsets {where}); a restart resumes "
+            stop += "from them"
+        else:
+            stop = "exiting; a restart resumes where the worker stopped"
+        log.critical("%s; %s%s", why, stop, f" {when}" if when else "")
         logging.shutdown()
         sys.stderr.flush()
         os._exit(code)

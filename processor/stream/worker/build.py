@@ -134,7 +134,7 @@ def build_worker(settings: StreamSettings) -> RecurrenceService:
     service = RecurrenceService(
         app, engine, patterns, snapshots, metrics,
         ServiceOptions(settings.group_id, settings.canonical_url, settings.processing_guarantee,
-                       settings.batch_max, worker.ready_max_lag),
+                       settings.batch_max, worker.ready_max_lag, settings.kafka),
     )
     metrics.live = LiveReadings(
         lag=service.lag,

@@ -15,7 +15,7 @@ from aiokafka.partitioner import DefaultPartitioner
 
 from ...exceptions import TransactionStateError
 from ..batch.types import Delivered
-from ..clients.faustcompat import plain_producer, transaction_lock, transaction_producer
+from ..clients.faustcompat import plain_producer, transaction_failure, transaction_lock, transaction_producer
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,15 @@ class _Open:
     acknowledged: asyncio.Future[Any] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
+def failed_transaction(producer: Any, error: BaseException) -> BaseException | None:
+    """What failed the producer's transaction when ``error`` only echoes it -- a record refused as
+    InvalidTxnState, a send refused as "not in transaction" or by aiokafka's own assertion, as the
+    timing goes: a partition or an offset commit the broker refused, e.g. an ACL revoked while the
+    worker runs. None when the transaction has not failed (then ``error`` is the story)."""
+    cause = transaction_failure(producer)
+    return None if cause is None or cause is error else cause
+
+
 class _Pending:
     """One record's delivery: awaiting it waits for its batch, then gives its partition and offset.
 
@@ -51,7 +60,13 @@ class _Pending:
         self._index = index
 
     def __await__(self) -> Generator[Any, None, Delivered]:
-        metadata = yield from self._batch.acknowledged.__await__()
+        try:
+            metadata = yield from self._batch.acknowledged.__await__()
+        except Exception as failed:
+            cause = failed_transaction(self._batch.producer, failed)
+            if cause is None:
+                raise
+            raise cause from failed
         return _Written(self._batch.partition, metadata.offset + self._index)
 
 
@@ -163,7 +178,10 @@ class _Batches:
         except Exception as error:
             if not acknowledged.done():
                 acknowledged.set_exception(error)
-            raise
+            cause = failed_transaction(slot.producer, error)
+            if cause is None:
+                raise
+            raise cause from error
         self._sent.append(sent)
 
         def resolve(batch: asyncio.Future[Any]) -> None:

@@ -15,7 +15,7 @@ The consumer also hands each fetch of the agents' topics to its agent whole
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
 from typing import Any, Final
 
@@ -176,6 +176,8 @@ class _Consumer(faust_aiokafka.Consumer):
                 return
             raise
         except Exception as exc:
+            if isinstance(self.app, WorkerApp):
+                self.app.on_refusal(exc)  # an ACL revoked: ends the process with its line (exit 2)
             self.log.exception("Drain messages raised: %r", exc)
             raise
 
@@ -233,9 +235,19 @@ class WorkerApp(faust.App):
         shorten_recovery_wait()  # exactly_once restarts: ~9 s of Faust's recovery timeout less
         #: Topics whose fetches go to their agent whole, by topic name (``_Consumer``).
         self.fetch_channels: dict[str, FetchChannel] = {}
+        #: Handed what stopped the consumer; the service ends the process when it is a refusal
+        #: (a group or topic ACL revoked), where Faust would crash with a traceback (exit 1).
+        self.on_refusal: Callable[[BaseException], None] = lambda error: None
 
     def _new_transport(self) -> Any:
         return _Transport(self.conf.broker_consumer, self)
+
+    def _crash(self, reason: BaseException) -> None:
+        """mode marks every service above a crashed one as crashed through this (the consumer thread's
+        failed offset commit, the fetcher's failed fetch): a refusal -- an ACL revoked while the worker
+        runs -- ends the process with its line and exit 2, where Faust would stop with exit 1."""
+        self.on_refusal(reason)
+        super()._crash(reason)
 
     @cached_property
     def web(self) -> SurfaceWeb:  # the read surface's routes only (``webserver``)
