@@ -100,6 +100,8 @@ MEMBERS: Final = (
            f"{_WORKERAPP}:_ConsumerThread"),
     Member(f"{_FAUST_KAFKA}:AIOKafkaConsumerThread", "_ensure_consumer", THROUGH, "thread_consumer"),
     Member(f"{_FAUST_CONSUMER}:TransactionManager", "on_rebalance", OVERRIDES, f"{_WORKERAPP}:_TransactionManager"),
+    Member("faust.tables:TableManager", "on_start", OVERRIDES, f"{_WORKERAPP}:WorkerTableManager"),
+    Member("faust.tables:TableManager", "_update_channels", CALLS, f"{_WORKERAPP}:WorkerTableManager"),
     # webserver: Faust's aiohttp driver serving the read surface's routes and none of Faust's blueprints.
     Member("faust:App", "web", OVERRIDES, f"{_WORKERAPP}:WorkerApp"),
     *(Member("faust.web.drivers.aiohttp:Web", f"{kind}_blueprints", OVERRIDES, "worker.webserver:SurfaceWeb")
