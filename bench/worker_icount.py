@@ -28,6 +28,7 @@ import argparse
 import asyncio
 import sys
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import SimpleNamespace
@@ -154,6 +155,7 @@ def run(journal: Path, state: Path, partitions: int, batch: int, exactly_once: b
     entries = []
     # The publisher's work, not the worker's: murmur2 is pure Python, so once per scope, not per entry.
     placed: dict[bytes, int] = {}
+    published = time.time()  # each record's timestamp, as a fetched record has one (the latency histogram)
     for line in journal.read_bytes().splitlines():
         if not line.strip():
             continue
@@ -162,7 +164,7 @@ def run(journal: Path, state: Path, partitions: int, batch: int, exactly_once: b
             partition = 0
         elif (partition := placed.get(key, -1)) < 0:
             partition = placed[key] = partition_for(key.decode(), partitions)
-        entries.append(Entry(partition, offsets[partition], line))
+        entries.append(Entry(partition, offsets[partition], line, published))
         offsets[partition] += 1
     topics = StreamSettings(topic_prefix="icount").topics
     processor = BatchProcessor(topics=topics, state=_State(state), sink=FaustSink(_app(partitions), {}, topics.journal,
