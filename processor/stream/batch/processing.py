@@ -414,6 +414,7 @@ class BatchProcessor:
         source = self.step.source
         # Once per batch: the loop below runs per record.
         routes, append, send = self.step.routes, self.sink.append, self.sink.send
+        add_delivery, add_emitted = deliveries.append, emitted.append
         early_flush = time.perf_counter() + EARLY_FLUSH_SECONDS
 
         for entry in plan:
@@ -425,20 +426,21 @@ class BatchProcessor:
                 for _ in range(EARLY_FLUSH_YIELDS):
                     await asyncio.sleep(0)
                 early_flush = time.perf_counter() + EARLY_FLUSH_SECONDS
-            run = batches[entry.partition].run
-            origin: dict[str, str | int] = {"topic": source, "partition": entry.partition, "offset": entry.offset}
-            for index, record in enumerate(run.process(entry.value, origin)):
-                headers = [(SOURCE_HEADER, f"{entry.partition}:{entry.offset}:{index}".encode()),
+            source_partition, offset = entry.partition, entry.offset
+            origin: dict[str, str | int] = {"topic": source, "partition": source_partition, "offset": offset}
+            for index, record in enumerate(batches[source_partition].run.process(entry.value, origin)):
+                headers = [(SOURCE_HEADER, f"{source_partition}:{offset}:{index}".encode()),
                            (ID_HEADER, f"{record.record}:{record.record_id}".encode())]
+                line = record.line
                 for number, (topic, key) in enumerate(routes(record)):
                     # Unkeyed dead letters stay beside their source partition (same partition counts).
-                    partition = None if key is not None else entry.partition
-                    delivery = append(topic, key, record.line, partition, headers, entry.partition)
+                    partition = None if key is not None else source_partition
+                    delivery = append(topic, key, line, partition, headers, source_partition)
                     if delivery is None:
-                        delivery = await send(topic, key, record.line, partition, headers, entry.partition)
+                        delivery = await send(topic, key, line, partition, headers, source_partition)
                     if number == 0:
-                        deliveries.append(delivery)
-                        emitted.append((entry.partition, topic, record))
+                        add_delivery(delivery)
+                        add_emitted((source_partition, topic, record))
                     else:
                         copies.append(delivery)
 

@@ -8,7 +8,7 @@ for why records are appended to batches instead of sent one by one.
 import asyncio
 from collections.abc import Awaitable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from aiokafka import TopicPartition
 from aiokafka.partitioner import DefaultPartitioner
@@ -18,8 +18,7 @@ from ..batch.types import Delivered
 from ..clients.faustcompat import plain_producer, transaction_lock, transaction_producer
 
 
-@dataclass(frozen=True)
-class _Written:
+class _Written(NamedTuple):  # one per output record: a named tuple is built at a fraction of a frozen dataclass's cost
     partition: int
     offset: int
 
