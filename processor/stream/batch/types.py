@@ -90,8 +90,12 @@ class Sink(Protocol):
         """
         ...
 
-    def end(self) -> None:
-        """The batch is over, successfully or not."""
+    def end(self, partitions: Sequence[int] | None = None) -> None:
+        """The batch of these journal partitions is over, successfully or not (None: every batch begun).
+
+        Under exactly_once batches of different partitions may be in flight at once
+        (``BatchProcessor.process_partitions``): ending one leaves the others as they are.
+        """
         ...
 
     async def commit(self, next_offsets: Mapping[int, int]) -> None:

@@ -177,11 +177,16 @@ class _Batches:
 
         sent.add_done_callback(resolve)
 
-    def abandon(self) -> None:
-        """A failed batch: drop what was never sent (the batch's process ends; nothing waits on them)."""
-        for slot in self._open.values():
-            slot.acknowledged.cancel()
-        self._open.clear()
+    def abandon(self, producer: Any | None = None) -> None:
+        """A failed batch: drop what was never sent (the batch's process ends; nothing waits on them).
+
+        ``producer``: only what goes through that producer (an exactly_once batch of one partition,
+        while batches of other partitions are still being filled).
+        """
+        for slot_key, slot in list(self._open.items()):
+            if producer is None or slot.producer is producer:
+                slot.acknowledged.cancel()
+                del self._open[slot_key]
 
 
 class FaustSink:
@@ -210,7 +215,7 @@ class FaustSink:
         self._topics = topics
         self._journal = source
         self._exactly_once = exactly_once
-        self._held: list[Any] = []
+        self._held: dict[int, asyncio.Lock] = {}  # journal partition -> its producer's lock, held by a batch
         self._batches = _Batches()
         # partition -> (journal offset, its AddOffsetsToTxn + TxnOffsetCommit in flight)
         self._offsets_ahead: dict[int, tuple[int, asyncio.Future[None]]] = {}
@@ -256,21 +261,32 @@ class FaustSink:
         for partition in sorted(set(partitions)):
             lock = transaction_lock(self._app, self._transactional_id(partition))
             await lock.acquire()
-            self._held.append(lock)
+            self._held[partition] = lock
         # The journal offsets join each transaction while the batch runs (two round trips to the
         # coordinators, AddOffsetsToTxn and TxnOffsetCommit, off the batch's critical path); they
         # are committed only with the transaction, so a batch that fails commits none of them.
         for partition, offset in (next_offsets or {}).items():
             self._offsets_ahead[partition] = (offset, asyncio.ensure_future(self._add_offsets(partition, offset)))
 
-    def end(self) -> None:
-        self._senders.clear()
-        self._batches.abandon()  # nothing is left after a successful batch; after a failure, drop it
-        for _, pending in self._offsets_ahead.values():
-            pending.cancel()  # only after a failure: ``commit`` took the others
-        self._offsets_ahead.clear()
-        while self._held:
-            self._held.pop().release()
+    def end(self, partitions: Sequence[int] | None = None) -> None:
+        # Nothing is left of a successful batch; after a failure, what it had not sent is dropped and
+        # its offsets sent ahead cancelled (``commit`` took those of a successful one).
+        if partitions is None or not self._exactly_once:
+            self._batches.abandon()
+            ended = {*self._held, *self._senders, *self._offsets_ahead}
+        else:  # one partition's batch, while batches of other partitions may still be in flight
+            ended = set(partitions)
+            for partition in ended:
+                if (producer := self._senders.get(partition)) is not None:
+                    self._batches.abandon(producer)
+        for partition in ended:
+            self._senders.pop(partition, None)
+            _, pending = self._offsets_ahead.pop(partition, (None, None))
+            if pending is not None:
+                pending.cancel()
+            lock = self._held.pop(partition, None)
+            if lock is not None:
+                lock.release()
 
     async def send(
         self,
