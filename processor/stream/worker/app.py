@@ -179,9 +179,14 @@ class RecurrenceService:
 
         settling_tasks: set[asyncio.Future[None]] = set()  # referenced until done (the loop holds tasks weakly)
 
+        # The patterns agent gathers observations for up to a second (``build.PATTERNS_BATCH_WITHIN``), but not
+        # once the engine agent has nothing left to run: the end of a backlog's last observations then
+        # waited out that second (0.7 s after the journal's last entry, exactly_once).
+        until = None if lane is self.engine else self.app.fetch_channels[self.engine.source].drained
+
         async def agent(stream: Any) -> None:
             while True:
-                fetched = await channel.get(self.options.batch_max, within, min_records)
+                fetched = await channel.get(self.options.batch_max, within, min_records, until)
                 processor.metrics.stage["wait"].observe(channel.waited)
                 settling = False
                 try:
