@@ -92,6 +92,7 @@ MEMBERS: Final = (
     Member(f"{_FAUST_KAFKA}:Consumer", "_wait_next_records", CALLS, f"{_WORKERAPP}:_Consumer"),
     Member(f"{_FAUST_KAFKA}:Consumer", "_to_message", CALLS, f"{_WORKERAPP}:_Consumer"),
     Member(f"{_FAUST_KAFKA}:Consumer", "_commit_offsets", CALLS, f"{_WORKERAPP}:_Consumer"),
+    Member(f"{_FAUST_KAFKA}:Consumer", "_commit", CALLS, f"{_WORKERAPP}:_Consumer"),
     Member(f"{_FAUST_KAFKA}:Consumer", "_new_topicpartition", CALLS, f"{_WORKERAPP}:_Consumer"),
     Member(f"{_FAUST_CONSUMER}:Consumer", "_read_offset", THROUGH, "read_offsets"),
     Member(f"{_FAUST_CONSUMER}:Consumer", "_buffered_partitions", THROUGH, "buffered_partitions"),
