@@ -88,8 +88,8 @@ class RecordingSink:
     async def begin(self, partitions: Sequence[int]) -> None:
         self.log.append(("begin", tuple(partitions)))
 
-    def end(self, partitions: Sequence[int] | None = None) -> None:
-        self.log.append(("end", None if partitions is None else tuple(partitions)))
+    def end(self) -> None:
+        self.log.append(("end", None))
 
     async def commit(self, partitions: Sequence[int]) -> None:
         self.log.append(("commit", tuple(partitions)))

@@ -59,13 +59,10 @@ def _run(
 
 
 async def _drive(processor: BatchProcessor, entries: list[Entry], batch: int, pipelined: bool) -> None:
-    """Batches one after another, as the worker's agent runs them (pipelined: at-least-once by batch,
-    exactly_once by partition)."""
-    tails: list[Awaitable[Any]] = []
+    """Batches one after another, as the worker's agent runs them (pipelined: at-least-once)."""
+    tails = []
     for start in range(0, len(entries), batch):
-        if pipelined and processor.sink.transactional:
-            tails.append(await processor.process_partitions(entries[start : start + batch]))
-        elif pipelined:
+        if pipelined:
             tails.append(await processor.process_pipelined(entries[start : start + batch]))
         else:
             await processor.process(entries[start : start + batch])
@@ -105,22 +102,17 @@ def test_batch_processor_equals_the_embedded_runner(tmp_path: Path, batch: int, 
     assert compare(ledger=oracle.records, outputs=_outputs_in_source_order(sink)).equal
 
 
-@pytest.mark.parametrize("transactional", [False, True], ids=["at_least_once", "exactly_once"])
 @pytest.mark.parametrize("batch", [1, 37, 500])
-def test_pipelined_batches_equal_the_embedded_runner_and_rebuild_the_same_state(
-    tmp_path: Path, batch: int, transactional: bool
-) -> None:
-    # At-least-once each batch's engine runs on the rows of the batch before it while that one is still
-    # being made durable; exactly_once each partition's part of a batch runs while the part of the
-    # partition before is made durable. The outputs, the changelog and the local state must be exactly
-    # the sequential ones.
+def test_pipelined_batches_equal_the_embedded_runner_and_rebuild_the_same_state(tmp_path: Path, batch: int) -> None:
+    # Each batch's engine runs on the rows of the batch before it while that one is still being made
+    # durable: the outputs, the changelog and the local state must be exactly the sequential ones.
     lines = journal_lines(600, seed=batch)
     journal = tmp_path / "journal.jsonl"
     write_journal(journal, lines)
     oracle = Oracle.run(journal, tmp_path)
-    sink, state = _run(lines, batch, transactional, pipelined=True)
+    sink, state = _run(lines, batch, pipelined=True)
     assert compare(ledger=oracle.records, outputs=_outputs_in_source_order(sink)).equal
-    sequential, sequential_state = _run(lines, batch, transactional)
+    sequential, sequential_state = _run(lines, batch)
     assert sink.changelog == sequential.changelog
     for partition, store in state.stores.items():
         assert list(store.iterate_prefix(b"[")) == list(sequential_state.stores[partition].iterate_prefix(b"["))
@@ -238,37 +230,6 @@ def test_two_batches_are_made_durable_at_once_and_a_third_waits_for_the_first() 
     # Each partition's change sets went out batch after batch, in order, and all three batches wrote one.
     assert all(found == sorted(set(found)) for found in positions.values()), positions
     assert max(len(found) for found in positions.values()) == 3
-
-
-def test_exactly_once_partitions_overlap_and_each_keeps_its_transactions_in_order() -> None:
-    # Each partition's part is a transaction of its own producer: while one partition's is made durable
-    # the next partition's runs, and a partition's next transaction begins only once its last has ended,
-    # committed after its change sets were acknowledged and before its local state.
-    entries = entries_of(journal_lines(400, seed=5))
-    state = Partitions()
-    sink = RecordingSink(state.log, transactional=True)
-    processor = BatchProcessor(topics=TOPICS, state=state, sink=sink, source=Journal(entries), config=EngineConfig())
-    asyncio.run(_drive(processor, entries, 100, pipelined=True))
-    log = state.log
-    open_now: set[int] = set()
-    overlapped = 0
-    for number, event in enumerate(log):
-        if event[0] == "begin":
-            (partition,) = event[1]
-            assert partition not in open_now, f"p{partition} began a transaction before its last one ended"
-            overlapped += bool(open_now)
-            open_now.add(partition)
-        elif event[0] == "end":
-            (partition,) = event[1]
-            open_now.discard(partition)
-            begun = max(i for i, e in enumerate(log[:number]) if e == ("begin", (partition,)))
-            mine = log[begun:number]
-            commits = [i for i, e in enumerate(mine) if e[0] == "commit" and partition in e[1]]
-            local = [i for i, e in enumerate(mine) if e == ("local", partition)]
-            assert len(commits) <= 1 and len(local) == len(commits)
-            assert all(c < w for c, w in zip(commits, local, strict=True)), "local state before the commit"
-    assert not open_now
-    assert overlapped >= 4, "the partitions' transactions ran one after another"
 
 
 def test_outputs_are_acknowledged_before_change_sets_and_change_sets_before_local_state() -> None:

@@ -88,7 +88,8 @@ EARLY_FLUSH_SECONDS: Final = 0.01
 #: Event loop turns given to the producers at each of those points. The engine holds the loop
 #: otherwise, and a producer's requests advance one turn at a time: a response is read, then its
 #: waiter wakes, then the next request is written. Under exactly_once each batch starts a chain
-#: of them (then AddOffsetsToTxn, TxnOffsetCommit, AddPartitionsToTxn); with one turn per point it was
+#: of them (AddPartitionsToTxn; AddOffsetsToTxn and TxnOffsetCommit before it, when measured: the
+#: group offsets were then in the transaction); with one turn per point it was
 #: still running when the engine finished, and the outputs and the commit waited for it (4 turns:
 #: `outputs` 28-32 ms against 39-58 ms, `commit` 12-17 ms against 19-26 ms at 1,900 entries/s,
 #: four interleaved pairs).
@@ -200,8 +201,6 @@ class BatchProcessor:
         # (and those of the batches before it) the next batch reads as committed.
         self._tails: deque[asyncio.Future[BatchResult]] = deque()
         self._in_flight: dict[int, _PartitionBatch] = {}
-        # exactly_once (``process_partitions``): per journal partition, its last part being made durable.
-        self._partition_tails: dict[int, asyncio.Future[BatchResult]] = {}
 
     def position(self, partition: int) -> int | None:
         """The next journal offset this partition's state expects (None before the first entry)."""
@@ -277,63 +276,16 @@ class BatchProcessor:
             plan, result = await self._plan(entries, batches)
             self.metrics.stage["begin"].observe(time.perf_counter() - started)
             flight = await self._engine(plan, result, batches, started)
-            await self._settled_pipelined(keep=PIPELINE_DEPTH - 1)
+            await self._settled(keep=PIPELINE_DEPTH - 1)
             previous = self._tails[-1] if self._tails else None
             self._in_flight.update(flight.changed)
             tail = asyncio.ensure_future(self._durable(flight, previous))
             self._tails.append(tail)
             return tail
 
-    async def process_partitions(self, entries: Sequence[Entry]) -> "asyncio.Future[list[BatchResult]]":
-        """exactly_once: run the batch one journal partition at a time, each partition's part made durable
-        in the background while the next partition's engine runs; the future says when all are.
-
-        Under exactly_once a batch's records can only be sent once the transaction before them has
-        committed -- but that is the transaction of the same partition's producer: each journal
-        partition has a transactional producer of its own (``sink``), so the transactions of
-        different partitions may be open at once. So each partition's part of a batch is a batch
-        of its own (planned, its producer's lock taken, its engine run), and its durability
-        (outputs and change set acknowledged, the record index, the commit, the local state) runs
-        in the background while the engine runs the next partition's part: the round trips of
-        one transaction are spent running another's entries, where a whole batch waited for all
-        of them (~15% of a saturated worker's time, and about half of each batch's time at 2,800
-        entries/s). A partition's next part waits until its part before is durable, so each
-        partition's batches keep the same order as before, one transaction after another.
-        """
-        by_partition: dict[int, list[Entry]] = {}
-        for entry in entries:
-            by_partition.setdefault(entry.partition, []).append(entry)
-        tails: list[asyncio.Future[BatchResult]] = []
-        async with self._lock:
-            await self._settled_pipelined()
-            for partition, part in by_partition.items():
-                previous = self._partition_tails.get(partition)
-                if previous is not None:
-                    await asyncio.shield(previous)  # its failure is this batch's
-                started = time.perf_counter()
-                batches: dict[int, _PartitionBatch] = {}
-                plan, result = await self._plan(part, batches)
-                await self.sink.begin([partition])
-                self.metrics.stage["begin"].observe(time.perf_counter() - started)
-                try:
-                    flight = await self._engine(plan, result, batches, started)
-                except BaseException:
-                    self.sink.end([partition])
-                    raise
-                tail = asyncio.ensure_future(self._durable_then_end(flight, partition))
-                self._partition_tails[partition] = tail
-                tails.append(tail)
-        return asyncio.gather(*tails)
-
-    async def _durable_then_end(self, flight: _Flight, partition: int) -> BatchResult:
-        try:
-            return await self._durable(flight)
-        finally:
-            self.sink.end([partition])
-
-    async def _settled_pipelined(self, keep: int = 0) -> None:
-        """Wait until at most ``keep`` pipelined at-least-once batches are still being made durable
-        (oldest first; a failure is raised here too)."""
+    async def _settled(self, keep: int = 0) -> None:
+        """Wait until at most ``keep`` pipelined batches are still being made durable (oldest first;
+        a failure is raised here too)."""
         tails = self._tails
         while len(tails) > keep:
             tail = tails[0]
@@ -342,16 +294,6 @@ class BatchProcessor:
             finally:
                 if tails and tails[0] is tail and tail.done():
                     tails.popleft()
-
-    async def _settled(self) -> None:
-        """Wait until no batch is being made durable (a failure is raised here too)."""
-        for partition, tail in list(self._partition_tails.items()):
-            try:
-                await asyncio.shield(tail)
-            finally:
-                if tail.done() and self._partition_tails.get(partition) is tail:
-                    del self._partition_tails[partition]
-        await self._settled_pipelined()
 
     # Journal offsets one catch-up call reads and runs at most (the worker sets its --batch-max).
     catch_up_max: int = BATCH_MAX_AT_LEAST_ONCE
@@ -459,7 +401,7 @@ class BatchProcessor:
         try:
             return await self._durable(await self._engine(plan, result, batches, started))
         finally:
-            self.sink.end(sorted(batches))
+            self.sink.end()
 
     async def _engine(
         self, plan: list[Entry], result: BatchResult, batches: dict[int, _PartitionBatch], started: float

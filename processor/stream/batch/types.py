@@ -86,12 +86,8 @@ class Sink(Protocol):
         """A batch for these journal partitions starts (exactly_once: take their producers)."""
         ...
 
-    def end(self, partitions: Sequence[int] | None = None) -> None:
-        """The batch of these journal partitions is over, successfully or not (None: every batch begun).
-
-        Under exactly_once batches of different partitions may be in flight at once
-        (``BatchProcessor.process_partitions``): ending one leaves the others as they are.
-        """
+    def end(self) -> None:
+        """The batch is over, successfully or not."""
         ...
 
     async def commit(self, partitions: Sequence[int]) -> None:

@@ -154,12 +154,6 @@ class RecurrenceService:
         channel = FetchChannel(topic)
         self.app.fetch_channels[topic] = channel
         exactly_once = self.options.exactly_once
-        # exactly_once: a batch this large (a backlog) runs a transaction per partition, each partition's
-        # made durable while the next partition's entries run (``process_partitions``). A smaller one
-        # (a live stream) commits every partition's transaction in one cycle: run by partition, its
-        # parts were tens of entries each, the worker committed twice as many transactions for the same
-        # entries, and the p99 at 2,800 entries/s rose (731-788 ms against 365-700 ms, two pairs).
-        partitioned_from = max(1, self.options.batch_max // 2)
 
         def durable(entries: list[Entry]) -> None:
             """The batch is durable (exactly_once: its transactions committed): what follows it (never for a
@@ -198,22 +192,19 @@ class RecurrenceService:
                     if not entries:
                         continue
                     try:
-                        if exactly_once and len(entries) < partitioned_from:
-                            await processor.process(entries)  # one cycle: every partition's transaction at once
-                            durable(entries)
-                            continue
-                        # Made durable in the background while the next batch's engine runs (at-least-once)
-                        # or the next partition's (exactly_once: a transaction per partition); the channel
-                        # stays busy until then, so a rebalance waits for it (``quiesce``).
                         if exactly_once:
-                            tail: Awaitable[object] = await processor.process_partitions(entries)
+                            await processor.process(entries)
                         else:
+                            # Made durable in the background while the next batch's engine runs; the
+                            # channel stays busy until then, so a rebalance waits for it (``quiesce``).
                             tail = await processor.process_pipelined(entries)
-                        settling_tasks.add(task := asyncio.ensure_future(settle(tail, entries)))
-                        task.add_done_callback(settling_tasks.discard)
-                        settling = True
+                            settling_tasks.add(task := asyncio.ensure_future(settle(tail, entries)))
+                            task.add_done_callback(settling_tasks.discard)
+                            settling = True
+                            continue
                     except (asyncio.CancelledError, Exception) as error:  # every failure exits (``_failed``)
                         self._failed(error, entries)
+                    durable(entries)
                 finally:
                     if not settling:
                         channel.done()

@@ -176,16 +176,11 @@ class _Batches:
 
         sent.add_done_callback(resolve)
 
-    def abandon(self, producer: Any | None = None) -> None:
-        """A failed batch: drop what was never sent (the batch's process ends; nothing waits on them).
-
-        ``producer``: only what goes through that producer (an exactly_once batch of one partition,
-        while batches of other partitions are still being filled).
-        """
-        for slot_key, slot in list(self._open.items()):
-            if producer is None or slot.producer is producer:
-                slot.acknowledged.cancel()
-                del self._open[slot_key]
+    def abandon(self) -> None:
+        """A failed batch: drop what was never sent (the batch's process ends; nothing waits on them)."""
+        for slot in self._open.values():
+            slot.acknowledged.cancel()
+        self._open.clear()
 
 
 class FaustSink:
@@ -223,7 +218,7 @@ class FaustSink:
         self._topics = topics
         self._journal = source
         self._exactly_once = exactly_once
-        self._held: dict[int, asyncio.Lock] = {}  # journal partition -> its producer's lock, held by a batch
+        self._held: list[asyncio.Lock] = []  # the producers' locks the batch in flight holds
         self._batches = _Batches()
         # exactly_once: journal partition -> its transactional producer, for the batch in flight (``end``
         # forgets them; a rebalance, which replaces producers, waits for the batch). Looked up per record,
@@ -267,23 +262,13 @@ class FaustSink:
         for partition in sorted(set(partitions)):
             lock = transaction_lock(self._app, self._transactional_id(partition))
             await lock.acquire()
-            self._held[partition] = lock
+            self._held.append(lock)
 
-    def end(self, partitions: Sequence[int] | None = None) -> None:
-        # Nothing is left of a successful batch; after a failure, what it had not sent is dropped.
-        if partitions is None or not self._exactly_once:
-            self._batches.abandon()
-            ended = {*self._held, *self._senders}
-        else:  # one partition's batch, while batches of other partitions may still be in flight
-            ended = set(partitions)
-            for partition in ended:
-                if (producer := self._senders.get(partition)) is not None:
-                    self._batches.abandon(producer)
-        for partition in ended:
-            self._senders.pop(partition, None)
-            lock = self._held.pop(partition, None)
-            if lock is not None:
-                lock.release()
+    def end(self) -> None:
+        self._senders.clear()
+        self._batches.abandon()  # nothing is left after a successful batch; after a failure, drop it
+        while self._held:
+            self._held.pop().release()
 
     async def send(
         self,
