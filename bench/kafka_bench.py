@@ -332,6 +332,8 @@ def latency_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     for key in ("p50_ms", "p90_ms", "p99_ms", "max_ms", "produced_p50_ms", "produced_p99_ms"):
         summary[key] = round(statistics.median(run[key] for run in runs), 1)
         summary[f"runs_{key}"] = [run[key] for run in runs]
+    cores = [run["worker_cores"] for run in runs if run.get("worker_cores") is not None]
+    summary["worker_cores"] = round(statistics.median(cores), 2) if cores else None
     summary["rounds"] = len(runs)
     return summary
 
@@ -398,6 +400,7 @@ async def offered_load(
         pending: list[asyncio.Future[Any]] = []
         began = time.monotonic()
         warm: asyncio.Future[Any] | None = None
+        cpu_from = (began, 0.0)
         for number, line in enumerate(lines):
             due = began + number / rate
             ahead = due - time.monotonic()
@@ -405,6 +408,7 @@ async def offered_load(
                 await asyncio.sleep(ahead)
             if warm is None and time.monotonic() - began >= warmup:  # the worker's histograms from here on
                 warm = asyncio.ensure_future(asyncio.to_thread(histograms, worker))
+                cpu_from = (time.monotonic(), worker_cpu_seconds(worker))
             key = scope_key(line)
             sent_at.append(time.monotonic())
             pending.append(await producer.send(d.topics.journal, value=line, key=key,
@@ -422,6 +426,7 @@ async def offered_load(
         await asyncio.sleep(1.0)  # the last outputs reach the reader
         done.set()
         await reader
+        cpu_to = (time.monotonic(), worker_cpu_seconds(worker))
         profile = worker_profile(await warm if warm is not None else {}, await asyncio.to_thread(histograms, worker))
     finally:
         await consumer.stop()
@@ -441,8 +446,19 @@ async def offered_load(
         "max_ms": round(max(latencies), 1),
         "produced_p50_ms": round(percentile(until_produced, 0.50), 1),
         "produced_p99_ms": round(percentile(until_produced, 0.99), 1),
+        # The worker's CPU (every thread) from the end of the warm-up to the last entry applied: what the
+        # offered rate costs it, so what a setting trades for its latency.
+        "worker_cores": round((cpu_to[1] - cpu_from[1]) / max(cpu_to[0] - cpu_from[0], 1e-3), 2) if warm else None,
         "worker": profile,
     }
+
+
+def worker_cpu_seconds(worker: Worker) -> float:
+    """CPU seconds the worker process has used so far (0 when it is gone)."""
+    try:
+        return cpu_seconds(worker.proc.pid) if worker.proc is not None else 0.0
+    except OSError:
+        return 0.0
 
 
 def quantile_bound(buckets: list[tuple[float, float]], q: float) -> float:
@@ -526,8 +542,8 @@ def latency_table(rows: dict[str, Any]) -> str:
     first = next(iter(configurations.values()))
     lines = [
         "| configuration | offered entries/s | published | p50 ms | p90 ms | p99 ms | p99 ms, each round | max ms "
-        "| until produced: p50 / p99 ms | load average | goal p99 |",
-        "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|",
+        "| until produced: p50 / p99 ms | worker CPU, cores | load average | goal p99 |",
+        "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|",
     ]
     for label, row in configurations.items():
         each = " / ".join(f"{x:.0f}" for x in row["runs_p99_ms"])
@@ -535,12 +551,15 @@ def latency_table(rows: dict[str, Any]) -> str:
             f"| {label} | {row['offered_per_s']:,} | {row['published_per_s']:,} | {row['p50_ms']:.0f} | "
             f"{row['p90_ms']:.0f} | {row['p99_ms']:.0f} | {each} | {row['max_ms']:.0f} | "
             f"{row['produced_p50_ms']:.0f} / {row['produced_p99_ms']:.0f} | "
+            f"{row['worker_cores'] if row['worker_cores'] is not None else '-'} | "
             f"{min(row['load']):.1f}-{max(row['load']):.1f} | < 250 |"
         )
     return "\n".join(lines) + (
         f"\n\nEach percentile is the median of {first['rounds']} interleaved rounds' own. *Until produced*: to the "
         "output's creation time, stamped by the worker's producer (the worker's share, without the broker's "
-        f"acknowledgement and the reader). {time.strftime('%Y-%m-%d')}, load average before and after each run.\n"
+        "acknowledgement and the reader). *Worker CPU*: every thread of the worker over the measured window "
+        "(median of the rounds): what the offered rate costs it under that setting. "
+        f"{time.strftime('%Y-%m-%d')}, load average before and after each run.\n"
     )
 
 
@@ -780,7 +799,8 @@ def main() -> int:
                         help="--compare: entries/s offered in the latency runs (0: --latency-load of the maximum)")
     parser.add_argument("--latency-load", type=float, default=0.5,
                         help="--compare with --latency-rate 0: offered load, as a fraction of the measured maximum")
-    parser.add_argument("--latency-eos-settings", default="--batch-max=500;--batch-max=1000",
+    parser.add_argument("--latency-eos-settings",
+                        default="--batch-min=1000,--batch-within=0.05;--batch-min=1000,--batch-within=0.1",
                         help="--compare: exactly_once latency also under each of these worker settings "
                         "(';' between settings, ',' between the arguments of one; '' for none)")
     # 30 s: a 12 s window's p99 was the top ~130 measured entries, decided by one or two stalls.
