@@ -10,7 +10,7 @@ OUT    := out/example
 help:
 	@echo "make run        replay examples/rfc-minimum.jsonl embedded (no broker) and print statistics"
 	@echo "make test       install everything, run lint + the whole suite (starts/stops a local Kafka)"
-	@echo "make test-fast  the suite without the Kafka tests"
+	@echo "make test-fast  the suite without the Kafka tests (2 processes)"
 	@echo "make lint       ruff + mypy --strict"
 	@echo "make schemas    regenerate schemas/json/*.json from the models"
 	@echo "make bench      embedded replay vs its validation limit, the 1M cost curve (tables into docs/performance.md)"
@@ -42,11 +42,12 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check processor schemas topics tests bench src dev
 	$(VENV)/bin/mypy
 
-test: $(STAMP) lint tools
-	$(PY) -m pytest
+# Lint while the broker starts, then every test in PYTEST_WORKERS processes (dev/suite.sh).
+test: $(STAMP) tools
+	@bash dev/suite.sh
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -m "not kafka"
+	$(PY) -m pytest -m "not kafka" -n 2
 
 schemas: $(STAMP)
 	$(PY) -m recurrence.schemas.export

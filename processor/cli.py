@@ -248,7 +248,7 @@ def _add_replay(commands: "argparse._SubParsersAction[argparse.ArgumentParser]")
     p.add_argument("journal", help="journal .jsonl file, a pipe (e.g. <(zcat j.gz)), or - for stdin")
     p.add_argument("--state", required=True, help="RocksDB state directory (created if missing)")
     p.add_argument(
-        "--out", required=True, help="ledger .jsonl file; records are appended (bound to --state: see README)"
+        "--out", required=True, help="ledger .jsonl file; records are appended (bound to --state: see docs/usage.md)"
     )
     add_flags(p, REPLAY_SETTINGS, note="; fixed per state directory")
     p.add_argument(

@@ -1,7 +1,7 @@
 """One exception root for the processor, and the exit code each kind means.
 
 Every error the product raises on purpose derives from ``RecurrenceError``
-and carries the exit code the command line returns for it (README, contract
+and carries the exit code the command line returns for it (docs/usage.md, contract
 section 4); ``exit_code`` is the one mapping from whatever stopped a command (or
 a ``replay --jobs`` worker process) to its code. Messages are written for the operator:
 what went wrong, with which path or broker, and what to do about it; they
@@ -89,7 +89,7 @@ class Interrupted(RecurrenceError):  # noqa: N818 - a stop, not a failure
 
 
 def exit_code(error: BaseException) -> int:
-    """The exit code for what stopped a command (README, contract section 4)."""
+    """The exit code for what stopped a command (docs/usage.md, contract section 4)."""
     if isinstance(error, Interrupted):
         return error.code
     if isinstance(error, RecurrenceError):

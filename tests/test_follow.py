@@ -42,14 +42,39 @@ def _replay(
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
-def _feed(writer: "subprocess.Popen[bytes]", lines: list[bytes], batch: int, pause: float) -> None:
-    """The journal into the writer's stdin, ``batch`` lines at a time with a pause after each, then its end."""
+def _feed_in_step(writer: "subprocess.Popen[bytes]", lines: list[bytes], ends: list[int], viewed: "_Viewed") -> None:
+    """The journal into the writer's stdin up to each batch end in turn, then its end.
+
+    A batch's partition rows are flushed when the next batch arrives (or at the end), so once a batch is
+    written the follower can open a view of the one before: the next is written only after it has.
+    """
     assert writer.stdin is not None
-    for start in range(0, len(lines), batch):
-        writer.stdin.write(b"".join(lines[start : start + batch]))
+    fed = 0
+    for index, end in enumerate(ends):
+        writer.stdin.write(b"".join(lines[fed:end]))
         writer.stdin.flush()
-        time.sleep(pause)
+        fed = end
+        if index:
+            viewed.wait_for(ends[index - 1], writer)
+    writer.stdin.write(b"".join(lines[fed:]))
     writer.stdin.close()
+
+
+class _Viewed:
+    """The last journal line a view opened by the follower stands at, shared with the feeder."""
+
+    def __init__(self, line: int) -> None:
+        self.line = line
+        self._changed = threading.Condition()
+
+    def saw(self, line: int) -> None:
+        with self._changed:
+            self.line = line
+            self._changed.notify_all()
+
+    def wait_for(self, line: int, writer: "subprocess.Popen[bytes]") -> None:
+        with self._changed:
+            assert self._changed.wait_for(lambda: self.line >= line or writer.poll() is not None, timeout=120)
 
 
 def _as_of(lines: list[bytes], mark: StateMark, tmp: Path) -> list[dict[str, object]]:
@@ -99,7 +124,7 @@ def test_opening_a_view_changes_nothing_the_signature_watches(tmp_path: Path) ->
 
 def test_every_view_is_one_committed_batch_and_the_last_is_the_end(tmp_path: Path) -> None:
     journal, state, ledger = tmp_path / "j.jsonl", tmp_path / "state", tmp_path / "l.jsonl"
-    lines = _journal(journal, 8000, seed=9)  # ~20 batches: enough for views between them on a busy machine
+    lines = _journal(journal, 3000, seed=9)
     first = tmp_path / "first.jsonl"
     first.write_bytes(b"".join(lines[:200]))
     assert _replay(first, state, ledger).wait(timeout=120) == 0
@@ -107,13 +132,16 @@ def test_every_view_is_one_committed_batch_and_the_last_is_the_end(tmp_path: Pat
     assert follower.mark.line == 200
     marks: list[StateMark] = []
     checked: list[int] = []
-    # Resumes after line 200, in batches of 400 fed through a pipe at the test's pace (a batch commits when
-    # its 400th line arrives), so views open between batches however fast the machine: a view is kept
-    # when every partition stands at the same batch (processor/embedded/statedir.py), which a batch must outlast.
+    # Resumes after line 200, in batches of 400 fed through a pipe (a batch commits when its 400th line
+    # arrives); the feeder waits for a view of each batch before it writes the one after next, so views
+    # open between batches however fast or busy the machine: a view is kept when every partition stands
+    # at the same batch (processor/embedded/statedir.py).
+    viewed = _Viewed(200)
     writer = subprocess.Popen([*recurrence_command(), "replay", "-", "--state", str(state), "--out", str(ledger),
                                "--batch", "400"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                               stderr=subprocess.PIPE)
-    feeder = threading.Thread(target=_feed, args=(writer, lines, 400, 0.35), daemon=True)
+    ends = list(range(600, len(lines), 400))
+    feeder = threading.Thread(target=_feed_in_step, args=(writer, lines, ends, viewed), daemon=True)
     feeder.start()
     try:
         while writer.poll() is None or follower.changed():
@@ -122,14 +150,19 @@ def test_every_view_is_one_committed_batch_and_the_last_is_the_end(tmp_path: Pat
                 follower.replace(seen, view, mark).close()
                 marks.append(mark)
                 # a few views are checked against the oracle while the writer goes on
-                if len(checked) < 4 and mark.line not in checked and 200 < mark.line < len(lines):
+                if len(checked) < 3 and mark.line not in checked and 200 < mark.line < len(lines):
                     assert statistics(view, None, 20) == _as_of(lines, mark, tmp_path), f"view at line {mark.line}"
                     checked.append(mark.line)
-            time.sleep(0.05)
+                viewed.saw(mark.line)
+            time.sleep(0.02)
+    except BaseException:
+        writer.kill()  # the feeder waits on it: let both go, and show what failed here
+        raise
     finally:
         feeder.join(timeout=120)
-        assert writer.wait(timeout=120) == 0, writer.stderr
-    assert checked, f"no view opened while the writer was running: {[m.line for m in marks]}"
+    assert writer.wait(timeout=120) == 0, writer.stderr
+    assert [m.line for m in marks if m.line in ends[:-1]] == ends[:-1], "a batch went by without a view of it"
+    assert len(checked) == 3
     assert follower.mark.line == len(lines) and follower.mark.ledger_bytes == ledger.stat().st_size
     assert [m.line for m in marks] == sorted(m.line for m in marks)
     final = open_state(state, must_exist=True, read_only=True)

@@ -243,14 +243,14 @@ def test_an_unreadable_journal_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith("recurrence tune: ")
 
 
-def test_the_readme_shows_a_real_run(tmp_path: Path) -> None:
-    # The README's transcript is this command's output on the journal its generate line writes.
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    start = readme.index("$ recurrence tune big.jsonl --thresholds 2,3,4,5\n")
-    shown = readme[start:].split("\n", 1)[1].split("```", 1)[0]
+def test_the_usage_doc_shows_a_real_run(tmp_path: Path) -> None:
+    # docs/usage.md's transcript is this command's output on the journal its generate line writes.
+    usage = (Path(__file__).resolve().parents[1] / "docs" / "usage.md").read_text()
+    start = usage.index("$ recurrence tune big.jsonl --thresholds 2,3,4,5\n")
+    shown = usage[start:].split("\n", 1)[1].split("```", 1)[0]
     spec = JournalSpec(entries=50_000, scopes=50, seed=1, experiences_per_scope=40, recent_window=50)
     assert "recurrence generate --entries 50000 --scopes 50 --seed 1 --experiences-per-scope 40 --recent-window 50" \
-        in readme
+        in usage
     journal = write(tmp_path / "big.jsonl", list(generate(spec)))
     assert shown == table(tune(str(journal), (2, 3, 4, 5))[0])
 

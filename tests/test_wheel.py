@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.once import built_once
+
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "rfc-minimum.jsonl"
 SHIPPED = ("processor", "schemas", "topics")
@@ -36,32 +38,35 @@ NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", ".cache", "build", "dist", 
                                     ".*_cache", ".hypothesis")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    # From a clean copy: setuptools builds in place, and a build/ left by an earlier build in the
-    # checkout ships modules that have since been moved or deleted.
-    source = tmp_path_factory.mktemp("source") / "recurrence"
-    shutil.copytree(REPO, source, symlinks=True, ignore=NOT_SOURCE)
-    out = tmp_path_factory.mktemp("wheel")
-    built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", str(source), "-w", str(out)],
-        capture_output=True, text=True, timeout=600, check=False,
-    )
-    assert built.returncode == 0, built.stderr[-3000:]
-    return next(out.glob("recurrence-*.whl"))
+    def build(out: Path) -> None:
+        # From a clean copy: setuptools builds in place, and a build/ left by an earlier build in the
+        # checkout ships modules that have since been moved or deleted.
+        source = out / "source" / "recurrence"
+        shutil.copytree(REPO, source, symlinks=True, ignore=NOT_SOURCE)
+        built = subprocess.run(
+            [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", str(source), "-w", str(out)],
+            capture_output=True, text=True, timeout=600, check=False,
+        )
+        assert built.returncode == 0, built.stderr[-3000:]
+
+    return next(built_once(tmp_path_factory, "wheel", build).glob("recurrence-*.whl"))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    env_dir = tmp_path_factory.mktemp("venv") / "v"
-    venv.create(env_dir, with_pip=True)
-    python = env_dir / "bin" / "python"
-    done = subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(wheel)],
-        capture_output=True, text=True, timeout=900, check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return env_dir
+    def install(env_dir: Path) -> None:
+        # A fresh environment without pip of its own: this interpreter's pip installs into it (--python).
+        venv.create(env_dir, clear=True, with_pip=False)
+        done = subprocess.run(
+            [sys.executable, "-m", "pip", "--python", str(env_dir / "bin" / "python"), "install", "-q",
+             "--disable-pip-version-check", str(wheel)],
+            capture_output=True, text=True, timeout=900, check=False,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+
+    return built_once(tmp_path_factory, "venv", install)
 
 
 @pytest.fixture

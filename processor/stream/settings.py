@@ -309,7 +309,7 @@ class WorkerOptions(SettingsModel):
         json_schema_extra=flag(metavar="N"),
     )
     create_topics: bool = Field(False, description="create missing topics before starting (never alters any)")
-    # Snapshots (docs/kafka.md): a partition with no local state loads the latest one and replays
+    # Snapshots (docs/worker.md): a partition with no local state loads the latest one and replays
     # only the changelog after it. Both 0: none are shipped (a worker still loads existing ones).
     snapshot_interval: float = Field(
         300.0, ge=0, le=86_400, description="ship a snapshot of each owned partition whose state changed at most "

@@ -9,7 +9,8 @@ Broker, in order of preference:
 1. ``KAFKA_BOOTSTRAP_SERVERS`` when set (any cluster; nothing is started or stopped);
 2. testcontainers' Kafka container when a Docker engine answers;
 3. the project's single-node KRaft broker: ``bash deploy/kafka/kafka.sh up``, and
-   ``down`` at session end -- only if this session started it.
+   ``down`` at session end -- only if this session started it, and never under
+   ``pytest -n`` (``make test`` starts the broker before the processes, dev/suite.sh).
 """
 
 import os
@@ -58,6 +59,10 @@ def kafka_bootstrap() -> Iterator[str]:
             with KafkaContainer().with_kraft() as container:
                 yield container.get_bootstrap_server()
             return
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # Each process would start (and stop) the broker the others use: the broker belongs to the whole run.
+        pytest.fail("with pytest -n, start the broker first (`make test` does: `export \"$(bash deploy/kafka/kafka.sh "
+                    "up)\"`) or set KAFKA_BOOTSTRAP_SERVERS")
     if not KAFKA_SH.exists():
         pytest.fail(f"no broker: set KAFKA_BOOTSTRAP_SERVERS, run Docker, or provide {KAFKA_SH}")
     try:

@@ -9,7 +9,7 @@ from recurrence.processor.store.base import Transaction
 
 
 def check_statistics(workers: list[Worker], oracle: Oracle, scopes: list[str]) -> None:
-    # A batch's outputs are durable before its local state is written (docs/kafka.md, "How a batch
+    # A batch's outputs are durable before its local state is written (docs/worker.md, "How a batch
     # is processed"), so output equal to the oracle can be seen a moment before the statistics are.
     expected = oracle.statistics()
 

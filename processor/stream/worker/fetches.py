@@ -3,7 +3,7 @@
 Faust delivers a fetch record by record: per record a ``Message``, an
 ``Event``, four futures in ``wait_first``, a queue put and get, stream
 sensors and an ack (~120 µs of CPU here, more than the engine's cost per
-entry; docs/worker-fastpath-study.md). The worker's consumer
+entry; docs/worker.md, "What the worker takes from Faust"). The worker's consumer
 (``workerapp``) instead puts each fetch of a batched topic on that topic's
 ``FetchChannel`` as one ``Fetched`` item, and the agent runs it as one
 batch. Faust still owns everything else: the subscription, the assignment,

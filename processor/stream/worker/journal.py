@@ -7,7 +7,7 @@ position, the entries in between are read here -- a plain aiokafka consumer
 without a group, ``read_committed``, assigned to one partition at a time -- and
 processed first. Observed with faust-streaming 0.15.3: right after a restart,
 around the seek to the committed offsets, the stream skipped a few entries per
-partition and the commit moved past them (docs/kafka.md, "Faust findings").
+partition and the commit moved past them (docs/worker.md, "What the worker takes from Faust").
 """
 
 import asyncio

@@ -59,7 +59,7 @@ class _Batches:
     aiokafka's per-record ``send`` costs ~25-30 µs of CPU (a future and a
     message object per record, Python-side encoding); a ``BatchBuilder``
     encodes in C and the whole batch has one delivery future (~3 µs per
-    record; docs/worker-fastpath-study.md, Q2). Each record's delivery
+    record; docs/worker.md, "What the worker takes from Faust"). Each record's delivery
     (``_Pending``) waits on that one future and then gives its partition and
     offset (the batch's base offset plus the record's index in it), which the
     record index for ``explain`` needs. A keyed record's partition is computed as the producer
