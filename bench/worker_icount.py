@@ -3,8 +3,9 @@
 ``bench/icount.py`` counts the embedded runner; this counts what the Kafka
 worker's main thread adds around the same engine: ``BatchProcessor`` (plan,
 headers, routes, the record index, statistics records, change sets) and the
-sink's producer batching (``sink._Batches`` over aiokafka's real
-``BatchBuilder``), over one RocksDB database per partition, in batches of
+worker's sink (``sink.FaustSink``: producer batching over aiokafka's real
+``BatchBuilder``, and with ``--exactly-once`` the transactional producer of
+each partition and its calls), over one RocksDB database per partition, in batches of
 ``--batch`` entries on ``--partitions`` partitions placed as the producer
 would place them. The broker is a stub that acknowledges every producer batch
 at once, so what is counted is CPU the worker spends per entry, not waiting;
@@ -13,7 +14,7 @@ It runs under the worker's collection policy and without early flushes (they
 follow the clock, which valgrind slows ~50 times), so a count repeats to a
 few parts in a hundred thousand.
 
-    python bench/worker_icount.py JOURNAL [--short 2000] [--long 8000]
+    python bench/worker_icount.py JOURNAL [--short 2000] [--long 8000] [--exactly-once] [--no-replay]
 
 It prints the worker path's instructions per entry, embedded replay's on the
 same entries, and their ratio: the share of the worker's per-entry CPU that
@@ -27,6 +28,7 @@ import argparse
 import asyncio
 import sys
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import SimpleNamespace
@@ -42,7 +44,7 @@ from recurrence.processor.stream.batch import processing
 from recurrence.processor.stream.batch.processing import BatchProcessor
 from recurrence.processor.stream.batch.types import Entry
 from recurrence.processor.stream.settings import StreamSettings
-from recurrence.processor.stream.worker.sink import _Batches
+from recurrence.processor.stream.worker.sink import FaustSink
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
@@ -50,8 +52,8 @@ sys.path.insert(0, str(BENCH))
 from icount import PYTHON, check_window, counted_with_state, heads, replay_count, window_parser  # noqa: E402
 
 
-class _Producer:
-    """Just enough of an AIOKafkaProducer for ``_Batches``: real batch builders, instant acknowledgements."""
+class _StubProducer:
+    """Just enough of an AIOKafkaProducer for the sink: real batch builders, instant acknowledgements."""
 
     def __init__(self, partitions: int) -> None:
         self._partitions = set(range(partitions))
@@ -71,34 +73,37 @@ class _Producer:
         return acknowledged
 
 
-class _Sink:
-    """``processing.Sink`` as the worker's at-least-once ``FaustSink``, over ``_Producer``."""
+class _Producer(_StubProducer):
+    """The transactional calls an exactly_once batch makes, answered at once."""
 
-    transactional = False
+    async def send_offsets_to_transaction(self, offsets: Mapping[Any, int], group_id: str) -> None:
+        return None
+
+    async def commit_transaction(self) -> None:
+        return None
+
+    async def begin_transaction(self) -> None:
+        return None
+
+
+class _FaustProducer:
+    """What ``faustcompat`` reaches of Faust's Producer: the plain producer, one transactional producer and
+    lock per journal partition (``<app id>-<group>-<partition>``)."""
 
     def __init__(self, partitions: int) -> None:
-        self._producer = _Producer(partitions)
-        self._batches = _Batches()
+        self._plain = _Producer(partitions)
+        ids = [f"icount-0-{partition}" for partition in range(partitions)]
+        self._transaction_producers = {tid: _Producer(partitions) for tid in ids}
+        self._trn_locks = {tid: asyncio.Lock() for tid in ids}
 
-    async def begin(self, partitions: Sequence[int], next_offsets: Mapping[int, int] | None = None) -> None:
-        return None
+    def _ensure_producer(self) -> Any:
+        return self._plain
 
-    def end(self) -> None:
-        self._batches.abandon()
 
-    async def send(self, topic: str, key: bytes | None, value: bytes, partition: int | None,
-                   headers: list[tuple[str, bytes]], source_partition: int) -> Any:
-        return await self._batches.send(self._producer, topic, key, value, partition, headers)
-
-    def append(self, topic: str, key: bytes | None, value: bytes, partition: int | None,
-               headers: list[tuple[str, bytes]], source_partition: int) -> Any:
-        return self._batches.append(self._producer, topic, key, value, partition, headers)
-
-    async def flush(self, early: bool = False) -> None:
-        await self._batches.flush(early)
-
-    async def commit(self, next_offsets: Mapping[int, int]) -> None:
-        return None
+def _app(partitions: int) -> Any:
+    """Just enough of the worker's Faust app for ``FaustSink``."""
+    return SimpleNamespace(conf=SimpleNamespace(id="icount"), assignor=SimpleNamespace(group_for_topic=lambda t: 0),
+                           producer=_FaustProducer(partitions))
 
 
 class _State:
@@ -141,7 +146,7 @@ class _Journal:
         return [(o, self._values[(partition, o)]) for o in range(start, stop) if (partition, o) in self._values]
 
 
-def run(journal: Path, state: Path, partitions: int, batch: int) -> None:
+def run(journal: Path, state: Path, partitions: int, batch: int, exactly_once: bool) -> None:
     """The worker's batch path over ``journal`` (the child process callgrind counts)."""
     # No early flushes: they come after EARLY_FLUSH_SECONDS of the clock, and valgrind runs the code
     # some 50 times slower, so their number (and the count) would vary from run to run by ~1%.
@@ -150,6 +155,7 @@ def run(journal: Path, state: Path, partitions: int, batch: int) -> None:
     entries = []
     # The publisher's work, not the worker's: murmur2 is pure Python, so once per scope, not per entry.
     placed: dict[bytes, int] = {}
+    published = time.time()  # each record's timestamp, as a fetched record has one (the latency histogram)
     for line in journal.read_bytes().splitlines():
         if not line.strip():
             continue
@@ -158,30 +164,37 @@ def run(journal: Path, state: Path, partitions: int, batch: int) -> None:
             partition = 0
         elif (partition := placed.get(key, -1)) < 0:
             partition = placed[key] = partition_for(key.decode(), partitions)
-        entries.append(Entry(partition, offsets[partition], line))
+        entries.append(Entry(partition, offsets[partition], line, published))
         offsets[partition] += 1
-    processor = BatchProcessor(topics=StreamSettings(topic_prefix="icount").topics, state=_State(state),
-                               sink=_Sink(partitions), source=_Journal(entries), config=EngineConfig())
+    topics = StreamSettings(topic_prefix="icount").topics
+    processor = BatchProcessor(topics=topics, state=_State(state), sink=FaustSink(_app(partitions), {}, topics.journal,
+                                                                                  exactly_once),
+                               source=_Journal(entries), config=EngineConfig())
     # The worker's collection policy (``gcpolicy.freeze_startup_objects``): startup objects frozen, no full
     # collection triggered by heap growth. Without it full collections walked the row caches here.
     freeze_startup_objects()
 
     async def main() -> None:
-        # As the worker runs them at-least-once: each batch's engine, then its durability in the
-        # background while the next batch's engine runs (``process_pipelined``).
+        # As the worker runs them: at-least-once each batch's engine, then its durability in the
+        # background while the next batch's engine runs (``process_pipelined``); exactly_once one
+        # batch after another, each in its transactions (``process``).
         tail = None
         for start in range(0, len(entries), batch):
-            tail = await processor.process_pipelined(entries[start : start + batch])
+            if exactly_once:
+                await processor.process(entries[start : start + batch])
+            else:
+                tail = await processor.process_pipelined(entries[start : start + batch])
         if tail is not None:
             await tail
 
     asyncio.run(main())
 
 
-def worker_count(journal: Path, workdir: Path, partitions: int, batch: int) -> int:
+def worker_count(journal: Path, workdir: Path, partitions: int, batch: int, exactly_once: bool) -> int:
     state = workdir / f"worker-state-{journal.stem}"
     return counted_with_state([PYTHON, __file__, "--child", str(journal), "--state", str(state),
-                               "--partitions", str(partitions), "--batch", str(batch)], state)
+                               "--partitions", str(partitions), "--batch", str(batch),
+                               *(["--exactly-once"] if exactly_once else [])], state)
 
 
 def main() -> int:
@@ -190,11 +203,13 @@ def main() -> int:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--batch", type=int, default=1000, help="entries per batch (the worker's --batch-max)")
     parser.add_argument("--no-replay", action="store_true", help="count the worker path only (an A/B of it)")
+    parser.add_argument("--exactly-once", action="store_true",
+                        help="the exactly_once path: transactional producers, one batch after another")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--state", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        run(args.journal, args.state, args.partitions, args.batch)
+        run(args.journal, args.state, args.partitions, args.batch, args.exactly_once)
         return 0
     if not check_window(parser, args):
         return 2
@@ -202,11 +217,12 @@ def main() -> int:
         workdir = Path(tmp)
         short, long = heads(args.journal, args.short, args.long, workdir)
         entries = args.long - args.short
-        worker = (worker_count(long, workdir, args.partitions, args.batch)
-                  - worker_count(short, workdir, args.partitions, args.batch)) / entries
+        worker = (worker_count(long, workdir, args.partitions, args.batch, args.exactly_once)
+                  - worker_count(short, workdir, args.partitions, args.batch, args.exactly_once)) / entries
         replay = None if args.no_replay else (replay_count(long, workdir) - replay_count(short, workdir)) / entries
     print(f"entries {args.short + 1:,}-{args.long:,} of {args.journal.name}, "
-          f"{args.partitions} partitions, batches of {args.batch}")
+          f"{args.partitions} partitions, batches of {args.batch}, "
+          f"{'exactly_once' if args.exactly_once else 'at_least_once'}")
     print(f"worker batch path: {worker:,.0f} instructions per entry")
     if replay is not None:
         print(f"embedded replay:   {replay:,.0f} instructions per entry")

@@ -6,7 +6,7 @@ over Faust's tables and producers.
 """
 
 import asyncio
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Sequence
 from types import SimpleNamespace
 from typing import Any
 
@@ -85,14 +85,14 @@ class RecordingSink:
     async def flush(self, early: bool = False) -> None:
         """Nothing is buffered here: every record was handed over by ``send``."""
 
-    async def begin(self, partitions: Sequence[int], next_offsets: Mapping[int, int] | None = None) -> None:
+    async def begin(self, partitions: Sequence[int]) -> None:
         self.log.append(("begin", tuple(partitions)))
 
     def end(self) -> None:
         self.log.append(("end", None))
 
-    async def commit(self, next_offsets: Mapping[int, int]) -> None:
-        self.log.append(("commit", dict(next_offsets)))
+    async def commit(self, partitions: Sequence[int]) -> None:
+        self.log.append(("commit", tuple(partitions)))
 
 
 class Journal:

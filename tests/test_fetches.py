@@ -203,3 +203,25 @@ def test_a_failed_commit_is_logged_and_the_next_one_still_runs() -> None:
         return committed
 
     assert asyncio.run(run()) == [{0: 10}, {0: 20}]
+
+
+def test_a_gathering_batch_stops_waiting_once_another_channel_is_drained() -> None:
+    # The patterns agent gathers for up to its window, but not past the moment the engine agent has run
+    # everything it was handed (the end of a backlog): no timer decides when the last observations run.
+    async def run() -> tuple[dict[int, list[int]], bool, bool]:
+        engine, patterns = FetchChannel("journal"), FetchChannel("recurred")
+        await engine.put(_fetch(1, p0=range(0, 5)))
+        assert not engine.drained.is_set()  # a fetch is waiting for the engine agent
+        taken = await engine.get(100, within=0)
+        await patterns.put(_fetch(1, p0=range(0, 1)))
+        gathering = asyncio.ensure_future(patterns.get(100, within=60.0, until=engine.drained))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        still_waiting = not gathering.done()  # the engine agent still runs its batch
+        assert taken.count == 5
+        engine.done()  # ...and now has nothing left
+        batch = await asyncio.wait_for(gathering, 5)
+        return _offsets(batch), still_waiting, engine.drained.is_set()
+
+    batch, still_waiting, drained = asyncio.run(run())
+    assert batch == {0: [0]} and still_waiting and drained

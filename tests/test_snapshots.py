@@ -196,7 +196,10 @@ def test_a_partition_revoked_during_an_upload_gets_no_manifest(tmp_path: Path) -
 @pytest.mark.parametrize(
     ("interval", "batches", "age", "offset", "due"),
     [
-        (300, 1000, None, 5, True),  # no snapshot yet
+        (300, 1000, None, 5, False),  # no snapshot yet, a young partition served for 10 s
+        (300, 1000, None, 999, True),  # no snapshot yet: 1000 change sets (offsets 0-999) since an empty state
+        (0, 1000, None, 998, False),
+        (10, 0, None, 5, True),  # no snapshot yet, served for 10 s: by time
         (300, 1000, 10, 100, False),  # unchanged
         (300, 1000, MAX_AGE + 1, 100, True),  # unchanged, but about to age out
         (300, 1000, 10, 1099, False),
@@ -207,9 +210,10 @@ def test_a_partition_revoked_during_an_upload_gets_no_manifest(tmp_path: Path) -
     ],
 )
 def test_when_a_snapshot_is_due(interval: float, batches: int, age: float | None, offset: int, due: bool) -> None:
-    # The last snapshot is at changelog offset 100, ``age`` seconds old (None: there is none).
+    # The last snapshot is at changelog offset 100, ``age`` seconds old (None: there is none, and the
+    # partition was first served 10 s ago).
     known = None if age is None else Manifest("state", 0, "s", 100, 1, 1, (), time.time() - age)
-    assert _snapshots(MemoryLog(), interval, batches)._due(known, offset) is due
+    assert _snapshots(MemoryLog(), interval, batches)._due(known, offset, time.time() - 10) is due
 
 
 def test_the_store_loads_a_snapshot_before_recovery_only_where_there_is_no_database(tmp_path: Path) -> None:

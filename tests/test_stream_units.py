@@ -531,8 +531,8 @@ class _ChainSink(RecordingSink):
         self.steps = 0
         self.at_flush: list[int] = []
 
-    async def begin(self, partitions: Sequence[int], next_offsets: Mapping[int, int] | None = None) -> None:
-        await super().begin(partitions, next_offsets)
+    async def begin(self, partitions: Sequence[int]) -> None:
+        await super().begin(partitions)
         self.steps = 0
         loop = asyncio.get_running_loop()
 

@@ -44,7 +44,7 @@ DEFAULT_WEB_PORT: Final = 6066
 DEFAULT_DATADIR: Final = "recurrence-data"
 CONFIG_ENV: Final = "RECURRENCE_CONFIG"
 # Entries per durable batch when --batch-max is not given. Under exactly_once every batch pays a
-# transaction cycle (AddOffsetsToTxn, TxnOffsetCommit, EndTxn and the markers) and its durability
+# transaction cycle (AddPartitionsToTxn, EndTxn and the markers) and its durability
 # cannot overlap the next batch's engine, so a saturated worker gains from larger batches (+3 to
 # +15% in four interleaved pairs, docs/performance.md); under at-least-once batches are pipelined,
 # larger ones gained nothing measurable, and a crash re-emits every batch in flight.

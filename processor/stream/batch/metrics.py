@@ -12,12 +12,14 @@ never scope content, Experience or Outcome text.
 import asyncio
 import gc
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Final, Protocol
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
@@ -100,12 +102,12 @@ class Metrics(Tally):
     snapshots: SnapshotCounts = field(default_factory=SnapshotCounts)
 
     def __post_init__(self) -> None:
-        self.latency = Histogram(
+        self.latency = BatchHistogram(
             "recurrence_entry_to_output_seconds",
             "From the journal record's timestamp to its batch's output records acknowledged by the broker.",
-            buckets=LATENCY_BUCKETS,
-            registry=self.registry,
+            LATENCY_BUCKETS,
         )
+        self.registry.register(self.latency)
         self.batch_duration = Histogram(
             "recurrence_batch_duration_seconds",
             "One batch from planning to local state written (outputs, changelog and state durable).",
@@ -149,9 +151,8 @@ class Metrics(Tally):
     def outputs_acked(self, entries: Sequence[Timestamped]) -> None:
         """Every output of these entries is acknowledged: observe each entry's latency once."""
         now = time.time()
-        for entry in entries:
-            if entry.timestamp is not None and entry.timestamp > 0:
-                self.latency.observe(max(0.0, now - entry.timestamp))
+        self.latency.observe_all(max(0.0, now - timestamp) for entry in entries
+                                 if (timestamp := entry.timestamp) is not None and timestamp > 0)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -198,6 +199,40 @@ def _snapshot_counters(s: SnapshotCounts) -> Iterator[Metric]:
     yield _counter("recurrence_changelog_replayed_records",
                    "Changelog records applied by recovery and standby replicas (the tail after a snapshot, or all).",
                    s.replayed())
+
+
+class BatchHistogram(Collector):
+    """A histogram observed a batch of values at a time, on the event loop only (no lock).
+
+    prometheus_client's ``Histogram.observe`` takes a lock and walks the bucket bounds for
+    every value: for the entry-to-output latency, one per journal entry, that was ~2 us an entry
+    (1.4% of a saturated worker's main thread). Here a batch's values are bucketed with a
+    bisection into plain integers; the exposition (``collect``) is the same histogram family.
+    """
+
+    def __init__(self, name: str, documentation: str, buckets: Sequence[float]) -> None:
+        self.name = name
+        self.documentation = documentation
+        self._bounds = list(buckets)
+        self._counts = [0] * (len(self._bounds) + 1)  # the last: above every bound (+Inf)
+        self._sum = 0.0
+
+    def observe_all(self, values: Iterable[float]) -> None:
+        bounds, counts, total = self._bounds, self._counts, 0.0
+        for value in values:
+            counts[bisect_left(bounds, value)] += 1  # the first bound >= value: Prometheus's "le"
+            total += value
+        self._sum += total
+
+    def describe(self) -> list[Metric]:
+        return [HistogramMetricFamily(self.name, self.documentation)]
+
+    def collect(self) -> Iterator[Metric]:
+        family = HistogramMetricFamily(self.name, self.documentation)
+        cumulative = list(accumulate(self._counts))
+        edges = [*(str(float(bound)) for bound in self._bounds), "+Inf"]  # as prometheus_client spells them
+        family.add_metric([], buckets=list(zip(edges, cumulative, strict=True)), sum_value=self._sum)
+        yield family
 
 
 class _WorkerCollector(Collector):

@@ -5,7 +5,7 @@ and ``journal`` implement them over Faust and aiokafka; tests implement them
 in memory; ``dump`` reads the header without loading Faust.
 """
 
-from collections.abc import Awaitable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Collection, Sequence
 from typing import Final, NamedTuple, Protocol, TypeAlias
 
 from ...core.records import Emitted, Origin
@@ -82,21 +82,18 @@ class Sink(Protocol):
         """
         ...
 
-    async def begin(self, partitions: Sequence[int], next_offsets: Mapping[int, int] | None = None) -> None:
-        """A batch for these journal partitions starts (exactly_once: take their producers).
-
-        ``next_offsets``: the journal offsets ``commit`` will record for partitions that advance,
-        known once the batch is planned (exactly_once: they join the transactions while it runs).
-        """
+    async def begin(self, partitions: Sequence[int]) -> None:
+        """A batch for these journal partitions starts (exactly_once: take their producers)."""
         ...
 
     def end(self) -> None:
         """The batch is over, successfully or not."""
         ...
 
-    async def commit(self, next_offsets: Mapping[int, int]) -> None:
-        """After outputs and change sets are durable: make them visible with the journal offsets
-        (one Kafka transaction per journal partition under exactly_once; nothing to do otherwise)."""
+    async def commit(self, partitions: Sequence[int]) -> None:
+        """After outputs and change sets are durable: make these partitions' visible (one Kafka
+        transaction per journal partition under exactly_once; nothing to do otherwise). The journal
+        position travels in the change sets; the group offsets are the agent's, after this."""
         ...
 
 

@@ -97,6 +97,7 @@ MEMBERS: Final = (
     Member(f"{_FAUST_KAFKA}:Consumer", "_wait_next_records", CALLS, f"{_WORKERAPP}:_Consumer"),
     Member(f"{_FAUST_KAFKA}:Consumer", "_to_message", CALLS, f"{_WORKERAPP}:_Consumer"),
     Member(f"{_FAUST_KAFKA}:Consumer", "_commit_offsets", CALLS, f"{_WORKERAPP}:_Consumer"),
+    Member(f"{_FAUST_KAFKA}:Consumer", "_commit", CALLS, f"{_WORKERAPP}:_Consumer"),
     Member(f"{_FAUST_KAFKA}:Consumer", "_new_topicpartition", CALLS, f"{_WORKERAPP}:_Consumer"),
     Member(f"{_FAUST_CONSUMER}:Consumer", "_read_offset", THROUGH, "read_offsets"),
     Member(f"{_FAUST_CONSUMER}:Consumer", "_buffered_partitions", THROUGH, "buffered_partitions"),
@@ -105,6 +106,8 @@ MEMBERS: Final = (
            f"{_WORKERAPP}:_ConsumerThread"),
     Member(f"{_FAUST_KAFKA}:AIOKafkaConsumerThread", "_ensure_consumer", THROUGH, "thread_consumer"),
     Member(f"{_FAUST_CONSUMER}:TransactionManager", "on_rebalance", OVERRIDES, f"{_WORKERAPP}:_TransactionManager"),
+    Member("faust.tables:TableManager", "on_start", OVERRIDES, f"{_WORKERAPP}:WorkerTableManager"),
+    Member("faust.tables:TableManager", "_update_channels", CALLS, f"{_WORKERAPP}:WorkerTableManager"),
     # webserver: Faust's aiohttp driver serving the read surface's routes and none of Faust's blueprints.
     Member("faust:App", "web", OVERRIDES, f"{_WORKERAPP}:WorkerApp"),
     *(Member("faust.web.drivers.aiohttp:Web", f"{kind}_blueprints", OVERRIDES, "worker.webserver:SurfaceWeb")

@@ -11,8 +11,10 @@ The agent is a thin shell. It takes each fetch of raw journal records whole
 (the worker's consumer hands it over without Faust's per-event path:
 ``fetches``, ``workerapp``), hands it to ``BatchProcessor`` (engine, outputs
 durable, changelog durable, local state -- see ``processing``) and only then
-commits the group offsets (in the background; under exactly_once they are in
-the partition's transaction). Anything unexpected while a batch is in flight
+commits the group offsets (in the background, under exactly_once once the
+batch's transactions have committed: the journal position in each partition's
+state, committed with the outputs, decides what runs; see ``sink``). Anything
+unexpected while a batch is in flight
 (an exception, a cancellation) ends the process at once with exit code 70 and
 without committing the batch, and a restart is the recovery path anyway.
 
@@ -31,6 +33,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Final, cast
 
 from aiokafka.errors import MessageSizeTooLargeError
@@ -158,10 +161,11 @@ class RecurrenceService:
         exactly_once = self.options.exactly_once
 
         def durable(entries: list[Entry]) -> None:
-            """The batch is durable: what follows it (never for a batch that is not)."""
-            if not exactly_once:  # under exactly_once the offsets went into each partition's transaction
-                offsets = {e.partition: e.offset + 1 for e in entries}
-                channel.commit_soon(offsets, lambda o: self.app.commit_journal(topic, o))
+            """The batch is durable (exactly_once: its transactions committed): what follows it (never for a
+            batch that is not). The group offsets only say where fetching resumes; the journal position in
+            each partition's state decides what runs, so they are committed in the background."""
+            offsets = {e.partition: e.offset + 1 for e in entries}
+            channel.commit_soon(offsets, lambda o: self.app.commit_journal(topic, o))
             if self._collections is not None:
                 self._collections.between_batches()
 
@@ -178,9 +182,14 @@ class RecurrenceService:
 
         settling_tasks: set[asyncio.Future[None]] = set()  # referenced until done (the loop holds tasks weakly)
 
+        # The patterns agent gathers observations for up to a second (``build.PATTERNS_BATCH_WITHIN``), but not
+        # once the engine agent has nothing left to run: the end of a backlog's last observations then
+        # waited out that second (0.7 s after the journal's last entry, exactly_once).
+        until = None if lane is self.engine else self.app.fetch_channels[self.engine.source].drained
+
         async def agent(stream: Any) -> None:
             while True:
-                fetched = await channel.get(self.options.batch_max, within, min_records)
+                fetched = await channel.get(self.options.batch_max, within, min_records, until)
                 processor.metrics.stage["wait"].observe(channel.waited)
                 settling = False
                 try:
@@ -289,17 +298,24 @@ class RecurrenceService:
                 # started yet (catching up then failed, and the worker exited 70): the next tick retries.
                 log.info("partition %d: catching up waits for its transactional producer", tp.partition)
                 continue
+            channel = self.app.fetch_channels[cluster.journal]
             try:
                 # Counted as a batch in flight, from before its first await: a rebalance that begins
                 # meanwhile waits for it before Faust stops the transactional producers it sends through.
-                with self.app.fetch_channels[cluster.journal].running():
+                with channel.running():
                     await processor.catch_up(tp.partition, highwater)
             except asyncio.CancelledError:
                 self._abort("cancelled while catching up", [])
             except Exception as error:  # as for a batch: never go on after a half-done catch-up
                 log.critical("catching up failed: %s", type(error).__name__, exc_info=error)
                 self._abort(f"{type(error).__name__} while catching up", [])
-            progress_by_partition[tp.partition] = (processor.position(tp.partition), time.monotonic())
+            position = processor.position(tp.partition)
+            progress_by_partition[tp.partition] = (position, time.monotonic())
+            if position is not None:
+                # As after a batch: the group offset follows the position, past what the catch-up read --
+                # on a topic written in transactions, the commit markers after its last record, which the
+                # stream never hands over (without this the group showed a lag of 1 per partition there).
+                channel.commit_soon({tp.partition: position}, partial(self.app.commit_journal, cluster.journal))
 
     async def freeze_startup_objects(self) -> None:
         """Keep the objects built at startup out of every later garbage collection.

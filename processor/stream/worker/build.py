@@ -34,7 +34,7 @@ from .snapshots import Snapshots
 from .snapshottopic import KafkaSnapshotLog
 from .tablestore import StateTable
 from .views import PatternTable, ReadSurface, register
-from .workerapp import WorkerApp
+from .workerapp import WorkerApp, WorkerTableManager
 
 AGENT_NAME: Final = "recurrence-engine"
 PATTERNS_AGENT_NAME: Final = "recurrence-patterns"
@@ -97,6 +97,7 @@ def worker_app(settings: StreamSettings) -> WorkerApp:
         canonical_url=settings.canonical_url,
         # The request line's limit and the quiet protocol logger (websecurity), as on `recurrence serve`.
         web_application_options={"handler_args": handler_args()},
+        TableManager=WorkerTableManager,
     )
 
 

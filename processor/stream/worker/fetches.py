@@ -54,6 +54,17 @@ class Fetched:
 OffsetCommit = Callable[[dict[int, int]], Awaitable[object]]
 
 
+async def _first_of(arrived: asyncio.Event, until: asyncio.Event | None, timeout: float) -> bool:
+    """Wait until ``arrived`` or ``until`` is set; False after ``timeout`` seconds with neither."""
+    waits = {asyncio.ensure_future(arrived.wait())}
+    if until is not None:
+        waits.add(asyncio.ensure_future(until.wait()))
+    done, pending = await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    for waiter in pending:
+        waiter.cancel()
+    return bool(done)
+
+
 class FetchChannel:
     def __init__(self, topic: str, maxsize: int = QUEUED_FETCHES) -> None:
         self.topic = topic
@@ -64,6 +75,10 @@ class FetchChannel:
         # it are still being made durable (pipelined, at-least-once); the channel is idle at none.
         self._busy = 0
         self._arrived = asyncio.Event()
+        #: Set while nothing is queued, carried or running here: what this channel's agent was handed
+        #: is done (another agent's ``get`` may stop gathering then, ``until``).
+        self.drained = asyncio.Event()
+        self.drained.set()
         self._carry: Fetched | None = None  # taken from the queue but left for the next batch
         self._uncommitted: dict[int, int] = {}
         self._committer: asyncio.Task[None] | None = None
@@ -71,10 +86,13 @@ class FetchChannel:
         self.waited = 0.0
 
     async def put(self, fetched: Fetched) -> None:
+        self.drained.clear()
         await self._queue.put(fetched)
         self._arrived.set()
 
-    async def get(self, max_records: int, within: float, min_records: int | None = None) -> Fetched:
+    async def get(
+        self, max_records: int, within: float, min_records: int | None = None, until: asyncio.Event | None = None
+    ) -> Fetched:
         """The next batch: fetches merged up to ``max_records``; the channel counts as busy until ``done``.
 
         Under a live load a fetch holds what arrived while the previous batch ran, often a few
@@ -86,6 +104,10 @@ class FetchChannel:
         it, and a wait would lengthen every cycle and with it every entry's latency. A fetch
         that would take the batch past ``max_records`` starts the next batch instead.
         ``min_records`` defaults to ``max_records``: any batch not full waits.
+
+        ``until``: a batch also stops waiting once this is set (the patterns agent's: the engine
+        agent's channel is drained, so nothing more is on its way for a while -- the end of a
+        backlog, a quiet stream -- and the last observations need not wait out ``within``).
         """
         fetched = self._carry if self._carry is not None else await self._queue.get()
         self._carry = None
@@ -97,16 +119,14 @@ class FetchChannel:
         wanted = max_records if min_records is None else min(min_records, max_records)
         while count < max_records:
             if self._queue.empty():
-                if count >= wanted:
+                if count >= wanted or (until is not None and until.is_set()):
                     break
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     break
                 # Wait for a put, not on the queue itself: a timed-out get could swallow an item.
                 self._arrived.clear()
-                try:
-                    await asyncio.wait_for(self._arrived.wait(), remaining)
-                except TimeoutError:
+                if not await _first_of(self._arrived, until, remaining):
                     break
                 continue
             following = self._queue.get_nowait()
@@ -133,12 +153,15 @@ class FetchChannel:
         """A batch has begun (``get`` or ``running``): busy until its ``done``."""
         self._busy += 1
         self._idle.clear()
+        self.drained.clear()
 
     def done(self) -> None:
         """A batch taken by ``get`` has ended (durable, or nothing to run)."""
         self._busy = max(0, self._busy - 1)
         if not self._busy:
             self._idle.set()
+            if self._queue.empty() and self._carry is None:
+                self.drained.set()
 
     def commit_soon(self, offsets: Mapping[int, int], commit: OffsetCommit) -> None:
         """Commit the group offsets in the background, one commit at a time, the latest winning.
@@ -166,6 +189,8 @@ class FetchChannel:
         while not self._queue.empty():
             self._queue.get_nowait()
             dropped += 1
+        if not self._busy:
+            self.drained.set()
         await self._idle.wait()
         committer = self._committer
         if committer is not None and not committer.done():

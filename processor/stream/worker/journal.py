@@ -24,11 +24,14 @@ FETCH_POLL_MS = 50
 
 
 class PartitionReader:
-    def __init__(self, connection: KafkaConnection, topic: str, fetch_max_wait_ms: int = 500) -> None:
+    def __init__(self, connection: KafkaConnection, topic: str, fetch_max_wait_ms: int = FETCH_POLL_MS) -> None:
         self._connection = connection
         self._topic = topic
-        # A broker answers one connection's requests in order: an offsets request waits behind a
-        # fetch that is long-polling for more data. Readers that alternate the two keep this short.
+        # A broker answers one connection's requests in order: the next read (or an offsets request)
+        # waits behind a fetch that is long-polling for more data, so a read pauses its partition once
+        # it has what it wanted, and a fetch in flight then waits at most this long. With 500 ms and
+        # the partition left fetching, each range the patterns agent read (under exactly_once only the
+        # transaction markers between its batches) took 0.5-1 s: up to 4 s a batch, one per partition.
         self._fetch_max_wait_ms = fetch_max_wait_ms
         self._consumer: Any = None
         self._lock = asyncio.Lock()
@@ -82,6 +85,7 @@ class PartitionReader:
                 for message in batches.get(tp, []):
                     if start <= message.offset < stop:
                         records.append((message.offset, message.key, message.value))
+            consumer.pause(tp)  # no fetching past ``stop`` until the next read assigns a partition again
             return records
 
     async def close(self) -> None:
