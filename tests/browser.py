@@ -43,9 +43,13 @@ def chromium(width: int = 1280, height: int = 1300) -> Iterator[Any]:
 
 
 def wait(driver: Any, condition: Any, timeout: float = PAGE_TIMEOUT) -> Any:
+    """Until ``condition`` holds. An element the page replaced while the condition read it (a table draws
+    itself again when its data arrive) means the page has not settled: the condition is asked again."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, timeout, poll_frequency=0.1).until(condition)
+    return WebDriverWait(driver, timeout, poll_frequency=0.1,
+                         ignored_exceptions=(StaleElementReferenceException,)).until(condition)
 
 
 def open_page(driver: Any, url: str, ask_token: str | None = None) -> None:
@@ -120,17 +124,29 @@ def open_explanation(driver: Any, row: Any) -> str:
         return True
 
     wait(driver, clicked)
-    # The table draws itself again (rows are replaced): found by the table and the key, never the old element.
-    selector = f'#{table} tr.explanation-row[data-explains="{key}"]'
-    wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, selector)
-         and d.find_element(By.CSS_SELECTOR, selector + " pre").text not in ("", "loading…"))
-    opened = driver.find_element(By.CSS_SELECTOR, selector)
+    # The table draws itself again (rows are replaced) whenever its data arrive: the explanation is found,
+    # checked to stand beside its row and read in one script, so no element is held across a redraw.
+    found: list[Any] = []
+
+    def opened(d: Any) -> bool:
+        found[:] = [d.execute_script(_EXPLANATION, table, key)]
+        return found[0] is not None and found[0][1] not in ("", "loading…")
+
+    wait(driver, opened)
+    beside, text = found[0]
     # Beside its row: the very next row of the same table, not a box elsewhere on the page.
-    own = driver.find_element(By.CSS_SELECTOR, f'#{table} tr[data-key="{key}"]:not(.explanation-row)')
-    beside = driver.execute_script("return arguments[0].nextElementSibling === arguments[1]", own, opened)
     assert beside, f"the explanation of {key} is not the row after it"
-    text: str = opened.find_element(By.TAG_NAME, "pre").text
-    return text
+    return str(text)
+
+
+_EXPLANATION = """
+const [table, key] = arguments;
+const opened = document.querySelector(`#${table} tr.explanation-row[data-explains="${CSS.escape(key)}"]`);
+const own = document.querySelector(`#${table} tr[data-key="${CSS.escape(key)}"]:not(.explanation-row)`);
+const pre = opened && opened.querySelector("pre");
+if (!opened || !own || !pre) return null;
+return [own.nextElementSibling === opened, pre.innerText.replace(/\s+$/, "")];
+"""
 
 
 def page_readings(url: str, screenshot: Path, ask_token: str | None = None) -> dict[str, Any]:
