@@ -139,7 +139,7 @@ def open_explanation(driver: Any, row: Any) -> str:
     return str(text)
 
 
-_EXPLANATION = """
+_EXPLANATION = r"""
 const [table, key] = arguments;
 const opened = document.querySelector(`#${table} tr.explanation-row[data-explains="${CSS.escape(key)}"]`);
 const own = document.querySelector(`#${table} tr[data-key="${CSS.escape(key)}"]:not(.explanation-row)`);

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.once import BUILD_LOG, built_wheel
+
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "rfc-minimum.jsonl"
 
@@ -58,30 +60,30 @@ def test_an_application_with_its_own_schemas_topics_and_processor_runs_recurrenc
     assert "the application's own schemas was imported" in own.stderr
 
 
-@pytest.mark.slow
-def test_the_build_and_the_development_install_raise_no_setuptools_warning(tmp_path: Path) -> None:
+def test_the_build_and_the_development_install_raise_no_setuptools_warning(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     # ``make venv`` is a development install: it used to open every first ``make run`` with a
     # setuptools "!!" block (a meta path finder for a layout setuptools could not express as one
-    # path entry). src/recurrence makes it one path entry; the wheel build stays quiet too.
+    # path entry). src/recurrence makes it one path entry; the wheel build (the one every wheel test
+    # uses, built with -v) stays quiet too.
     import venv
 
-    venv.create(tmp_path / "v", with_pip=True)
-    outputs = []
-    for command in (
-        ["-m", "pip", "wheel", "--no-deps", "-v", str(REPO), "-w", str(tmp_path / "wheel")],
-        ["-m", "pip", "install", "--no-deps", "-v", "-e", str(REPO)],
-    ):
-        result = subprocess.run(
-            [str(tmp_path / "v" / "bin" / "python"), *command],
-            capture_output=True, text=True, timeout=600, check=False,
-        )
-        assert result.returncode == 0, result.stderr[-3000:]
-        outputs.append(result.stdout + result.stderr)
+    outputs = [(built_wheel(tmp_path_factory).parent / BUILD_LOG).read_text()]
+    venv.create(tmp_path / "v", with_pip=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(tmp_path / "v" / "bin" / "python"), "install", "--no-deps",
+         "-v", "-e", str(REPO)],
+        capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    outputs.append(result.stdout + result.stderr)
     noisy = [
         line for output in outputs for line in output.splitlines()
         if "deprecat" in line.lower() or line.strip() == "!!" or "SetuptoolsWarning" in line
         or "BuildBackendWarning" in line
     ]
     assert not noisy, "\n".join(noisy)
+    assert "Created wheel for recurrence" in outputs[0] or "Saved" in outputs[0]
     pth = next((tmp_path / "v").rglob("__editable__.recurrence*.pth")).read_text().split()
     assert pth == [str(REPO / "src")]

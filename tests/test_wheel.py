@@ -8,7 +8,6 @@ runs from an empty folder that holds an application's own ``schemas`` and
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import venv
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.once import built_once
+from tests.once import built_once, built_wheel
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "rfc-minimum.jsonl"
@@ -33,25 +32,9 @@ def _tree_modules() -> set[str]:
     return names | {"recurrence"}
 
 
-# What a build leaves in the checkout (and a build would pick up again), and what is no source at all.
-NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", ".cache", "build", "dist", "out", "*.egg-info", "__pycache__",
-                                    ".*_cache", ".hypothesis")
-
-
 @pytest.fixture(scope="session")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    def build(out: Path) -> None:
-        # From a clean copy: setuptools builds in place, and a build/ left by an earlier build in the
-        # checkout ships modules that have since been moved or deleted.
-        source = out / "source" / "recurrence"
-        shutil.copytree(REPO, source, symlinks=True, ignore=NOT_SOURCE)
-        built = subprocess.run(
-            [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", str(source), "-w", str(out)],
-            capture_output=True, text=True, timeout=600, check=False,
-        )
-        assert built.returncode == 0, built.stderr[-3000:]
-
-    return next(built_once(tmp_path_factory, "wheel", build).glob("recurrence-*.whl"))
+    return built_wheel(tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
