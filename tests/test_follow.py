@@ -161,7 +161,8 @@ def test_every_view_is_one_committed_batch_and_the_last_is_the_end(tmp_path: Pat
     finally:
         feeder.join(timeout=120)
     assert writer.wait(timeout=120) == 0, writer.stderr
-    assert [m.line for m in marks if m.line in ends[:-1]] == ends[:-1], "a batch went by without a view of it"
+    # (a batch can be viewed twice: the main store changes again when the next batch's ledger lines commit)
+    assert sorted({m.line for m in marks} & set(ends[:-1])) == ends[:-1], "a batch went by without a view of it"
     assert len(checked) == 3
     assert follower.mark.line == len(lines) and follower.mark.ledger_bytes == ledger.stat().st_size
     assert [m.line for m in marks] == sorted(m.line for m in marks)
