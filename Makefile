@@ -46,7 +46,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check processor schemas topics tests bench src dev
 	$(VENV)/bin/mypy
 
-# Lint while the broker starts, then every test in PYTEST_WORKERS processes (dev/suite.sh).
+# Lint beside every test, in PYTEST_WORKERS processes (6), once the broker has started (dev/suite.sh).
 test: $(STAMP) tools releases
 	@bash dev/suite.sh -m "not cluster"
 

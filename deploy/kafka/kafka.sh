@@ -45,7 +45,8 @@ KAFKA_START_TIMEOUT="${KAFKA_START_TIMEOUT:-90}"
 KAFKA_STOP_TIMEOUT="${KAFKA_STOP_TIMEOUT:-30}"
 KAFKA_KEEP_DATA="${KAFKA_KEEP_DATA:-0}"
 CACHE_DIR="${KAFKA_CACHE_DIR:-$REPO/.cache}"
-M2_REPO="${KAFKA_M2_REPO:-$CACHE_DIR/m2}"
+# Maven's own local repository, shared by every clone: a fresh clone copies the jars from it, not the network.
+M2_REPO="${KAFKA_M2_REPO:-$HOME/.m2/repository}"
 LIBS_DIR="${KAFKA_LIBS_DIR:-$CACHE_DIR/kafka/libs}"
 # The single node's run dir; the other topologies' live beside it (<dir>-cluster, <dir>-secure).
 RUN_BASE="${KAFKA_RUN_DIR:-$CACHE_DIR/kafka/run}"
