@@ -68,7 +68,12 @@ def _within(name: str, prefixes: tuple[str, ...]) -> bool:
     return any(name == p or name.startswith(p + ".") for p in prefixes)
 
 
-def _imports(name: str) -> Iterator[str]:
+@cache
+def _imports(name: str) -> tuple[str, ...]:
+    return tuple(_read_imports(name))
+
+
+def _read_imports(name: str) -> Iterator[str]:
     path = MODULES[name]
     tree = ast.parse(path.read_text(encoding="utf-8"))
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
