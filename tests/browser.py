@@ -16,12 +16,16 @@ import pytest
 from tests.tools import REPO, find
 
 SCREENSHOTS = REPO / "out"
+#: Whether the running test carries the ``browser`` marker (tests/conftest.py sets it before each test):
+#: ``make test-fast`` selects by that marker, so a browser test without it would slip into the fast lane.
+MARKED = False
 PAGE_TIMEOUT = 30.0
 
 
 @contextlib.contextmanager
 def chromium(width: int = 1280, height: int = 1300) -> Iterator[Any]:
     """A headless Chromium driven by Selenium, or a skip that says how to install it."""
+    assert MARKED, "a test that starts Chromium carries @pytest.mark.browser"
     browser, driver_path = find("chromium"), find("chromedriver")
     if browser is None or driver_path is None:
         pytest.skip("chromium and chromedriver are not installed: `make tools` installs Debian's chromium and "

@@ -16,6 +16,9 @@ import pytest
 
 from tests.once import BUILD_LOG, built_wheel
 
+#: make test-fast leaves the wheel builds to make test.
+pytestmark = pytest.mark.wheel
+
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "rfc-minimum.jsonl"
 

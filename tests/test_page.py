@@ -130,6 +130,7 @@ def _sort_by(driver: Any, field: str) -> None:
     driver.find_element(By.CSS_SELECTOR, f'#scopes th[data-sort="{field}"] button').click()
 
 
+@pytest.mark.browser
 def test_fifty_scopes_sort_and_filter(fifty: Page) -> None:
     from selenium.webdriver.common.by import By
 
@@ -171,6 +172,7 @@ def test_fifty_scopes_sort_and_filter(fifty: Page) -> None:
             assert title and title.split(":")[0] in ("unknown", "unlinked citations")
 
 
+@pytest.mark.browser
 def test_the_review_list_is_the_chosen_scopes_and_explanations_open_beside_their_rows(fifty: Page) -> None:
     from selenium.webdriver.common.by import By
 
@@ -225,6 +227,7 @@ def _search(driver: Any, query: str) -> None:
          and d.find_element(By.ID, "search-what").text)
 
 
+@pytest.mark.browser
 def test_search_by_observation_id_revision_and_signature(fifty: Page) -> None:
     from selenium.webdriver.common.by import By
 
@@ -275,6 +278,7 @@ def test_search_by_observation_id_revision_and_signature(fifty: Page) -> None:
         driver.save_screenshot(str(SCREENSHOTS / "ui-50-scopes.png"))
 
 
+@pytest.mark.browser
 def test_the_page_follows_a_replay_that_appends(tmp_path: Path) -> None:
     """The page open on a state; a replay appends to it; the page shows the new state without reloading."""
     from selenium.webdriver.common.by import By

@@ -241,6 +241,7 @@ def test_the_page_and_the_document_are_served(served: Served) -> None:
     )
 
 
+@pytest.mark.browser
 def test_the_page_shows_what_recurrence_stats_says(served: Served) -> None:
     # The server has a token the URL does not carry: the page asks for it once, then shows everything.
     shown = page_readings(served.url + "/ui", SCREENSHOTS / "ui-embedded.png", ask_token=TOKEN)
@@ -348,6 +349,7 @@ def test_tune_answers_what_recurrence_tune_says_of_the_journal(served: Served) -
         assert status == 400 and orjson.loads(answer)["error"].startswith("thresholds: "), (bad, answer)
 
 
+@pytest.mark.browser
 def test_the_page_draws_the_tune_chart(served: Served) -> None:
     shown = tune_readings(f"{served.url}/ui#token={TOKEN}", SCREENSHOTS / "tune-chart.png")
     body = served.json("/tune")
@@ -391,6 +393,7 @@ def test_the_page_names_every_count_of_the_statistics_model() -> None:
     assert named == [name for name in RecurrenceStatistics.model_fields if name != "top_revisions"]
 
 
+@pytest.mark.browser
 def test_the_page_lists_dead_letters_and_patterns_and_opens_one(served: Served) -> None:
     from selenium.webdriver.common.by import By
 
@@ -446,6 +449,7 @@ def test_the_page_lists_dead_letters_and_patterns_and_opens_one(served: Served) 
         assert driver.save_screenshot(str(SCREENSHOTS / "ui-lists.png"))
 
 
+@pytest.mark.browser
 def test_a_search_and_an_explanation_have_links_that_show_them_again(served: Served) -> None:
     from selenium.webdriver.common.by import By
 

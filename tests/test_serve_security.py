@@ -289,6 +289,7 @@ def test_a_taken_port_is_one_line_and_no_url(tmp_path: Path) -> None:
                              "or stop the process holding it\n")
 
 
+@pytest.mark.browser
 def test_the_page_refuses_a_malformed_token_and_asks_for_it_again(served: Server) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions

@@ -18,6 +18,9 @@ import pytest
 
 from tests.once import built_once, built_wheel
 
+#: make test-fast leaves the wheel builds to make test.
+pytestmark = pytest.mark.wheel
+
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "rfc-minimum.jsonl"
 SHIPPED = ("processor", "schemas", "topics")

@@ -211,6 +211,7 @@ def test_the_openapi_document_holds_against_a_live_worker(cluster: Cluster) -> N
     assert not found, "\n\n".join(found)
 
 
+@pytest.mark.browser
 def test_the_worker_page_shows_what_statistics_say(cluster: Cluster) -> None:
     worker = cluster.workers[1]
     patterns = _embedded_patterns(cluster)
@@ -254,6 +255,7 @@ def test_tune_on_either_worker_is_recurrence_tune_of_the_journal(cluster: Cluste
     assert all(body["thresholds"][0]["by_scope"] for _, body in local), "both workers own scopes: merged"
 
 
+@pytest.mark.browser
 def test_the_worker_page_draws_the_tune_chart(cluster: Cluster) -> None:
     worker = cluster.workers[0]
     shown = tune_readings(f"{worker.url}/ui#token={TOKEN}", SCREENSHOTS / "tune-chart-worker.png")
