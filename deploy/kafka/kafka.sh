@@ -263,6 +263,25 @@ check_java() {
 
 # ---------------------------------------------------------------- configuration
 
+# What every topology writes alike but for the replication of its internal topics:
+# data_config REPLICAS MIN_ISR.
+data_config() {
+  cat <<EOF
+log.dirs=$DATA_DIR
+num.partitions=1
+default.replication.factor=$1
+auto.create.topics.enable=false
+offsets.topic.replication.factor=$1
+transaction.state.log.replication.factor=$1
+transaction.state.log.min.isr=$2
+share.coordinator.state.topic.replication.factor=$1
+share.coordinator.state.topic.min.isr=$2
+group.initial.rebalance.delay.ms=0
+num.network.threads=2
+num.io.threads=4
+EOF
+}
+
 write_single_config() {
   cat >"$PROPS" <<EOF
 # Written by deploy/kafka/kafka.sh on every start; edits here are overwritten.
@@ -274,19 +293,8 @@ advertised.listeners=PLAINTEXT://$KAFKA_HOST:$KAFKA_PORT
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-log.dirs=$DATA_DIR
-num.partitions=1
-default.replication.factor=1
-auto.create.topics.enable=false
-offsets.topic.replication.factor=1
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
-group.initial.rebalance.delay.ms=0
-num.network.threads=2
-num.io.threads=4
 EOF
+  data_config 1 1 >>"$PROPS"
 }
 
 write_cluster_config() {
@@ -305,21 +313,10 @@ advertised.listeners=PLAINTEXT://$KAFKA_HOST:$CLIENT_PORT
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-log.dirs=$DATA_DIR
-num.partitions=1
-default.replication.factor=3
 min.insync.replicas=2
-auto.create.topics.enable=false
 unclean.leader.election.enable=false
-offsets.topic.replication.factor=3
-transaction.state.log.replication.factor=3
-transaction.state.log.min.isr=2
-share.coordinator.state.topic.replication.factor=3
-share.coordinator.state.topic.min.isr=2
-group.initial.rebalance.delay.ms=0
-num.network.threads=2
-num.io.threads=4
 EOF
+  data_config 3 2 >>"$PROPS"
 }
 
 # SASL_SSL (SCRAM-SHA-512) for clients; MTLS (mutual TLS, the broker's own certificate) between
@@ -348,19 +345,8 @@ ssl.principal.mapping.rules=RULE:^CN=([^,]+)\$/\$1/,DEFAULT
 authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
 allow.everyone.if.no.acl.found=false
 super.users=User:admin;User:broker
-log.dirs=$DATA_DIR
-num.partitions=1
-default.replication.factor=1
-auto.create.topics.enable=false
-offsets.topic.replication.factor=1
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
-group.initial.rebalance.delay.ms=0
-num.network.threads=2
-num.io.threads=4
 EOF
+  data_config 1 1 >>"$PROPS"
 }
 
 write_config() {

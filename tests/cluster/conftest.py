@@ -1,6 +1,6 @@
 """The brokers a platform team runs: a secured node and a three-node cluster (``deploy/kafka/kafka.sh``).
 
-Every test in this folder, and only these, gets the ``cluster`` marker: ``make test`` leaves them
+Every test in this folder, and only these, gets the ``cluster`` marker (tests/conftest.py): ``make test`` leaves them
 out (``-m "not cluster"``) and ``make test-cluster`` runs them alone; ``.ci/run`` runs both. Each
 broker is started once per session (``kafka.sh up secure|cluster``, on the ports of the
 environment: ``KAFKA_SECURE_PORT``, ``KAFKA_CLUSTER_PORT``, ...) and stopped at the end if it was
@@ -14,7 +14,7 @@ import subprocess
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Final, TypeVar
 
 import pytest
 
@@ -22,40 +22,31 @@ from devkit.deployment import Deployment
 from devkit.localrun import recurrence_command
 from devkit.topologies import ClusterBroker, SecureBroker
 
-HERE = Path(__file__).resolve().parent
 #: The secured node's SCRAM users besides ``admin``: one or more per test.
 USERS: Final = ("worker", "publisher", "reader", "reader2", "worker2", "worker3", "nobody", "newcomer")
+B = TypeVar("B", SecureBroker, ClusterBroker)
 
 
-@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if item.path.is_relative_to(HERE):
-            item.add_marker(pytest.mark.cluster)
+def _running(broker: B) -> Iterator[B]:
+    """The broker started for the session (a test failure, not an error, when it cannot start), then stopped."""
+    try:
+        broker.__enter__()
+    except RuntimeError as failure:
+        pytest.fail(str(failure))
+    try:
+        yield broker
+    finally:
+        broker.__exit__(None, None, None)
 
 
 @pytest.fixture(scope="session")
 def secure_broker() -> Iterator[SecureBroker]:
-    try:
-        broker = SecureBroker(USERS).__enter__()
-    except RuntimeError as failure:
-        pytest.fail(str(failure))
-    try:
-        yield broker
-    finally:
-        broker.__exit__(None, None, None)
+    yield from _running(SecureBroker(USERS))
 
 
 @pytest.fixture(scope="session")
 def cluster_broker() -> Iterator[ClusterBroker]:
-    try:
-        broker = ClusterBroker().__enter__()
-    except RuntimeError as failure:
-        pytest.fail(str(failure))
-    try:
-        yield broker
-    finally:
-        broker.__exit__(None, None, None)
+    yield from _running(ClusterBroker())
 
 
 @dataclass

@@ -1,8 +1,8 @@
 """A real Kafka broker for the session, and a fresh deployment per test.
 
-Every test in this folder, and only these, gets the ``kafka`` marker: the folder
-means "needs a broker" (broker-less tests of the stream code live in ``tests/``),
-and ``make test-fast`` (``-m "not kafka"``) leaves exactly this folder out.
+Every test in this folder, and only these, gets the ``kafka`` marker (tests/conftest.py):
+the folder means "needs a broker" (broker-less tests of the stream code live in
+``tests/``), and ``make test-fast`` (``-m "not kafka ..."``) leaves this folder out.
 
 Broker, in order of preference:
 
@@ -34,14 +34,6 @@ def _docker_answers() -> bool:
         return False
 
 
-HERE = Path(__file__).resolve().parent
-
-
-@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if item.path.is_relative_to(HERE):
-            item.add_marker(pytest.mark.kafka)
 
 
 @pytest.fixture(scope="session")
