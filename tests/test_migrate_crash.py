@@ -7,7 +7,6 @@ release wrote; ``migrate`` run again succeeds, and the migrated state, continued
 journal, ends with the ledger a fresh run writes, byte for byte.
 """
 
-import gzip
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -16,10 +15,9 @@ from typing import Any
 
 import pytest
 
-from devkit.fixtures import FIXTURES, JOURNAL, unpack
+from devkit.fixtures import FIXTURES, fresh_run, unpack
 from recurrence.processor.embedded.reading import open_state, statistics
 from recurrence.processor.embedded.runner import replay
-from recurrence.processor.embedded.statedir import MemoryState
 
 from .embedded_cli import Hook, Target, When, call_counts, cli, hook_env
 
@@ -58,12 +56,9 @@ def _statistics(state: Path) -> Any:
 @pytest.fixture(scope="module")
 def expected(tmp_path_factory: pytest.TempPathFactory) -> Expected:
     base = tmp_path_factory.mktemp("expected")
-    journal = base / "journal.jsonl"
-    journal.write_bytes(gzip.decompress(JOURNAL.read_bytes()))
-    memory = MemoryState()
-    replay(str(journal), memory, base / "ledger.jsonl")
+    journal, ledger, memory = fresh_run(base)
     unpack(SINGLE_STORE, base / "state", base / "fixture-ledger.jsonl")
-    return Expected(journal, (base / "ledger.jsonl").read_bytes(), _statistics(base / "state"),
+    return Expected(journal, ledger, _statistics(base / "state"),
                     statistics(memory.view(), None, None))
 
 

@@ -15,14 +15,14 @@ from typing import Any
 
 import pytest
 
-from devkit.fixtures import FIXTURES, JOURNAL, unpack
+from devkit.fixtures import FIXTURES, JOURNAL, fresh_run, unpack
 from recurrence.processor.core.engineconfig import EngineConfig
 from recurrence.processor.core.formats import STATE_FORMAT
 from recurrence.processor.core.patterns import listing
 from recurrence.processor.embedded.migration import migrate
 from recurrence.processor.embedded.reading import open_state, statistics
 from recurrence.processor.embedded.runner import replay
-from recurrence.processor.embedded.statedir import MIGRATING, MemoryState, main_path
+from recurrence.processor.embedded.statedir import MIGRATING, main_path
 from recurrence.processor.embedded.stateformat import STATE_FORMAT_KEY
 from recurrence.processor.exceptions import StateDirError
 from recurrence.processor.store.base import StateStore, Transaction
@@ -49,12 +49,9 @@ def _patterns(store: StateStore) -> Any:
 def fresh(tmp_path_factory: pytest.TempPathFactory) -> Fresh:
     """This release over the whole journal, from nothing."""
     base = tmp_path_factory.mktemp("fresh")
-    journal = base / "journal.jsonl"
-    journal.write_bytes(gzip.decompress(JOURNAL.read_bytes()))
-    memory = MemoryState()
-    replay(str(journal), memory, base / "ledger.jsonl")
+    journal, ledger, memory = fresh_run(base)
     view = memory.view()
-    return Fresh(journal, (base / "ledger.jsonl").read_bytes(), statistics(view, None, None), _patterns(view))
+    return Fresh(journal, ledger, statistics(view, None, None), _patterns(view))
 
 
 def _about(release: Path) -> dict[str, Any]:

@@ -22,7 +22,8 @@ import tempfile
 from pathlib import Path
 
 from recurrence.processor.core.formats import STATE_FORMAT
-from recurrence.processor.embedded.statedir import is_single_store, main_path
+from recurrence.processor.embedded.runner import replay
+from recurrence.processor.embedded.statedir import MemoryState, is_single_store, main_path
 from recurrence.processor.embedded.stateformat import SINGLE_STORE, stamped_format
 from recurrence.processor.store.rocksdb import RocksStore
 
@@ -39,6 +40,16 @@ _SKIPPED = ("LOG", "LOCK")
 
 def journal_lines() -> list[bytes]:
     return gzip.decompress(JOURNAL.read_bytes()).splitlines(keepends=True)
+
+
+def fresh_run(base: Path) -> tuple[Path, bytes, MemoryState]:
+    """This release over the whole fixture journal, from nothing: the journal (written to ``base``), the
+    ledger's bytes and the state, in memory: what every continued fixture must end with."""
+    journal = base / "journal.jsonl"
+    journal.write_bytes(gzip.decompress(JOURNAL.read_bytes()))
+    memory = MemoryState()
+    replay(str(journal), memory, base / "ledger.jsonl")
+    return journal, (base / "ledger.jsonl").read_bytes(), memory
 
 
 def pack(state: Path) -> bytes:
