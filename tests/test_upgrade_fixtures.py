@@ -7,7 +7,6 @@ one it writes -- and end with the ledger a fresh run of this release writes, byt
 same statistics and pattern listing.
 """
 
-import gzip
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from devkit.fixtures import FIXTURES, JOURNAL, fresh_run, unpack
+from devkit.fixtures import FIXTURES, fresh_run, journal_lines, unpack
 from recurrence.processor.core.engineconfig import EngineConfig
 from recurrence.processor.core.formats import STATE_FORMAT
 from recurrence.processor.core.patterns import listing
@@ -143,7 +142,7 @@ def test_migrate_on_the_command_line_then_again(tmp_path: Path) -> None:
 def test_a_state_of_a_newer_release_is_refused_by_every_command_with_one_line(tmp_path: Path) -> None:
     state, ledger = tmp_path / "state", tmp_path / "ledger.jsonl"
     journal = tmp_path / "journal.jsonl"
-    journal.write_bytes(b"".join(gzip.decompress(JOURNAL.read_bytes()).splitlines(keepends=True)[:50]))
+    journal.write_bytes(b"".join(journal_lines()[:50]))
     replay(str(journal), state, ledger, jobs=1)
     main = RocksStore.open(main_path(state))
     main.apply({STATE_FORMAT_KEY: b"%d" % (STATE_FORMAT + 1)})

@@ -38,15 +38,19 @@ LINES = 300
 _SKIPPED = ("LOG", "LOCK")
 
 
+def journal_bytes() -> bytes:
+    return gzip.decompress(JOURNAL.read_bytes())
+
+
 def journal_lines() -> list[bytes]:
-    return gzip.decompress(JOURNAL.read_bytes()).splitlines(keepends=True)
+    return journal_bytes().splitlines(keepends=True)
 
 
 def fresh_run(base: Path) -> tuple[Path, bytes, MemoryState]:
     """This release over the whole fixture journal, from nothing: the journal (written to ``base``), the
     ledger's bytes and the state, in memory: what every continued fixture must end with."""
     journal = base / "journal.jsonl"
-    journal.write_bytes(gzip.decompress(JOURNAL.read_bytes()))
+    journal.write_bytes(journal_bytes())
     memory = MemoryState()
     replay(str(journal), memory, base / "ledger.jsonl")
     return journal, (base / "ledger.jsonl").read_bytes(), memory

@@ -1,7 +1,8 @@
 """The brokers a platform team runs: a secured node and a three-node cluster (``deploy/kafka/kafka.sh``).
 
-Every test in this folder, and only these, gets the ``cluster`` marker (tests/conftest.py): ``make test`` leaves them
-out (``-m "not cluster"``) and ``make test-cluster`` runs them alone; ``.ci/run`` runs both. Each
+Every test in this folder, and only these, gets the ``cluster`` marker (tests/conftest.py):
+``make test`` leaves them out (``-m "not cluster"``) and ``make test-cluster`` runs them alone;
+``.ci/run`` runs both. Each
 broker is started once per session (``kafka.sh up secure|cluster``, on the ports of the
 environment: ``KAFKA_SECURE_PORT``, ``KAFKA_CLUSTER_PORT``, ...) and stopped at the end if it was
 started here.

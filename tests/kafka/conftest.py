@@ -34,8 +34,6 @@ def _docker_answers() -> bool:
         return False
 
 
-
-
 @pytest.fixture(scope="session")
 def kafka_bootstrap() -> Iterator[str]:
     configured = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
