@@ -15,7 +15,7 @@ help:
 	@echo "make test       install everything, run lint + the whole suite (starts/stops a local Kafka)"
 	@echo "make test-cluster  the secured-broker and three-node tests (tests/cluster; .ci/run runs them too)"
 	@echo "make test-fast  the suite without the Kafka, browser and wheel tests (2 processes)"
-	@echo "make lint       ruff + mypy --strict"
+	@echo "make lint       ruff check + ruff format --check + mypy --strict"
 	@echo "make schemas    regenerate schemas/json/*.json from the models"
 	@echo "make bench      embedded replay vs its validation limit, the 1M cost curve (tables into docs/performance.md)"
 	@echo "make bench-kafka  worker vs embedded (both guarantees), 2 workers vs 1, then recovery after kill -9 (real broker)"
@@ -47,6 +47,7 @@ run: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check processor schemas topics tests bench src dev
+	$(VENV)/bin/ruff format --check --quiet .
 	$(VENV)/bin/mypy
 
 # Lint beside every test, in PYTEST_WORKERS processes (6), once the broker has started (dev/suite.sh).

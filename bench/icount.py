@@ -39,7 +39,9 @@ def instructions(argv: Sequence[str]) -> int:
     env = {**os.environ, "PYTHONHASHSEED": "0"}  # set and dict order, hence the count, do not vary per run
     proc = subprocess.run(
         ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *argv],
-        capture_output=True, env=env, check=False,
+        capture_output=True,
+        env=env,
+        check=False,
     )
     found = _COLLECTED.search(proc.stderr)
     if proc.returncode != 0 or found is None:
@@ -66,8 +68,22 @@ def counted_with_state(argv: Sequence[str], state: Path) -> int:
 
 def replay_count(journal: Path, workdir: Path) -> int:
     state = workdir / f"state-{journal.stem}"
-    return counted_with_state([PYTHON, "-m", "recurrence.processor.cli", "replay", str(journal), "--state", str(state),
-                               "--out", str(workdir / f"ledger-{journal.stem}.jsonl"), "--jobs", "1"], state)
+    return counted_with_state(
+        [
+            PYTHON,
+            "-m",
+            "recurrence.processor.cli",
+            "replay",
+            str(journal),
+            "--state",
+            str(state),
+            "--out",
+            str(workdir / f"ledger-{journal.stem}.jsonl"),
+            "--jobs",
+            "1",
+        ],
+        state,
+    )
 
 
 def window_parser() -> argparse.ArgumentParser:

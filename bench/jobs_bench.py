@@ -117,8 +117,18 @@ def run_once(journal: Path, jobs: int, partitions: int, workdir: Path, watch_rss
     state, out = workdir / f"state-{jobs}", workdir / f"ledger-{jobs}.jsonl"
     shutil.rmtree(state, ignore_errors=True)
     out.unlink(missing_ok=True)
-    command = [*COMMAND, str(journal), "--state", str(state), "--out", str(out), "--jobs", str(jobs),
-               "--partitions", str(partitions)]
+    command = [
+        *COMMAND,
+        str(journal),
+        "--state",
+        str(state),
+        "--out",
+        str(out),
+        "--jobs",
+        str(jobs),
+        "--partitions",
+        str(partitions),
+    ]
     started = time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     rss = PeakRss(process.pid) if watch_rss else None
@@ -175,10 +185,14 @@ def bench(journal: Path, jobs: list[int], rounds: int, partitions: int) -> None:
     base = statistics.median(s.wall for s in rows[jobs[0]].samples)
     cores = len(os.sched_getaffinity(0))
     load = os.getloadavg()[0]
-    print(f"\n{journal.name}: {entries:,} entries, {partitions} partitions, {rounds} interleaved rounds, "
-          f"{cores} cores, load average {load:.1f} at the end; ledgers byte-identical across every run")
-    print("| jobs | wall s (median) | speed-up | entries/s | after start-up | CPU s, all processes "
-          "| peak RSS, all processes | largest scope (bound) | busiest process (bound) |")
+    print(
+        f"\n{journal.name}: {entries:,} entries, {partitions} partitions, {rounds} interleaved rounds, "
+        f"{cores} cores, load average {load:.1f} at the end; ledgers byte-identical across every run"
+    )
+    print(
+        "| jobs | wall s (median) | speed-up | entries/s | after start-up | CPU s, all processes "
+        "| peak RSS, all processes | largest scope (bound) | busiest process (bound) |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n in jobs:
         samples = rows[n].samples
@@ -187,10 +201,12 @@ def bench(journal: Path, jobs: list[int], rounds: int, partitions: int) -> None:
         own = statistics.median(s.own for s in samples)
         rss = peaks[n].rss_mib
         walls = ", ".join(f"{s.wall:.2f}" for s in samples)
-        print(f"| {n} | {wall:.2f} ({walls}) | {base / wall:.2f}x | {entries / wall:,.0f} | {entries / own:,.0f} | "
-              f"{cpu:.1f} | "
-              f"{rss:.0f} MiB | {largest_scope:.1%} ({1 / largest_scope:.1f}x) | "
-              f"{busiest[n]:.1%} ({1 / busiest[n]:.2f}x) |")
+        print(
+            f"| {n} | {wall:.2f} ({walls}) | {base / wall:.2f}x | {entries / wall:,.0f} | {entries / own:,.0f} | "
+            f"{cpu:.1f} | "
+            f"{rss:.0f} MiB | {largest_scope:.1%} ({1 / largest_scope:.1f}x) | "
+            f"{busiest[n]:.1%} ({1 / busiest[n]:.2f}x) |"
+        )
 
 
 def main() -> int:

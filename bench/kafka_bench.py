@@ -85,8 +85,9 @@ def one_worker(
     bootstrap: str, workdir: Path, partitions: int, guarantee: str, extra: Sequence[str] = ()
 ) -> tuple[Deployment, Worker]:
     """Fresh topics (their own prefix, so their own group) and one worker with a stable instance id."""
-    deployment = Deployment(bootstrap, workdir, prefix=f"bench{uuid.uuid4().hex[:10]}", partitions=partitions,
-                            guarantee=guarantee)
+    deployment = Deployment(
+        bootstrap, workdir, prefix=f"bench{uuid.uuid4().hex[:10]}", partitions=partitions, guarantee=guarantee
+    )
     return deployment, deployment.worker("w1", "--instance-id", f"{deployment.prefix}-w1", *extra)
 
 
@@ -132,19 +133,29 @@ def cores(pids: Iterable[int], before: dict[int, float], seconds: float) -> floa
 
 
 def group_rate(
-    bootstrap: str, workdir: Path, journal: Path, want: list[bytes], partitions: int, guarantee: str, workers: int,
+    bootstrap: str,
+    workdir: Path,
+    journal: Path,
+    want: list[bytes],
+    partitions: int,
+    guarantee: str,
+    workers: int,
     timeout: float,
 ) -> dict[str, Any]:
     """Fresh topics, ``workers`` workers ready and sharing the partitions, then publish start -> all applied."""
     deployment, first = one_worker(bootstrap, workdir, partitions, guarantee)
-    group = [first] + [deployment.worker(f"w{i + 1}", "--instance-id", f"{deployment.prefix}-w{i + 1}")
-                       for i in range(1, workers)]
+    group = [first] + [
+        deployment.worker(f"w{i + 1}", "--instance-id", f"{deployment.prefix}-w{i + 1}") for i in range(1, workers)
+    ]
     try:
         deployment.apply_topics()
         for worker in group:
             worker.start()
-        wait_for(lambda: owned_partitions(group, partitions), 180,
-                 what=f"{workers} worker(s) to share {partitions} partitions")
+        wait_for(
+            lambda: owned_partitions(group, partitions),
+            180,
+            what=f"{workers} worker(s) to share {partitions} partitions",
+        )
         # The publisher is slower than a worker: publish while the workers are paused (well within
         # the session timeout), then time resume -> every entry durable in the state.
         for worker in group:
@@ -174,9 +185,15 @@ def group_rate(
         broker_cores = cores([broker_pid], cpu_before, seconds) if broker_pid else None
         got, summary = deployment.read_outputs()
         result = compare(got, want)
-        return {"entries": end, "seconds": round(seconds, 2), "entries_per_s": round(end / seconds),
-                "raw_records": summary.raw_records, "equal": result["equal"], "worker_cores": worker_cores,
-                "broker_cores": broker_cores}
+        return {
+            "entries": end,
+            "seconds": round(seconds, 2),
+            "entries_per_s": round(end / seconds),
+            "raw_records": summary.raw_records,
+            "equal": result["equal"],
+            "worker_cores": worker_cores,
+            "broker_cores": broker_cores,
+        }
     finally:
         deployment.close()
 
@@ -210,13 +227,25 @@ def warm_up(bootstrap: str, args: argparse.Namespace, workdir: Path) -> None:
     2-core machine kind: without a warm-up the first figures measured that, not the worker.
     """
     journal = workdir / "journal-warm-up.jsonl"
-    write(JournalSpec(entries=args.warm_up_entries, scopes=args.scopes, seed=args.seed + 1,
-                      garbage_ratio=args.garbage, experiences_per_scope=args.experiences_per_scope or None),
-          str(journal))
+    write(
+        JournalSpec(
+            entries=args.warm_up_entries,
+            scopes=args.scopes,
+            seed=args.seed + 1,
+            garbage_ratio=args.garbage,
+            experiences_per_scope=args.experiences_per_scope or None,
+        ),
+        str(journal),
+    )
     for guarantee in ("at_least_once", "exactly_once"):
         run = group_rate(bootstrap, workdir, journal, [], args.partitions, guarantee, 1, args.timeout)
-        emit("warm-up", guarantee=guarantee, entries=run["entries"], seconds=run["seconds"],
-             note="a freshly started broker; not a figure")
+        emit(
+            "warm-up",
+            guarantee=guarantee,
+            entries=run["entries"],
+            seconds=run["seconds"],
+            note="a freshly started broker; not a figure",
+        )
 
 
 def comparison(bootstrap: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
@@ -230,8 +259,13 @@ def comparison(bootstrap: str, args: argparse.Namespace, workdir: Path) -> dict[
     """
     journal = workdir / "journal-compare.jsonl"
     write(
-        JournalSpec(entries=args.entries, scopes=args.scopes, seed=args.seed, garbage_ratio=args.garbage,
-                    experiences_per_scope=args.experiences_per_scope or None),
+        JournalSpec(
+            entries=args.entries,
+            scopes=args.scopes,
+            seed=args.seed,
+            garbage_ratio=args.garbage,
+            experiences_per_scope=args.experiences_per_scope or None,
+        ),
         str(journal),
     )
     want: list[bytes] = []
@@ -245,29 +279,47 @@ def comparison(bootstrap: str, args: argparse.Namespace, workdir: Path) -> dict[
         for guarantee in ("at_least_once", "exactly_once"):
             runs[guarantee] = group_rate(bootstrap, workdir, journal, want, args.partitions, guarantee, 1, args.timeout)
         for workers in (1, 2):
-            runs[f"scale-{workers}"] = group_rate(bootstrap, workdir, journal, want, 2, "at_least_once", workers,
-                                                  args.timeout)
+            runs[f"scale-{workers}"] = group_rate(
+                bootstrap, workdir, journal, want, 2, "at_least_once", workers, args.timeout
+            )
         runs["load"] = [load_before, load_average()]
-        emit("round", round=number + 1, **{name: run["entries_per_s"] for name, run in runs.items() if name != "load"},
-             cores={name: [run.get("worker_cores"), run.get("broker_cores")] for name, run in runs.items()
-                    if name != "load"}, load=runs["load"])
+        emit(
+            "round",
+            round=number + 1,
+            **{name: run["entries_per_s"] for name, run in runs.items() if name != "load"},
+            cores={
+                name: [run.get("worker_cores"), run.get("broker_cores")] for name, run in runs.items() if name != "load"
+            },
+            load=runs["load"],
+        )
         rounds.append(runs)
 
     def rates(name: str) -> list[int]:
         return [r[name]["entries_per_s"] for r in rounds]
 
-    embedded = emit("embedded", entries=args.entries, entries_per_s=round(statistics.median(rates("embedded"))),
-                    runs_entries_per_s=rates("embedded"),
-                    note=f"recurrence replay, process start included, median of {args.rounds} rounds (reference)")
+    embedded = emit(
+        "embedded",
+        entries=args.entries,
+        entries_per_s=round(statistics.median(rates("embedded"))),
+        runs_entries_per_s=rates("embedded"),
+        note=f"recurrence replay, process start included, median of {args.rounds} rounds (reference)",
+    )
     rows: dict[str, Any] = {"embedded": embedded, "rounds": args.rounds}
     for name in ("at_least_once", "exactly_once", "scale-1", "scale-2"):
-        row: dict[str, Any] = {"entries_per_s": round(statistics.median(rates(name))),
-                               "runs_entries_per_s": rates(name),
-                               "equal": all(r[name]["equal"] for r in rounds)}
+        row: dict[str, Any] = {
+            "entries_per_s": round(statistics.median(rates(name))),
+            "runs_entries_per_s": rates(name),
+            "equal": all(r[name]["equal"] for r in rounds),
+        }
         if name in ("at_least_once", "exactly_once"):
             ratios = [r[name]["entries_per_s"] / r["embedded"]["entries_per_s"] for r in rounds]
-            row.update(guarantee=name, partitions=args.partitions, workers=1,
-                       vs_embedded=round(statistics.median(ratios), 3), runs_vs_embedded=[round(x, 3) for x in ratios])
+            row.update(
+                guarantee=name,
+                partitions=args.partitions,
+                workers=1,
+                vs_embedded=round(statistics.median(ratios), 3),
+                runs_vs_embedded=[round(x, 3) for x in ratios],
+            )
             rows[name] = emit("worker", **row)
         else:
             row.update(guarantee="at_least_once", partitions=2, workers=int(name[-1]))
@@ -302,8 +354,17 @@ def comparison(bootstrap: str, args: argparse.Namespace, workdir: Path) -> dict[
             rate = args.latency_rate or rows[guarantee]["entries_per_s"] * args.latency_load
             before = load_average()
             measured = latency(bootstrap, workdir, args, guarantee, rate, extra)
-            latency_runs[label].append(emit("latency", setting=label, guarantee=guarantee, partitions=args.partitions,
-                                            round=number + 1, load=[before, load_average()], **measured))
+            latency_runs[label].append(
+                emit(
+                    "latency",
+                    setting=label,
+                    guarantee=guarantee,
+                    partitions=args.partitions,
+                    round=number + 1,
+                    load=[before, load_average()],
+                    **measured,
+                )
+            )
     rows["latency"] = {label: latency_summary(measured) for label, measured in latency_runs.items()}
     return rows
 
@@ -326,9 +387,11 @@ def load_average() -> float:
 
 def latency_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The rounds of one latency configuration: each percentile the median of the rounds' own, and every round."""
-    summary: dict[str, Any] = {"offered_per_s": runs[0]["offered_per_s"],
-                               "published_per_s": round(statistics.median(run["published_per_s"] for run in runs)),
-                               "load": [load for run in runs for load in run["load"]]}
+    summary: dict[str, Any] = {
+        "offered_per_s": runs[0]["offered_per_s"],
+        "published_per_s": round(statistics.median(run["published_per_s"] for run in runs)),
+        "load": [load for run in runs for load in run["load"]],
+    }
     for key in ("p50_ms", "p90_ms", "p99_ms", "max_ms", "produced_p50_ms", "produced_p99_ms"):
         summary[key] = round(statistics.median(run[key] for run in runs), 1)
         summary[f"runs_{key}"] = [run[key] for run in runs]
@@ -363,15 +426,21 @@ async def offered_load(
     # each entry's latency. With no linger every entry was a produce request of its own (2,500 a second):
     # a quarter of this process's CPU went to socket writes and the broker served them too, on the two
     # cores the measured worker shares with both.
-    producer = AIOKafkaProducer(**connection.aiokafka_kwargs(), acks="all", enable_idempotence=True,
-                                linger_ms=PUBLISH_LINGER_MS)
+    producer = AIOKafkaProducer(
+        **connection.aiokafka_kwargs(), acks="all", enable_idempotence=True, linger_ms=PUBLISH_LINGER_MS
+    )
     # A short fetch wait: aiokafka leaves partitions whose records are not yet taken out of its next
     # fetch request, one request in flight, so right after a fetch of ledger records the next request
     # holds only the quiet review and dead-letter partitions, and the broker held it (and the ledger's
     # next records behind it) for the default 500 ms: latency the reader added, not the worker.
-    consumer = AIOKafkaConsumer(*outputs, **connection.aiokafka_kwargs(), group_id=None,
-                                isolation_level="read_committed", auto_offset_reset="earliest",
-                                fetch_max_wait_ms=10)
+    consumer = AIOKafkaConsumer(
+        *outputs,
+        **connection.aiokafka_kwargs(),
+        group_id=None,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+        fetch_max_wait_ms=10,
+    )
     # (partition, offset) -> when its first output was read, and when the worker's producer created it
     # (CreateTime, wall clock): latency up to there is the worker's alone, without the broker's
     # acknowledgement and this reader.
@@ -411,8 +480,9 @@ async def offered_load(
                 cpu_from = (time.monotonic(), worker_cpu_seconds(worker))
             key = scope_key(line)
             sent_at.append(time.monotonic())
-            pending.append(await producer.send(d.topics.journal, value=line, key=key,
-                                               partition=0 if key is None else None))
+            pending.append(
+                await producer.send(d.topics.journal, value=line, key=key, partition=0 if key is None else None)
+            )
         published = time.monotonic() - began
         # Not ``gather``: over every send of the run its callbacks ran in one turn of this loop, which held
         # the reader for most of a second and added that to the last entries' latencies.
@@ -431,8 +501,11 @@ async def offered_load(
     finally:
         await consumer.stop()
         await producer.stop()
-    measured = [(received[(meta.partition, meta.offset)], sent) for meta, sent in zip(metadata, sent_at, strict=True)
-                if sent - began >= warmup and (meta.partition, meta.offset) in received]
+    measured = [
+        (received[(meta.partition, meta.offset)], sent)
+        for meta, sent in zip(metadata, sent_at, strict=True)
+        if sent - began >= warmup and (meta.partition, meta.offset) in received
+    ]
     latencies = [(read - sent) * 1000 for (read, _), sent in measured]
     until_produced = [(created - sent) * 1000 for (_, created), sent in measured]
     return {
@@ -481,8 +554,9 @@ def histograms(worker: Worker) -> Histograms:
         body = b""
     found: Histograms = defaultdict(lambda: {"buckets": {}, "sum": 0.0, "count": 0.0})
     for family in text_string_to_metric_families(body.decode()):
-        if family.type != "histogram" or not family.name.startswith(("recurrence_batch", "recurrence_event_loop",
-                                                                     "recurrence_gc_pause")):
+        if family.type != "histogram" or not family.name.startswith(
+            ("recurrence_batch", "recurrence_event_loop", "recurrence_gc_pause")
+        ):
             continue
         for sample in family.samples:
             label = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()) if k != "le")
@@ -509,9 +583,12 @@ def worker_profile(before: Histograms, after: Histograms) -> dict[str, Any]:
         buckets = sorted((bound, n - earlier["buckets"].get(bound, 0.0)) for bound, n in values["buckets"].items())
         scale = 1 if name.startswith("recurrence_batch_entries") else 1000
         found[name.removeprefix("recurrence_")] = {
-            "count": int(count), "mean": round((values["sum"] - earlier["sum"]) / count * scale, 2),
-            **{f"{label}_le": quantile_bound(buckets, q) * scale for label, q in (("p50", 0.5), ("p99", 0.99),
-                                                                                   ("max", 1.0))},
+            "count": int(count),
+            "mean": round((values["sum"] - earlier["sum"]) / count * scale, 2),
+            **{
+                f"{label}_le": quantile_bound(buckets, q) * scale
+                for label, q in (("p50", 0.5), ("p99", 0.99), ("max", 1.0))
+            },
         }
     return found
 
@@ -523,8 +600,13 @@ def latency(
     ``--latency-seconds``."""
     journal = workdir / f"journal-latency-{round(rate)}.jsonl"
     write(
-        JournalSpec(entries=max(1000, round(rate * args.latency_seconds)), scopes=args.scopes, seed=args.seed + 1,
-                    garbage_ratio=args.garbage, experiences_per_scope=args.experiences_per_scope or None),
+        JournalSpec(
+            entries=max(1000, round(rate * args.latency_seconds)),
+            scopes=args.scopes,
+            seed=args.seed + 1,
+            garbage_ratio=args.garbage,
+            experiences_per_scope=args.experiences_per_scope or None,
+        ),
         str(journal),
     )
     lines = [line for line in journal.read_bytes().splitlines() if line.strip()]
@@ -585,9 +667,7 @@ def comparison_table(rows: dict[str, Any]) -> str:
         f"| two workers, 2 partitions, at_least_once | {two['entries_per_s']:,} | one worker {one['entries_per_s']:,} "
         f"| {rows['scale_ratio']:.2f}x | {each} | 1.6x | {'yes' if one['equal'] and two['equal'] else 'NO'} |"
     )
-    lines.append(
-        f"| the same, bound by key skew (busiest partition) | | | {rows['scale_bound']:.2f}x | | | |"
-    )
+    lines.append(f"| the same, bound by key skew (busiest partition) | | | {rows['scale_bound']:.2f}x | | | |")
     cpu = rows.get("scale_cpu")
     if cpu is not None:
         each = " / ".join(f"{x:.2f}x" for x in cpu["runs_bound"])
@@ -612,9 +692,16 @@ def cold_start(bootstrap: str, args: argparse.Namespace, workdir: Path) -> dict[
     would serve statistics minutes old). Also launch -> every entry applied.
     """
     journal = workdir / "journal-cold-start.jsonl"
-    write(JournalSpec(entries=args.cold_start_backlog, scopes=args.scopes, seed=args.seed + 2,
-                      garbage_ratio=args.garbage, experiences_per_scope=args.experiences_per_scope or None),
-          str(journal))
+    write(
+        JournalSpec(
+            entries=args.cold_start_backlog,
+            scopes=args.scopes,
+            seed=args.seed + 2,
+            garbage_ratio=args.garbage,
+            experiences_per_scope=args.experiences_per_scope or None,
+        ),
+        str(journal),
+    )
     measured: dict[str, list[dict[str, Any]]] = {}
     for number in range(args.cold_start_rounds):
         for guarantee in ("at_least_once", "exactly_once"):
@@ -633,16 +720,27 @@ def cold_start(bootstrap: str, args: argparse.Namespace, workdir: Path) -> dict[
                     caught_up = wait_until_applied(lambda w=worker: w.applied() or 0, end, args.timeout, started)
                 finally:
                     d.close()
-                run = emit("cold-start", guarantee=guarantee, backlog=backlog, round=number + 1,
-                           ready_s=round(ready, 2), applied_at_ready=applied_at_ready,
-                           caught_up_s=round(caught_up, 2), load=[before, load_average()])
+                run = emit(
+                    "cold-start",
+                    guarantee=guarantee,
+                    backlog=backlog,
+                    round=number + 1,
+                    ready_s=round(ready, 2),
+                    applied_at_ready=applied_at_ready,
+                    caught_up_s=round(caught_up, 2),
+                    load=[before, load_average()],
+                )
                 measured.setdefault(f"{guarantee}/{backlog}", []).append(run)
-    return {key: {"ready_s": round(statistics.median(r["ready_s"] for r in runs), 2),
-                  "runs_ready_s": [r["ready_s"] for r in runs],
-                  "caught_up_s": round(statistics.median(r["caught_up_s"] for r in runs), 2),
-                  "applied_at_ready": round(statistics.median(r["applied_at_ready"] for r in runs)),
-                  "load": [x for r in runs for x in r["load"]]}
-            for key, runs in measured.items()}
+    return {
+        key: {
+            "ready_s": round(statistics.median(r["ready_s"] for r in runs), 2),
+            "runs_ready_s": [r["ready_s"] for r in runs],
+            "caught_up_s": round(statistics.median(r["caught_up_s"] for r in runs), 2),
+            "applied_at_ready": round(statistics.median(r["applied_at_ready"] for r in runs)),
+            "load": [x for r in runs for x in r["load"]],
+        }
+        for key, runs in measured.items()
+    }
 
 
 def cold_start_table(found: dict[str, Any], backlog: int) -> str:
@@ -795,36 +893,76 @@ def main() -> int:
         default=str(ROOT / "bench" / "results" / "kafka.json"),
         help="report file; each processing guarantee keeps its own entry under 'runs'",
     )
-    parser.add_argument("--latency-rate", type=float, default=2800.0,
-                        help="--compare: entries/s offered in the latency runs (0: --latency-load of the maximum)")
-    parser.add_argument("--latency-load", type=float, default=0.5,
-                        help="--compare with --latency-rate 0: offered load, as a fraction of the measured maximum")
-    parser.add_argument("--latency-eos-settings",
-                        default="--batch-min=1000,--batch-within=0.05;--batch-min=1000,--batch-within=0.1",
-                        help="--compare: exactly_once latency also under each of these worker settings "
-                        "(';' between settings, ',' between the arguments of one; '' for none)")
+    parser.add_argument(
+        "--latency-rate",
+        type=float,
+        default=2800.0,
+        help="--compare: entries/s offered in the latency runs (0: --latency-load of the maximum)",
+    )
+    parser.add_argument(
+        "--latency-load",
+        type=float,
+        default=0.5,
+        help="--compare with --latency-rate 0: offered load, as a fraction of the measured maximum",
+    )
+    parser.add_argument(
+        "--latency-eos-settings",
+        default="--batch-min=1000,--batch-within=0.05;--batch-min=1000,--batch-within=0.1",
+        help="--compare: exactly_once latency also under each of these worker settings "
+        "(';' between settings, ',' between the arguments of one; '' for none)",
+    )
     # 30 s: a 12 s window's p99 was the top ~130 measured entries, decided by one or two stalls.
     parser.add_argument("--latency-seconds", type=float, default=30.0, help="seconds of publishing (latency runs)")
-    parser.add_argument("--latency-warmup", type=float, default=2.0,
-                        help="--compare: seconds at the start of publishing left out of the latency figures")
-    parser.add_argument("--latency-rounds", type=int, default=3,
-                        help="--compare: latency runs per guarantee, interleaved (each percentile: the rounds' median)")
-    parser.add_argument("--latency", type=float, metavar="RATE",
-                        help="instead: only the latency of one worker (--processing-guarantee) at RATE entries/s")
-    parser.add_argument("--worker-arg", action="append", default=[], metavar="ARG",
-                        help="--latency: one more argument for the worker (repeat; e.g. --worker-arg=--batch-max=500)")
-    parser.add_argument("--keep", action="store_true", help="keep the work directory (journals, worker log)")
-    parser.add_argument("--warm-up", choices=["auto", "yes", "no"], default="auto",
-                        help="--compare: first run a worker per guarantee over --warm-up-entries, measured by "
-                        "nothing (auto: only when this run started the broker)")
-    parser.add_argument("--warm-up-entries", type=int, default=10_000)
-    parser.add_argument("--cold-start-backlog", type=int, default=20_000,
-                        help="--compare: entries published before a new worker starts (cold start)")
-    parser.add_argument("--cold-start-rounds", type=int, default=3, help="--compare: cold starts per guarantee")
-    parser.add_argument("--rounds", type=int, default=3,
-                        help="--compare: interleaved rounds (embedded, each guarantee, one and two workers)")
     parser.add_argument(
-        "--compare", action="store_true",
+        "--latency-warmup",
+        type=float,
+        default=2.0,
+        help="--compare: seconds at the start of publishing left out of the latency figures",
+    )
+    parser.add_argument(
+        "--latency-rounds",
+        type=int,
+        default=3,
+        help="--compare: latency runs per guarantee, interleaved (each percentile: the rounds' median)",
+    )
+    parser.add_argument(
+        "--latency",
+        type=float,
+        metavar="RATE",
+        help="instead: only the latency of one worker (--processing-guarantee) at RATE entries/s",
+    )
+    parser.add_argument(
+        "--worker-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="--latency: one more argument for the worker (repeat; e.g. --worker-arg=--batch-max=500)",
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the work directory (journals, worker log)")
+    parser.add_argument(
+        "--warm-up",
+        choices=["auto", "yes", "no"],
+        default="auto",
+        help="--compare: first run a worker per guarantee over --warm-up-entries, measured by "
+        "nothing (auto: only when this run started the broker)",
+    )
+    parser.add_argument("--warm-up-entries", type=int, default=10_000)
+    parser.add_argument(
+        "--cold-start-backlog",
+        type=int,
+        default=20_000,
+        help="--compare: entries published before a new worker starts (cold start)",
+    )
+    parser.add_argument("--cold-start-rounds", type=int, default=3, help="--compare: cold starts per guarantee")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="--compare: interleaved rounds (embedded, each guarantee, one and two workers)",
+    )
+    parser.add_argument(
+        "--compare",
+        action="store_true",
         help="instead: one worker under each guarantee and two workers vs one on 2 partitions, each beside its "
         "reference on the same journal (--entries of it); writes the table into docs/performance.md",
     )
@@ -834,10 +972,15 @@ def main() -> int:
     try:
         with LocalBroker() as broker:
             if args.latency:
-                emit("latency", guarantee=args.processing_guarantee, partitions=args.partitions,
-                     worker_args=args.worker_arg,
-                     **latency(broker.bootstrap, workdir, args, args.processing_guarantee, args.latency,
-                               args.worker_arg))
+                emit(
+                    "latency",
+                    guarantee=args.processing_guarantee,
+                    partitions=args.partitions,
+                    worker_args=args.worker_arg,
+                    **latency(
+                        broker.bootstrap, workdir, args, args.processing_guarantee, args.latency, args.worker_arg
+                    ),
+                )
                 return 0
             if args.compare:
                 if args.warm_up == "yes" or (args.warm_up == "auto" and broker.started_here):

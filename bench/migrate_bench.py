@@ -56,9 +56,26 @@ def size_of(state: Path) -> int:
 def one_size(entries: int, repeat: int, work: Path) -> dict[str, Any]:
     journal = work / f"journal-{entries}.jsonl"
     with journal.open("wb") as out:
-        subprocess.run([*recurrence_command(), "generate", "--entries", str(entries), "--scopes", "200",
-                        "--experiences-per-scope", "40", "--recent-window", "50", "--garbage-ratio", "0.02",
-                        "--seed", "42"], stdout=out, check=True)
+        subprocess.run(
+            [
+                *recurrence_command(),
+                "generate",
+                "--entries",
+                str(entries),
+                "--scopes",
+                "200",
+                "--experiences-per-scope",
+                "40",
+                "--recent-window",
+                "50",
+                "--garbage-ratio",
+                "0.02",
+                "--seed",
+                "42",
+            ],
+            stdout=out,
+            check=True,
+        )
     old = build(BEFORE_JOBS)
     original, ledger = work / f"single-{entries}", work / f"ledger-{entries}.jsonl"
     old.run("replay", journal, "--state", original, "--out", ledger)
@@ -73,8 +90,11 @@ def one_size(entries: int, repeat: int, work: Path) -> dict[str, Any]:
             shutil.rmtree(state)
     state = work / f"state-{entries}-0"
     length = ledger.stat().st_size
-    subprocess.run([*recurrence_command(), "replay", str(journal), "--state", str(state), "--out", str(ledger)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [*recurrence_command(), "replay", str(journal), "--state", str(state), "--out", str(ledger)],
+        check=True,
+        capture_output=True,
+    )
     if ledger.stat().st_size != length:
         sys.exit("the migrated state, resumed over the journal it had applied, appended to its ledger")
     moved = int(said.split(" rows into")[0].rsplit(" ", 1)[1].replace(",", ""))
@@ -105,8 +125,9 @@ def main() -> int:
             print(json.dumps({k: v for k, v in result.items() if k != "runs"}), flush=True)
             results.append(result)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"machine": platform.node(), "cpus": os.cpu_count(), "results": results},
-                                  indent=2) + "\n")
+    RESULTS.write_text(
+        json.dumps({"machine": platform.node(), "cpus": os.cpu_count(), "results": results}, indent=2) + "\n"
+    )
     return 0
 
 

@@ -69,8 +69,12 @@ def get(url: str) -> bytes:
 
 
 def stats_cli(state: Path) -> Any:
-    out = subprocess.run([*recurrence_command(), "stats", "--state", str(state), "--top", "50"],
-                         check=True, capture_output=True, timeout=600).stdout
+    out = subprocess.run(
+        [*recurrence_command(), "stats", "--state", str(state), "--top", "50"],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    ).stdout
     return json.loads(out)
 
 
@@ -78,8 +82,12 @@ def replay(journal: Path, state: Path, ledger: Path) -> tuple[float, float]:
     """Wall and CPU seconds of one replay (the CPU of children reaped meanwhile: only the replay)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
-    subprocess.run([*recurrence_command(), "replay", str(journal), "--state", str(state), "--out", str(ledger)],
-                   check=True, capture_output=True, timeout=7200)
+    subprocess.run(
+        [*recurrence_command(), "replay", str(journal), "--state", str(state), "--out", str(ledger)],
+        check=True,
+        capture_output=True,
+        timeout=7200,
+    )
     wall = time.monotonic() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -142,7 +150,8 @@ def page_numbers(driver: Any) -> dict[str, dict[str, int]]:
     found: dict[str, dict[str, int]] = {}
     for cell in driver.find_elements(By.CSS_SELECTOR, "#scopes td[data-field]"):
         found.setdefault(str(cell.get_attribute("data-scope")), {})[str(cell.get_attribute("data-field"))] = int(
-            cell.get_attribute("data-value"))
+            cell.get_attribute("data-value")
+        )
     return found
 
 
@@ -154,8 +163,13 @@ def expected_numbers(stats: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
 def browser(width: int = 1400, height: int = 1300) -> Any:
     options = webdriver.ChromeOptions()
     options.binary_location = shutil.which("chromium") or "chromium"
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                     f"--window-size={width},{height}"):
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        f"--window-size={width},{height}",
+    ):
         options.add_argument(argument)
     return webdriver.Chrome(service=Service(shutil.which("chromedriver") or "chromedriver"), options=options)
 
@@ -211,13 +225,15 @@ def copy_of(base: tuple[Path, Path], work: Path, name: str) -> tuple[Path, Path]
     return state, ledger
 
 
-def followed(journal: Path, state: Path, ledger: Path, total: int, resumed: int,
-             shots: Path | None) -> dict[str, Any]:
+def followed(journal: Path, state: Path, ledger: Path, total: int, resumed: int, shots: Path | None) -> dict[str, Any]:
     """The resumed replay with serve and the page following it; what each saw and when."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen([*recurrence_command(), "serve", "--state", str(state), "--port", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [*recurrence_command(), "serve", "--state", str(state), "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     driver = None
     try:
         wait_for(lambda: server.poll() is None and _answers(url), 60, 0.1, "serve")
@@ -232,8 +248,14 @@ def followed(journal: Path, state: Path, ledger: Path, total: int, resumed: int,
         served = Watch(lambda: json.loads(get(url + "/progress")), 0.05)
         answered = Watch(lambda: get(url + "/statistics?top=50"), 0.25)
         # One WebDriver command per look (each costs the browser some CPU too).
-        shown = Watch(lambda: tuple(page.execute_script(
-            "return [document.body.getAttribute('data-line'), document.body.getAttribute('data-shown-line')]")), 0.25)
+        shown = Watch(
+            lambda: tuple(
+                page.execute_script(
+                    "return [document.body.getAttribute('data-line'), document.body.getAttribute('data-shown-line')]"
+                )
+            ),
+            0.25,
+        )
         for watch in (served, answered, shown):
             watch.start()
         browser_pids = descendants(driver.service.process.pid)
@@ -253,19 +275,29 @@ def followed(journal: Path, state: Path, ledger: Path, total: int, resumed: int,
 
         # During the replay: for each state shown, how long after its batch was committed.
         written = {v["journal"]["line"]: epoch(v["written_at"]) for _, v in served.seen if v["written_at"]}
-        page_lags = [at - written[int(v[1])] for at, v in shown.seen
-                     if v[1] is not None and int(v[1]) in written and int(v[1]) not in (resumed, total)]
-        server_lags = [at - written[v["journal"]["line"]] for at, v in served.seen
-                       if v["journal"]["line"] in written and v["journal"]["line"] not in (resumed, total)]
+        page_lags = [
+            at - written[int(v[1])]
+            for at, v in shown.seen
+            if v[1] is not None and int(v[1]) in written and int(v[1]) not in (resumed, total)
+        ]
+        server_lags = [
+            at - written[v["journal"]["line"]]
+            for at, v in served.seen
+            if v["journal"]["line"] in written and v["journal"]["line"] not in (resumed, total)
+        ]
         found: dict[str, Any] = {
-            "replay_seconds": round(seconds, 2), "replay_cpu_s": round(replay_cpu, 2),
+            "replay_seconds": round(seconds, 2),
+            "replay_cpu_s": round(replay_cpu, 2),
             # CPU the followers took while the replay ran (serve includes the watches' own requests)
-            "serve_cpu_s": round(serve_cpu, 2), "browser_cpu_s": round(browser_cpu, 2),
-            "views_served": len(served.seen), "states_drawn": len({v[1] for _, v in shown.seen}),
+            "serve_cpu_s": round(serve_cpu, 2),
+            "browser_cpu_s": round(browser_cpu, 2),
+            "views_served": len(served.seen),
+            "states_drawn": len({v[1] for _, v in shown.seen}),
             "progress_after_end_s": first(served.seen, lambda v: v["journal"]["line"] == total),
             "statistics_after_end_s": first(answered.seen, lambda v: json.loads(v) == want),
             "page_after_end_s": first(shown.seen, lambda v: v[1] == str(total)),
-            "server_lag_during_s": spread(server_lags), "page_lag_during_s": spread(page_lags),
+            "server_lag_during_s": spread(server_lags),
+            "page_lag_during_s": spread(page_lags),
         }
         if shots is not None:
             found["screenshots"] = screenshots(driver, shots)
@@ -303,8 +335,14 @@ def main() -> int:
     base = (work / "base-state", work / "base-ledger.jsonl")
     shutil.rmtree(base[0], ignore_errors=True)
     base[1].unlink(missing_ok=True)
-    emit("setup", entries=total, first=resumed, cores=os.cpu_count(), load=os.getloadavg()[0],
-         python=platform.python_version())
+    emit(
+        "setup",
+        entries=total,
+        first=resumed,
+        cores=os.cpu_count(),
+        load=os.getloadavg()[0],
+        python=platform.python_version(),
+    )
     emit("first part", seconds=round(replay(first, *base)[0], 2))
     rounds = []
     for number in range(args.rounds):
@@ -312,12 +350,21 @@ def main() -> int:
         baseline = replay(journal, *copy_of(base, work, "baseline")) if args.baseline else None
         shots = args.screenshots if number == args.rounds - 1 else None
         found = followed(journal, *copy_of(base, work, "followed"), total, resumed, shots)
-        rounds.append(emit("round", number=number,
-                           baseline_seconds=None if baseline is None else round(baseline[0], 2),
-                           baseline_cpu_s=None if baseline is None else round(baseline[1], 2),
-                           **found, load=os.getloadavg()[0]))
+        rounds.append(
+            emit(
+                "round",
+                number=number,
+                baseline_seconds=None if baseline is None else round(baseline[0], 2),
+                baseline_cpu_s=None if baseline is None else round(baseline[1], 2),
+                **found,
+                load=os.getloadavg()[0],
+            )
+        )
     result = emit(
-        "follow", entries=total, resumed_after=resumed, rounds=rounds,
+        "follow",
+        entries=total,
+        resumed_after=resumed,
+        rounds=rounds,
         page_after_end_s=statistics.median(r["page_after_end_s"] for r in rounds),
         statistics_after_end_s=statistics.median(r["statistics_after_end_s"] for r in rounds),
         replay_seconds=statistics.median(r["replay_seconds"] for r in rounds),

@@ -99,7 +99,8 @@ def module(name: str, *args: str) -> list[str]:
 def reference(journal: Path, decode: bool) -> float:
     out = subprocess.run(
         [PYTHON, str(ROOT / "bench" / "validate_only.py"), str(journal), *(["--decode"] if decode else [])],
-        check=True, capture_output=True,
+        check=True,
+        capture_output=True,
     ).stdout
     return float(json.loads(out)["entries_per_s"])
 
@@ -119,8 +120,17 @@ def replay_once(journal: Path, workdir: Path, tag: str) -> tuple[float, float, P
     state, ledger = workdir / f"state-{tag}", workdir / f"ledger-{tag}.jsonl"
     subprocess.run(["rm", "-rf", str(state), str(ledger)], check=True)
     seconds, rss, stderr = timed_child(
-        module("recurrence.processor.cli", "replay", str(journal), "--state", str(state), "--out", str(ledger),
-               "--jobs", "1")  # one process: what an entry costs (bench/jobs_bench.py for --jobs N)
+        module(
+            "recurrence.processor.cli",
+            "replay",
+            str(journal),
+            "--state",
+            str(state),
+            "--out",
+            str(ledger),
+            "--jobs",
+            "1",
+        )  # one process: what an entry costs (bench/jobs_bench.py for --jobs N)
     )
     found = re.search(rb"entries in ([0-9.]+)s", stderr)
     return seconds, rss, ledger, float(found.group(1)) if found else seconds
@@ -136,8 +146,9 @@ def baseline_ledger(rev: str, journal: Path, workdir: Path) -> Path:
     """The ledger the engine at ``rev`` writes for ``journal`` (its top-level packages, same venv)."""
     tree = workdir / f"baseline-{rev}"
     if not tree.exists():
-        archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "processor", "schemas"],
-                                 check=True, capture_output=True).stdout
+        archive = subprocess.run(
+            ["git", "-C", str(ROOT), "archive", rev, "processor", "schemas"], check=True, capture_output=True
+        ).stdout
         tree.mkdir()
         with tarfile.open(fileobj=BytesIO(archive)) as tar:
             tar.extractall(tree, filter="data")
@@ -148,8 +159,12 @@ def baseline_ledger(rev: str, journal: Path, workdir: Path) -> Path:
             f"import sys; sys.path.insert(0, {str(tree)!r}); from processor.cli import main; "
             "sys.exit(main(sys.argv[1:]))"
         )
-        subprocess.run([PYTHON, "-c", code, "replay", str(journal), "--state", str(state), "--out", str(ledger)],
-                       check=True, capture_output=True, cwd=tree)
+        subprocess.run(
+            [PYTHON, "-c", code, "replay", str(journal), "--state", str(state), "--out", str(ledger)],
+            check=True,
+            capture_output=True,
+            cwd=tree,
+        )
     return ledger
 
 
@@ -219,10 +234,19 @@ def curve(journal: Path, workdir: Path, checkpoints: list[int]) -> dict[str, Any
         ]
         start = max(checkpoint - WINDOW, 0)
         cpu = (stamps[checkpoint][1] - stamps[start][1]) / (checkpoint - start) * 1e6
-        points.append({"entries": checkpoint, "us_per_entry": round(statistics.median(subs), 1),
-                       "cpu_us_per_entry": round(cpu, 1)})
-    return {"entries": count, "seconds": round(total, 1), "peak_rss_mib": round(_peak_rss_mib(stderr), 1),
-            "points": points}
+        points.append(
+            {
+                "entries": checkpoint,
+                "us_per_entry": round(statistics.median(subs), 1),
+                "cpu_us_per_entry": round(cpu, 1),
+            }
+        )
+    return {
+        "entries": count,
+        "seconds": round(total, 1),
+        "peak_rss_mib": round(_peak_rss_mib(stderr), 1),
+        "points": points,
+    }
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
@@ -248,9 +272,11 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
 # -- report -------------------------------------------------------------------------------------
 def table(rows: list[dict[str, Any]]) -> str:
-    head = ("| journal | replay entries/s (whole process) | same, after start-up | validation limit | "
-            "replay / limit | after start-up / limit | orjson decode | peak RSS | same ledger as before |\n"
-            "|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
+    head = (
+        "| journal | replay entries/s (whole process) | same, after start-up | validation limit | "
+        "replay / limit | after start-up / limit | orjson decode | peak RSS | same ledger as before |\n"
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|\n"
+    )
     body = "".join(
         f"| {r['journal']} | {r['replay_per_s']:,.0f} | {r['steady_per_s']:,.0f} | {r['validate_per_s']:,.0f} | "
         f"{r['ratio']:.0%} | {r['steady_ratio']:.0%} | "
@@ -262,10 +288,12 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 def budget_table(rows: list[dict[str, Any]]) -> str:
     """Goal 1's budget per journal: at a quarter of the limit's rate, what is left beside the validation."""
-    head = ("| journal | validation limit, µs per entry | a replay at 25% of it, µs per entry | "
-            "of which the same validation inside a replay | left for everything else | "
-            "everything else today (after start-up) |\n"
-            "|---|---:|---:|---:|---:|---:|\n")
+    head = (
+        "| journal | validation limit, µs per entry | a replay at 25% of it, µs per entry | "
+        "of which the same validation inside a replay | left for everything else | "
+        "everything else today (after start-up) |\n"
+        "|---|---:|---:|---:|---:|---:|\n"
+    )
     lines = []
     for r in rows:
         limit = 1e6 / r["validate_per_s"]
@@ -279,8 +307,10 @@ def budget_table(rows: list[dict[str, Any]]) -> str:
 
 def curve_table(result: dict[str, Any]) -> str:
     first, first_cpu = result["points"][0]["us_per_entry"], result["points"][0]["cpu_us_per_entry"]
-    head = ("| entries so far | wall µs per entry | vs first 10k | CPU µs per entry | vs first 10k |\n"
-            "|---:|---:|---:|---:|---:|\n")
+    head = (
+        "| entries so far | wall µs per entry | vs first 10k | CPU µs per entry | vs first 10k |\n"
+        "|---:|---:|---:|---:|---:|\n"
+    )
     body = "".join(
         f"| {p['entries']:,} | {p['us_per_entry']:.1f} | {p['us_per_entry'] / first:.2f}x | "
         f"{p['cpu_us_per_entry']:.1f} | {p['cpu_us_per_entry'] / first_cpu:.2f}x |\n"
@@ -321,10 +351,16 @@ def main() -> int:
                     same = "yes" if same_output(runs[0][2], baseline_ledger(args.baseline, journal, workdir)) else "NO"
                 entries = count_lines(journal)
                 row = {
-                    "journal": name, "entries": entries, "replay_per_s": entries / seconds,
-                    "steady_per_s": entries / steady, "validate_per_s": validate, "decode_per_s": decode,
-                    "ratio": entries / seconds / validate, "steady_ratio": entries / steady / validate,
-                    "peak_rss_mib": max(r[1] for r in runs), "same_as_baseline": same,
+                    "journal": name,
+                    "entries": entries,
+                    "replay_per_s": entries / seconds,
+                    "steady_per_s": entries / steady,
+                    "validate_per_s": validate,
+                    "decode_per_s": decode,
+                    "ratio": entries / seconds / validate,
+                    "steady_ratio": entries / steady / validate,
+                    "peak_rss_mib": max(r[1] for r in runs),
+                    "same_as_baseline": same,
                     "validation_inside_us": share["validation_us_per_entry"],
                     "share_replay_us": share["replay_us_per_entry"],
                 }
@@ -335,9 +371,12 @@ def main() -> int:
         print(json.dumps(flat), flush=True)
     report = {
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
-        "scopes": SCOPES, "experiences_per_scope": EXPERIENCES_PER_SCOPE, "recent_window": RECENT_WINDOW,
+        "scopes": SCOPES,
+        "experiences_per_scope": EXPERIENCES_PER_SCOPE,
+        "recent_window": RECENT_WINDOW,
         "repeat": args.repeat,
-        "throughput": rows, "curve": flat,
+        "throughput": rows,
+        "curve": flat,
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "replay.json").write_text(json.dumps(report, indent=2) + "\n")

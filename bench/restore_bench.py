@@ -121,8 +121,10 @@ def state_digest(datadir: Path) -> dict[str, Any]:
     return {"databases": tables, "rows": rows, "bytes": size}
 
 
-_SHIPPED = re.compile(rb"(\w+) partition (\d+): shipped snapshot \S+ at changelog offset \d+: (\d+) rows, \d+ chunks, "
-                      rb"(\d+) bytes")
+_SHIPPED = re.compile(
+    rb"(\w+) partition (\d+): shipped snapshot \S+ at changelog offset \d+: (\d+) rows, \d+ chunks, "
+    rb"(\d+) bytes"
+)
 
 
 def last_snapshots(log: Path) -> dict[str, int]:
@@ -130,8 +132,11 @@ def last_snapshots(log: Path) -> dict[str, int]:
     last: dict[tuple[bytes, bytes], tuple[int, int]] = {}
     for match in _SHIPPED.finditer(log.read_bytes()):
         last[(match[1], match[2])] = (int(match[3]), int(match[4]))
-    return {"partitions": len(last), "rows": sum(r for r, _ in last.values()),
-            "bytes": sum(b for _, b in last.values())}
+    return {
+        "partitions": len(last),
+        "rows": sum(r for r, _ in last.values()),
+        "bytes": sum(b for _, b in last.values()),
+    }
 
 
 @contextlib.contextmanager
@@ -192,9 +197,14 @@ def measure(bootstrap: str, workdir: Path, entries: int, lock: str | None) -> di
     lost = state_digest(quiet.datadir)  # what the disk held before it was lost
     emit("state", entries=entries, rows=lost["rows"], bytes=lost["bytes"])
 
-    results: dict[str, Any] = {"entries": entries, "tail_entries": tail_entries, "changelog_records": changelog,
-                               "state_rows": lost["rows"], "state_bytes": lost["bytes"],
-                               "snapshots": last_snapshots(quiet.log_path)}
+    results: dict[str, Any] = {
+        "entries": entries,
+        "tail_entries": tail_entries,
+        "changelog_records": changelog,
+        "state_rows": lost["rows"],
+        "state_bytes": lost["bytes"],
+        "snapshots": last_snapshots(quiet.log_path),
+    }
     digests = {}
     with bench_lock(lock):
         for label in ("with", "without"):
@@ -229,10 +239,12 @@ def measure(bootstrap: str, workdir: Path, entries: int, lock: str | None) -> di
 
 
 def table(points: list[dict[str, Any]]) -> str:
-    head = ("| journal entries (history + tail) | changelog records | state rows (MB) | snapshots (MB compressed) "
-            "| restore with snapshots | rows loaded | records replayed | restore without snapshots "
-            "| records replayed | restored state = lost state |\n"
-            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+    head = (
+        "| journal entries (history + tail) | changelog records | state rows (MB) | snapshots (MB compressed) "
+        "| restore with snapshots | rows loaded | records replayed | restore without snapshots "
+        "| records replayed | restored state = lost state |\n"
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n"
+    )
     body = "".join(
         f"| {p['entries']:,} + {p['tail_entries']:,} | {p['changelog_records']:,} | "
         f"{p['state_rows']:,} ({p['state_bytes'] / 1e6:,.0f}) | {p['snapshots']['bytes'] / 1e6:,.1f} | "
@@ -261,8 +273,10 @@ def main() -> int:
             points.append(measure(broker.bootstrap, workdir, entries, args.lock))
     results = ROOT / "bench" / "results"
     results.mkdir(parents=True, exist_ok=True)
-    report = {"machine": {"python": sys.version.split()[0], "platform": platform.platform(), "cpus": os.cpu_count()},
-              "points": points}
+    report = {
+        "machine": {"python": sys.version.split()[0], "platform": platform.platform(), "cpus": os.cpu_count()},
+        "points": points,
+    }
     (results / "restore.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     text = table(points)
     print(text)

@@ -64,15 +64,23 @@ def main() -> int:
     engine.Engine._parse = staticmethod(timed_parse)  # type: ignore[method-assign,assignment]  # noqa: SLF001
     with tempfile.TemporaryDirectory(prefix="recurrence-share-") as tmp:
         started = time.perf_counter()
-        code = cli(["replay", str(args.journal), "--state", f"{tmp}/state", "--out", f"{tmp}/ledger.jsonl",
-                    "--jobs", "1"])
+        code = cli(
+            ["replay", str(args.journal), "--state", f"{tmp}/state", "--out", f"{tmp}/ledger.jsonl", "--jobs", "1"]
+        )
         seconds = time.perf_counter() - started
     if code != 0 or not spent[1]:
         print(f"validation_share: the replay exited {code} after {spent[1]} entries", file=sys.stderr)
         return 1
     entries = int(spent[1])
-    print(orjson.dumps({"entries": entries, "replay_us_per_entry": round(seconds / entries * 1e6, 1),
-                        "validation_us_per_entry": round(spent[0] / entries * 1e6, 1)}).decode())
+    print(
+        orjson.dumps(
+            {
+                "entries": entries,
+                "replay_us_per_entry": round(seconds / entries * 1e6, 1),
+                "validation_us_per_entry": round(spent[0] / entries * 1e6, 1),
+            }
+        ).decode()
+    )
     return 0
 
 

@@ -123,8 +123,11 @@ def embedded_cpu(journal: Path, skip: int, workdir: Path) -> dict[str, Any]:
         state, ledger = workdir / f"embedded-state-{name}", workdir / f"embedded-{name}.jsonl"
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
-        subprocess.run([*recurrence_command(), "replay", str(path), "--state", str(state), "--out", str(ledger),
-                        "--jobs", "1"], check=True, capture_output=True)
+        subprocess.run(
+            [*recurrence_command(), "replay", str(path), "--state", str(state), "--out", str(ledger), "--jobs", "1"],
+            check=True,
+            capture_output=True,
+        )
         wall = time.perf_counter() - started
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         used[name] = (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, wall)
@@ -132,13 +135,22 @@ def embedded_cpu(journal: Path, skip: int, workdir: Path) -> dict[str, Any]:
     entries = sum(1 for line in journal.open("rb") if line.strip())
     cpu = (used["full"][0] - used["head"][0]) / (entries - skip)
     wall = (used["full"][1] - used["head"][1]) / (entries - skip)
-    return {"cpu_us_per_entry": round(cpu * 1e6, 1), "wall_us_per_entry": round(wall * 1e6, 1),
-            "whole_run_s": round(used["full"][1], 2), "whole_run_entries_per_s": round(entries / used["full"][1])}
+    return {
+        "cpu_us_per_entry": round(cpu * 1e6, 1),
+        "wall_us_per_entry": round(wall * 1e6, 1),
+        "whole_run_s": round(used["full"][1], 2),
+        "whole_run_entries_per_s": round(entries / used["full"][1]),
+    }
 
 
 def worker_cpu(bootstrap: str, workdir: Path, journal: Path, args: argparse.Namespace) -> dict[str, Any]:
-    deployment = Deployment(bootstrap, workdir, prefix=f"cpu{uuid.uuid4().hex[:10]}", partitions=args.partitions,
-                            guarantee=args.processing_guarantee)
+    deployment = Deployment(
+        bootstrap,
+        workdir,
+        prefix=f"cpu{uuid.uuid4().hex[:10]}",
+        partitions=args.partitions,
+        guarantee=args.processing_guarantee,
+    )
     worker = deployment.worker("w1", "--instance-id", f"{deployment.prefix}-w1", *args.worker_arg)
     spy: subprocess.Popen[bytes] | None = None
     try:
@@ -157,10 +169,24 @@ def worker_cpu(bootstrap: str, workdir: Path, journal: Path, args: argparse.Name
         warm_at, warm_applied = time.perf_counter(), worker.applied() or 0
         threads_before, total_before = thread_cpu(pid), cpu_seconds(pid)
         if args.profile:
-            spy = subprocess.Popen([shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy"), "record",
-                                    "--pid", str(pid), "--rate", "200", "--threads", "--nonblocking",
-                                    "--format", "raw", "-o", args.profile], stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL)
+            spy = subprocess.Popen(
+                [
+                    shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy"),
+                    "record",
+                    "--pid",
+                    str(pid),
+                    "--rate",
+                    "200",
+                    "--threads",
+                    "--nonblocking",
+                    "--format",
+                    "raw",
+                    "-o",
+                    args.profile,
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
         wait_until_applied(lambda: worker.applied() or 0, end, args.timeout, t0)
         done_at = time.perf_counter()
         if spy is not None:
@@ -168,10 +194,13 @@ def worker_cpu(bootstrap: str, workdir: Path, journal: Path, args: argparse.Name
             spy.wait(60)
         threads_after, total_after = thread_cpu(pid), cpu_seconds(pid)
         entries = end - warm_applied
-        per_thread = {name: round((threads_after.get(name, 0) - threads_before.get(name, 0)) / entries * 1e6, 1)
-                      for name in threads_after}
+        per_thread = {
+            name: round((threads_after.get(name, 0) - threads_before.get(name, 0)) / entries * 1e6, 1)
+            for name in threads_after
+        }
         result: dict[str, Any] = {
-            "entries": end, "warm_entries": entries,
+            "entries": end,
+            "warm_entries": entries,
             "entries_per_s": round(end / (done_at - t0)),
             "warm_entries_per_s": round(entries / (done_at - warm_at)),
             "cpu_us_per_entry": round((total_after - total_before) / entries * 1e6, 1),
@@ -199,8 +228,11 @@ def main() -> int:
     parser.add_argument("--profile", help="py-spy the worker's warm window; collapsed stacks into this file")
     parser.add_argument("--no-embedded", action="store_true", help="the worker only")
     parser.add_argument("--worker-arg", action="append", default=[], help="one more argument for the worker")
-    parser.add_argument("--recurrence", help="the worker's (and replay's) command, e.g. another checkout's "
-                        ".venv/bin/recurrence, for an A/B against an older build (this checkout's harness drives it)")
+    parser.add_argument(
+        "--recurrence",
+        help="the worker's (and replay's) command, e.g. another checkout's "
+        ".venv/bin/recurrence, for an A/B against an older build (this checkout's harness drives it)",
+    )
     parser.add_argument("--timeout", type=float, default=600.0)
     args = parser.parse_args()
     if args.recurrence:
@@ -210,8 +242,16 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="recurrence-worker-cpu-"))
     try:
         journal = workdir / "journal.jsonl"
-        write(JournalSpec(entries=args.entries, scopes=args.scopes, seed=args.seed, garbage_ratio=0.01,
-                          experiences_per_scope=args.experiences_per_scope or None), str(journal))
+        write(
+            JournalSpec(
+                entries=args.entries,
+                scopes=args.scopes,
+                seed=args.seed,
+                garbage_ratio=0.01,
+                experiences_per_scope=args.experiences_per_scope or None,
+            ),
+            str(journal),
+        )
         with open("/proc/loadavg") as handle:
             load = handle.read().split()[0]
         report: dict[str, Any] = {"guarantee": args.processing_guarantee, "load_before": float(load)}
@@ -219,8 +259,9 @@ def main() -> int:
             report["worker"] = worker_cpu(broker.bootstrap, workdir, journal, args)
         if not args.no_embedded:
             report["embedded"] = embedded_cpu(journal, args.skip, workdir)
-            report["cpu_ratio"] = round(report["embedded"]["cpu_us_per_entry"] / report["worker"]["cpu_us_per_entry"],
-                                        3)
+            report["cpu_ratio"] = round(
+                report["embedded"]["cpu_us_per_entry"] / report["worker"]["cpu_us_per_entry"], 3
+            )
         with open("/proc/loadavg") as handle:
             report["load_after"] = float(handle.read().split()[0])
         print(json.dumps(report, indent=1))

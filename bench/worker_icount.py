@@ -102,8 +102,11 @@ class _FaustProducer:
 
 def _app(partitions: int) -> Any:
     """Just enough of the worker's Faust app for ``FaustSink``."""
-    return SimpleNamespace(conf=SimpleNamespace(id="icount"), assignor=SimpleNamespace(group_for_topic=lambda t: 0),
-                           producer=_FaustProducer(partitions))
+    return SimpleNamespace(
+        conf=SimpleNamespace(id="icount"),
+        assignor=SimpleNamespace(group_for_topic=lambda t: 0),
+        producer=_FaustProducer(partitions),
+    )
 
 
 class _State:
@@ -167,9 +170,13 @@ def run(journal: Path, state: Path, partitions: int, batch: int, exactly_once: b
         entries.append(Entry(partition, offsets[partition], line, published))
         offsets[partition] += 1
     topics = StreamSettings(topic_prefix="icount").topics
-    processor = BatchProcessor(topics=topics, state=_State(state), sink=FaustSink(_app(partitions), {}, topics.journal,
-                                                                                  exactly_once),
-                               source=_Journal(entries), config=EngineConfig())
+    processor = BatchProcessor(
+        topics=topics,
+        state=_State(state),
+        sink=FaustSink(_app(partitions), {}, topics.journal, exactly_once),
+        source=_Journal(entries),
+        config=EngineConfig(),
+    )
     # The worker's collection policy (``gcpolicy.freeze_startup_objects``): startup objects frozen, no full
     # collection triggered by heap growth. Without it full collections walked the row caches here.
     freeze_startup_objects()
@@ -192,9 +199,22 @@ def run(journal: Path, state: Path, partitions: int, batch: int, exactly_once: b
 
 def worker_count(journal: Path, workdir: Path, partitions: int, batch: int, exactly_once: bool) -> int:
     state = workdir / f"worker-state-{journal.stem}"
-    return counted_with_state([PYTHON, __file__, "--child", str(journal), "--state", str(state),
-                               "--partitions", str(partitions), "--batch", str(batch),
-                               *(["--exactly-once"] if exactly_once else [])], state)
+    return counted_with_state(
+        [
+            PYTHON,
+            __file__,
+            "--child",
+            str(journal),
+            "--state",
+            str(state),
+            "--partitions",
+            str(partitions),
+            "--batch",
+            str(batch),
+            *(["--exactly-once"] if exactly_once else []),
+        ],
+        state,
+    )
 
 
 def main() -> int:
@@ -203,8 +223,11 @@ def main() -> int:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--batch", type=int, default=1000, help="entries per batch (the worker's --batch-max)")
     parser.add_argument("--no-replay", action="store_true", help="count the worker path only (an A/B of it)")
-    parser.add_argument("--exactly-once", action="store_true",
-                        help="the exactly_once path: transactional producers, one batch after another")
+    parser.add_argument(
+        "--exactly-once",
+        action="store_true",
+        help="the exactly_once path: transactional producers, one batch after another",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--state", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -217,12 +240,16 @@ def main() -> int:
         workdir = Path(tmp)
         short, long = heads(args.journal, args.short, args.long, workdir)
         entries = args.long - args.short
-        worker = (worker_count(long, workdir, args.partitions, args.batch, args.exactly_once)
-                  - worker_count(short, workdir, args.partitions, args.batch, args.exactly_once)) / entries
+        worker = (
+            worker_count(long, workdir, args.partitions, args.batch, args.exactly_once)
+            - worker_count(short, workdir, args.partitions, args.batch, args.exactly_once)
+        ) / entries
         replay = None if args.no_replay else (replay_count(long, workdir) - replay_count(short, workdir)) / entries
-    print(f"entries {args.short + 1:,}-{args.long:,} of {args.journal.name}, "
-          f"{args.partitions} partitions, batches of {args.batch}, "
-          f"{'exactly_once' if args.exactly_once else 'at_least_once'}")
+    print(
+        f"entries {args.short + 1:,}-{args.long:,} of {args.journal.name}, "
+        f"{args.partitions} partitions, batches of {args.batch}, "
+        f"{'exactly_once' if args.exactly_once else 'at_least_once'}"
+    )
     print(f"worker batch path: {worker:,.0f} instructions per entry")
     if replay is not None:
         print(f"embedded replay:   {replay:,.0f} instructions per entry")

@@ -26,7 +26,7 @@ if [[ -z "${KAFKA_BOOTSTRAP_SERVERS:-}" ]]; then
   broker=$!
 fi
 # Lint needs no broker and the tests need no lint: they overlap (its output is shown when it ends).
-{ .venv/bin/ruff check processor schemas topics tests bench src dev && .venv/bin/mypy; } >"$lint_out" 2>&1 &
+{ .venv/bin/ruff check processor schemas topics tests bench src dev && .venv/bin/ruff format --check --quiet . && .venv/bin/mypy; } >"$lint_out" 2>&1 &
 lint=$!
 
 if [[ -z "${KAFKA_BOOTSTRAP_SERVERS:-}" ]]; then

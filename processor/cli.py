@@ -86,8 +86,10 @@ def _report(summary: RunSummary, journal: str) -> None:
     warning = summary.nothing_applied()
     if warning is not None:
         source = "the input" if journal == "-" else shown(journal)
-        print(f"recurrence replay: warning: {warning}: is {source} a journal (JSON entries, one per line)?",
-              file=sys.stderr)
+        print(
+            f"recurrence replay: warning: {warning}: is {source} a journal (JSON entries, one per line)?",
+            file=sys.stderr,
+        )
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
@@ -98,8 +100,16 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     stopped: ReplayInterrupted | None = None
     with StopSignals() as stop:
         try:
-            summary = replay(args.journal, state, out, config, batch_size=args.batch, stop=stop, jobs=args.jobs,
-                             partitions=args.partitions)
+            summary = replay(
+                args.journal,
+                state,
+                out,
+                config,
+                batch_size=args.batch,
+                stop=stop,
+                jobs=args.jobs,
+                partitions=args.partitions,
+            )
         except ReplayInterrupted as error:
             stopped = error
     # Reported once the handlers are restored and the state is closed: a further signal is then an
@@ -135,8 +145,9 @@ def _print_json(value: Any, option: int = orjson.OPT_INDENT_2) -> None:
 
 def _cmd_explain(args: argparse.Namespace) -> int:
     with _state(Path(args.state), must_exist=True, read_only=True) as store:
-        archive = open_archive(store, Path(args.out) if args.out else None,
-                               Path(args.journal) if args.journal else None)
+        archive = open_archive(
+            store, Path(args.out) if args.out else None, Path(args.journal) if args.journal else None
+        )
         explainer = Explainer(State(Transaction(store)), archive)
         try:
             result = explainer.explain(args.id)
@@ -161,8 +172,9 @@ def _cmd_patterns(args: argparse.Namespace) -> int:
     for row in rows:
         more = "+" if row["scopes_more_than_listed"] else ""
         mark = "suggested" if row["suggested"] else "below the threshold"
-        print(f"{row['scope_count']}{more} scopes, {row['recurrences']:,} recurrences ({mark}): "
-              f"{row['signature_key']!r}")
+        print(
+            f"{row['scope_count']}{more} scopes, {row['recurrences']:,} recurrences ({mark}): {row['signature_key']!r}"
+        )
         print(printable(f"    scopes: {_summarized(row['scopes'], row['scopes_more_than_listed'], 8)}"))
         revisions = [
             f"{r['scope_id']}:{r['artifact_ref']['family']}/{r['artifact_ref']['artifact_id']}"
@@ -207,20 +219,27 @@ def _cmd_tune(args: argparse.Namespace) -> int:
 
     if (args.journal is None) == (args.state is None):
         both = ", not both" if args.journal is not None else ""
-        raise SettingsError(f"give a journal (a dry run of replay over it) or --state DIR (the counters a replay "
-                            f"kept){both}")
+        raise SettingsError(
+            f"give a journal (a dry run of replay over it) or --state DIR (the counters a replay kept){both}"
+        )
     try:
         thresholds = parse_thresholds(args.thresholds)
     except ValueError as bad:
         raise SettingsError(f"--thresholds: {bad}") from None
     if args.state is not None:
         body, configured, incomplete, line = state_what_if(Path(args.state), thresholds)
-        print(f"recurrence tune: from the counters {shown(args.state)} kept, as of journal line {line:,}; "
-              "no journal read", file=sys.stderr)
+        print(
+            f"recurrence tune: from the counters {shown(args.state)} kept, as of journal line {line:,}; "
+            "no journal read",
+            file=sys.stderr,
+        )
         if incomplete:
-            print(f"recurrence tune: warning: {len(incomplete):,} scopes were replayed before the counters were "
-                  f"kept and count short ({', '.join(incomplete[:5])}{', …' if len(incomplete) > 5 else ''}); "
-                  "rebuild the state to include them", file=sys.stderr)
+            print(
+                f"recurrence tune: warning: {len(incomplete):,} scopes were replayed before the counters were "
+                f"kept and count short ({', '.join(incomplete[:5])}{', …' if len(incomplete) > 5 else ''}); "
+                "rebuild the state to include them",
+                file=sys.stderr,
+            )
     else:
         with StopSignals() as stop:
             try:
@@ -247,8 +266,11 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
     elif args.dry_run:
         print("recurrence migrate: dry run: nothing was changed; run without --dry-run to migrate", file=sys.stderr)
     else:
-        print(f"recurrence migrate: done in {report.seconds:.2f}s; go on with 'recurrence replay' on the same --state "
-              "and --out", file=sys.stderr)
+        print(
+            f"recurrence migrate: done in {report.seconds:.2f}s; go on with 'recurrence replay' on the same --state "
+            "and --out",
+            file=sys.stderr,
+        )
     return EXIT_OK
 
 
@@ -298,12 +320,18 @@ def _add_replay(commands: "argparse._SubParsersAction[argparse.ArgumentParser]")
         "--batch", type=positive_int, default=DEFAULT_BATCH, help="entries per durable commit (default %(default)s)"
     )
     p.add_argument(
-        "--jobs", type=positive_int, default=None, metavar="N",
+        "--jobs",
+        type=positive_int,
+        default=None,
+        metavar="N",
         help="processes, each running the engine over its share of the scopes; the ledger is the same bytes "
         "whatever N (default: the cores this process may use, 1 for a journal file under 1 MiB)",
     )
     p.add_argument(
-        "--partitions", type=partition_count_arg, default=None, metavar="P",
+        "--partitions",
+        type=partition_count_arg,
+        default=None,
+        metavar="P",
         help=f"partitions of a new state (scopes are spread over them; fixed when the state is created, and "
         f"--jobs cannot use more processes than partitions; default {DEFAULT_PARTITIONS}, at most {MAX_PARTITIONS})",
     )
@@ -315,8 +343,10 @@ def _add_tune(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -
         "tune", help="what-if: the review load a replay at each threshold would produce (a dry run, writes nothing)"
     )
     p.add_argument("journal", nargs="?", help="journal .jsonl file, a pipe, or - for stdin (or --state)")
-    p.add_argument("--state", help="instead of a journal: a state replay wrote, answered from the counters it kept "
-                   "(nothing is replayed)")
+    p.add_argument(
+        "--state",
+        help="instead of a journal: a state replay wrote, answered from the counters it kept (nothing is replayed)",
+    )
     p.add_argument(
         "--thresholds",
         default="2,3,4,5",
@@ -324,11 +354,12 @@ def _add_tune(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -
         help=f"review thresholds to compare, 1..{MAX_THRESHOLD}, one row each in the order given (default %(default)s)",
     )
     p.add_argument("--json", action="store_true", help="print the contract's JSON (section 5) instead of a table")
+    p.add_argument("--batch", type=positive_int, default=DEFAULT_BATCH, help="entries per commit (default %(default)s)")
     p.add_argument(
-        "--batch", type=positive_int, default=DEFAULT_BATCH, help="entries per commit (default %(default)s)"
-    )
-    p.add_argument(
-        "--jobs", type=positive_int, default=None, metavar="N",
+        "--jobs",
+        type=positive_int,
+        default=None,
+        metavar="N",
         help="processes, as replay --jobs: the counts are the same whatever N (default: the cores this process "
         "may use, 1 for a journal file under 1 MiB)",
     )
@@ -341,9 +372,12 @@ def _add_stats(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     )
     p.add_argument("--state", required=True, help="state directory written by replay")
     p.add_argument("--scope", help="only this scope (exit 2 when the state has no such scope)")
-    p.add_argument("--table", action="store_true",
-                   help="a table for people instead of the JSON: a row per scope and the total; with --scope, "
-                   "also its top revisions")
+    p.add_argument(
+        "--table",
+        action="store_true",
+        help="a table for people instead of the JSON: a row per scope and the total; with --scope, "
+        "also its top revisions",
+    )
     p.add_argument(
         "--top", type=non_negative_int, default=DEFAULT_TOP_REVISIONS, help="top_revisions bound (default %(default)s)"
     )
@@ -352,7 +386,8 @@ def _add_stats(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
 
 def _add_migrate(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     p = commands.add_parser(
-        "migrate", help="upgrade a state written by an earlier recurrence to the format this one writes, in place",
+        "migrate",
+        help="upgrade a state written by an earlier recurrence to the format this one writes, in place",
         description="Upgrade --state in place to the state format this release writes (recurrence --version "
         "prints it), with progress; killed at any point, run it again. The ledger file is not touched. A state "
         "of a newer recurrence is refused.",
@@ -360,7 +395,10 @@ def _add_migrate(commands: "argparse._SubParsersAction[argparse.ArgumentParser]"
     p.add_argument("--state", required=True, help="state directory written by replay")
     p.add_argument("--dry-run", action="store_true", help="say what would change; change nothing")
     p.add_argument(
-        "--partitions", type=partition_count_arg, default=None, metavar="P",
+        "--partitions",
+        type=partition_count_arg,
+        default=None,
+        metavar="P",
         help=f"partitions of a single-store state split by the migration (default {DEFAULT_PARTITIONS})",
     )
     p.set_defaults(func=_cmd_migrate)
@@ -430,9 +468,12 @@ def _add_serve(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     p.add_argument("--port", type=port_number, default=6067, help="port (default %(default)s)")
     p.add_argument("--out", help="the ledger file, for /explain (default: the one the state last wrote)")
     p.add_argument("--journal", help="the journal file, for /explain (default: the one the state last read)")
-    p.add_argument("--http-token-file", metavar="PATH",
-                   help="file holding the bearer token every data path asks for (default: RECURRENCE_HTTP_TOKEN; "
-                   "neither: no token, for a loopback --host)")
+    p.add_argument(
+        "--http-token-file",
+        metavar="PATH",
+        help="file holding the bearer token every data path asks for (default: RECURRENCE_HTTP_TOKEN; "
+        "neither: no token, for a loopback --host)",
+    )
     p.set_defaults(func=_cmd_serve)
 
 

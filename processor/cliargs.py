@@ -10,8 +10,14 @@ import argparse
 from .exceptions import EXIT_FAILED, EXIT_OK, EXIT_UNUSABLE
 
 __all__ = [
-    "EXIT_FAILED", "EXIT_OK", "EXIT_UNUSABLE", "non_negative_int", "partition_count_arg", "port_number",
-    "positive_int", "ratio",
+    "EXIT_FAILED",
+    "EXIT_OK",
+    "EXIT_UNUSABLE",
+    "non_negative_int",
+    "partition_count_arg",
+    "port_number",
+    "positive_int",
+    "ratio",
 ]
 
 

@@ -119,8 +119,10 @@ class RevisionRef:
 
 
 def _impossible(identity: str) -> str:
-    return (f"no revision {echoed(identity)} can exist (revision 1..{MAX_POSITION}, family and artifact_id up "
-            f"to {MAX_ARTIFACT_FIELD_LENGTH} characters)")
+    return (
+        f"no revision {echoed(identity)} can exist (revision 1..{MAX_POSITION}, family and artifact_id up "
+        f"to {MAX_ARTIFACT_FIELD_LENGTH} characters)"
+    )
 
 
 def identity_kind(identity: str) -> RevisionRef | None:
@@ -242,14 +244,22 @@ class Explainer:
         if record["artifact_ref"] is not None:
             art = record["artifact_ref"]
             chain.append(self._experience_link(scope_id, (art["family"], art["artifact_id"], art["revision"])))
-        return {"kind": "match", "id": record["match_digest"], "result": record["result"], "scope_id": scope_id,
-                "chain": chain}
+        return {
+            "kind": "match",
+            "id": record["match_digest"],
+            "result": record["result"],
+            "scope_id": scope_id,
+            "chain": chain,
+        }
 
     # -- dead letters -------------------------------------------------------------------------------
     def dead_letter(self, record: dict[str, Any]) -> dict[str, Any]:
         chain: list[dict[str, Any]] = [
-            {"link": "origin", "text": f"journal entry at {self._origin_text(record['origin'])}",
-             "origin": record["origin"]},
+            {
+                "link": "origin",
+                "text": f"journal entry at {self._origin_text(record['origin'])}",
+                "origin": record["origin"],
+            },
             {"link": "rejection", "text": f"{record['error']}: {record['detail']}", "error": record["error"]},
         ]
         scope_id, position = record.get("scope_id"), record.get("position")
@@ -259,15 +269,25 @@ class Explainer:
             last = 0 if meta is None else meta.last_position
             if accepted is not None:
                 chain.append(
-                    {"link": "accepted entry", "position": position,
-                     "text": f"position {position} of scope {scope_id} holds the entry from "
-                     f"{self._origin_text(accepted)}", "origin": accepted}
+                    {
+                        "link": "accepted entry",
+                        "position": position,
+                        "text": f"position {position} of scope {scope_id} holds the entry from "
+                        f"{self._origin_text(accepted)}",
+                        "origin": accepted,
+                    }
                 )
             else:
-                chain.append({"link": "scope", "position": position,
-                              "text": f"scope {scope_id} never accepted position {position}; it is at {last}"})
-        chain.append({"link": "consequence",
-                      "text": "nothing of this entry was applied; it did not consume its position"})
+                chain.append(
+                    {
+                        "link": "scope",
+                        "position": position,
+                        "text": f"scope {scope_id} never accepted position {position}; it is at {last}",
+                    }
+                )
+        chain.append(
+            {"link": "consequence", "text": "nothing of this entry was applied; it did not consume its position"}
+        )
         return {"kind": "dead_letter", "id": record["dead_letter_id"], "scope_id": scope_id, "chain": chain}
 
     # -- revisions: the yield card ---------------------------------------------------------------------
@@ -276,8 +296,9 @@ class Explainer:
             raise NotFoundError(_impossible(f"{ref.family}/{ref.artifact_id}@{ref.revision}"))
         cards = [self._card(scope_id, ref.key) for scope_id in self._scopes_with(ref.key)]
         if not cards:
-            raise NotFoundError(f"no scope holds revision {printable(ref.family)}/{printable(ref.artifact_id)}"
-                                f"@{ref.revision}")
+            raise NotFoundError(
+                f"no scope holds revision {printable(ref.family)}/{printable(ref.artifact_id)}@{ref.revision}"
+            )
         return {"kind": "revision", "id": f"{ref.family}/{ref.artifact_id}@{ref.revision}", "cards": cards}
 
     def _scopes_with(self, ref: ArtifactKey) -> Iterator[str]:
@@ -352,8 +373,13 @@ class Explainer:
         outcome = self._outcome(scope_id, position)
         status = f", status {outcome.status}" if outcome is not None else " (journal not readable here)"
         where = f" ({self._origin_text(origin)})" if origin else ""
-        return {"link": "task_outcome", "position": position, "ref": _ref_text(ref), "origin": origin,
-                "text": f"Task Outcome {_ref_text(ref)} at position {position}{where}{status}"}
+        return {
+            "link": "task_outcome",
+            "position": position,
+            "ref": _ref_text(ref),
+            "origin": origin,
+            "text": f"Task Outcome {_ref_text(ref)} at position {position}{where}{status}",
+        }
 
     def _link(
         self, scope_id: str, position: int, record: dict[str, Any], outcome: TaskOutcome | None
@@ -385,12 +411,19 @@ class Explainer:
         handoff_key: ArtifactKey = (handoff["family"], handoff["artifact_id"], handoff["revision"])
         stored = self.state.artifact(scope_id, handoff_key)
         links = [
-            {"link": "handoff_receipt", "position": None if receipt is None else receipt.position,
-             "ref": _ref_text(receipt_ref),
-             "text": f"Handoff Receipt {_ref_text(receipt_ref)} at position "
-             f"{'?' if receipt is None else receipt.position}: accepted, exact, selected {_ref_text(handoff)}"},
-            {"link": "handoff", "position": None if stored is None else stored.position, "ref": _ref_text(handoff),
-             "text": f"Handoff {_ref_text(handoff)} at position {'?' if stored is None else stored.position}"},
+            {
+                "link": "handoff_receipt",
+                "position": None if receipt is None else receipt.position,
+                "ref": _ref_text(receipt_ref),
+                "text": f"Handoff Receipt {_ref_text(receipt_ref)} at position "
+                f"{'?' if receipt is None else receipt.position}: accepted, exact, selected {_ref_text(handoff)}",
+            },
+            {
+                "link": "handoff",
+                "position": None if stored is None else stored.position,
+                "ref": _ref_text(handoff),
+                "text": f"Handoff {_ref_text(handoff)} at position {'?' if stored is None else stored.position}",
+            },
         ]
         links.append(self._citation_link(scope_id, handoff_key, ref))
         return links
@@ -430,8 +463,12 @@ class Explainer:
 
     def _item_link(self, label: str, item_ref: dict[str, Any], outcome: TaskOutcome | None) -> dict[str, Any]:
         kind, index = item_ref["item_kind"], item_ref["item_index"]
-        link: dict[str, Any] = {"link": label, "item_kind": kind, "item_index": index,
-                                "item_digest": item_ref["item_digest"]}
+        link: dict[str, Any] = {
+            "link": label,
+            "item_kind": kind,
+            "item_index": index,
+            "item_digest": item_ref["item_digest"],
+        }
         items = None if outcome is None else (outcome.checks if kind == "check" else outcome.observations)
         if items is None or index >= len(items):
             link["text"] = f"{label}: {kind} #{index}, digest {item_ref['item_digest']} (text not readable here)"
@@ -440,8 +477,11 @@ class Explainer:
         text = item.name if kind == "check" else item.text
         status = f" {item.status}," if kind == "check" else ""
         dump = item.model_dump(mode="json", by_alias=True)
-        link.update(text=f"{label}: {kind} #{index}{status} {item.basis}, {_preview(text)!r}",
-                    item_text=text, digest_matches=digest(dump) == item_ref["item_digest"])
+        link.update(
+            text=f"{label}: {kind} #{index}{status} {item.basis}, {_preview(text)!r}",
+            item_text=text,
+            digest_matches=digest(dump) == item_ref["item_digest"],
+        )
         return link
 
     def _match_link(self, match: dict[str, Any] | None, match_digest: str) -> dict[str, Any]:
@@ -489,8 +529,10 @@ class Explainer:
         if len(eligible) == 1:
             return {"verdict": "recurred", "why": ["one failure item matches the key"]}
         if len(eligible) > 1:
-            return {"verdict": "unknown", "why": [
-                f"{len(eligible)} failure items match the key: ambiguous, no recurred (contract)"]}
+            return {
+                "verdict": "unknown",
+                "why": [f"{len(eligible)} failure items match the key: ambiguous, no recurred (contract)"],
+            }
         evidence = avoided_evidence(cand, checks, observations)
         if evidence is not None:
             return {"verdict": "avoided", "why": ["the bound condition and the bound check both verified; passed"]}
@@ -517,8 +559,9 @@ def _missing(cand: Candidate, outcome: TaskOutcome, checks: list[Item], observat
     bound = [c for c in checks if c.key == cand.check_key]
     declared_conditions = [o for o in outcome.observations if o.basis == "declared"]
     if not conditions:
-        hint = " (a matching claim may be only declared, or cite evidence not yet accepted)" if declared_conditions \
-            else ""
+        hint = (
+            " (a matching claim may be only declared, or cite evidence not yet accepted)" if declared_conditions else ""
+        )
         why.append(f"no verified observation whose normalized text equals the condition{hint}")
     elif len(conditions) > 1:
         why.append(f"{len(conditions)} verified observations match the condition: ambiguous")

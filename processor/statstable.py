@@ -43,8 +43,10 @@ def _aligned(rows: Sequence[Sequence[str]], left: frozenset[int] = frozenset({0}
     """Columns padded to their widest cell: those in ``left`` (names) to the left, numbers to the right."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return [
-        "  ".join(cell.ljust(width) if i in left else cell.rjust(width)
-                  for i, (cell, width) in enumerate(zip(row, widths, strict=True))).rstrip()
+        "  ".join(
+            cell.ljust(width) if i in left else cell.rjust(width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
         for row in rows
     ]
 
@@ -74,14 +76,19 @@ def table(statistics: Sequence[dict[str, Any]]) -> str:
         rows.append((scope["scope_id"], *(f"{counts[field]:,}" for field, _ in COLUMNS), _share(counts)))
     totals = _totals(statistics)
     if len(statistics) > 1:
-        rows.append((f"all {len(statistics):,} scopes", *(f"{totals[field]:,}" for field, _ in COLUMNS),
-                     _share(totals)))
+        rows.append(
+            (f"all {len(statistics):,} scopes", *(f"{totals[field]:,}" for field, _ in COLUMNS), _share(totals))
+        )
     lines = _aligned(rows)
     notes = [_plural(len(statistics), "scope") + "."]
     flagged = [s for s in statistics if unknown_flagged(s["recurrence"])]
     if flagged or unknown_flagged(totals):
-        where = (f" ({len(flagged):,} of {_plural(len(statistics), 'scope')}; "
-                 f"{_share(totals).strip(' !')} of all selections)" if len(statistics) > 1 else "")
+        where = (
+            f" ({len(flagged):,} of {_plural(len(statistics), 'scope')}; "
+            f"{_share(totals).strip(' !')} of all selections)"
+            if len(statistics) > 1
+            else ""
+        )
         notes.append(
             f"! marks a large unknown share: {UNKNOWN_FLAG_SHARE:.0%} or more of {UNKNOWN_FLAG_MIN_SELECTED} or "
             f"more selections reached no verdict{where}. Their Task Outcomes show neither the check bound to the "
@@ -106,10 +113,17 @@ def _top_revisions(scope: dict[str, Any]) -> list[str]:
     rows = [("streak", "revision", "signature key")]
     for item in revisions:
         ref = item["artifact_ref"]
-        rows.append((f"{item['terminal_recurred_streak']:,}",
-                     f"{ref['family']}/{ref['artifact_id']}@{ref['revision']}", item["signature_key"]))
-    return [f"top revisions of {scope['scope_id']} by terminal recurrence streak (at most --top):",
-            *_aligned(rows, left=frozenset({1, 2}))]
+        rows.append(
+            (
+                f"{item['terminal_recurred_streak']:,}",
+                f"{ref['family']}/{ref['artifact_id']}@{ref['revision']}",
+                item["signature_key"],
+            )
+        )
+    return [
+        f"top revisions of {scope['scope_id']} by terminal recurrence streak (at most --top):",
+        *_aligned(rows, left=frozenset({1, 2})),
+    ]
 
 
 def no_such_scope(scope_id: str, known: Iterable[str], state: str) -> UnusableError:

@@ -284,7 +284,7 @@ class _Scope:
             return earlier  # a re-delivery: a silent no-op
         body = earlier.get("source") or earlier.get("candidate") or earlier["artifact"]
         if "content" in body and isinstance(body["content"], str):
-            body["content"] = body["content"][:-1] + ' }'  # same JSON, other text: different content
+            body["content"] = body["content"][:-1] + " }"  # same JSON, other text: different content
         else:
             body["reason" if "candidate_id" in body else "lineage"] = (
                 "changed" if "candidate_id" in body else {"sources": [], "artifacts": [_ref("skill", "x", 1)]}

@@ -94,10 +94,16 @@ def table(body: dict[str, Any], configured: int = RECURRENCE_REVIEW_STREAK_THRES
     for row in body["thresholds"]:
         flags = row["flags"]
         premature = f"{row['flags_then_avoided'] / flags:.1%}" if flags else "-"
-        lines.append((
-            str(row["threshold"]), f"{row['review_proposals']:,}", f"{row['needing_review']:,}", f"{flags:,}",
-            f"{row['flags_then_avoided']:,}", premature,
-        ))
+        lines.append(
+            (
+                str(row["threshold"]),
+                f"{row['review_proposals']:,}",
+                f"{row['needing_review']:,}",
+                f"{flags:,}",
+                f"{row['flags_then_avoided']:,}",
+                premature,
+            )
+        )
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     mark = f"  {MARK} {'the state' if from_state else 'default'}"
     text = [
@@ -117,8 +123,10 @@ def table(body: dict[str, Any], configured: int = RECURRENCE_REVIEW_STREAK_THRES
     if from_state:
         running = f"The state runs at {configured} ({where}), fixed when it was built: {CHANGING}."
     else:
-        running = (f"A replay runs at {configured} unless told otherwise ({where}); a state keeps the threshold "
-                   f"it was built with: {CHANGING}.")
+        running = (
+            f"A replay runs at {configured} unless told otherwise ({where}); a state keeps the threshold "
+            f"it was built with: {CHANGING}."
+        )
     notes = (textwrap.fill(paragraph, 100, break_on_hyphens=False) for paragraph in (note, running))
     return "\n".join([*text, "", *notes]) + "\n"
 

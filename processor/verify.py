@@ -141,8 +141,14 @@ class Comparison:
             "outputs": {"records": self.outputs_records, "distinct": self.outputs_distinct},
             "scopes": self.scopes,
             "differing": [
-                {"scope_id": d.scope_id, "ledger_records": d.ledger_records, "outputs_records": d.outputs_records,
-                 "first_difference": d.first, "ledger_record": d.ledger_record, "outputs_record": d.outputs_record}
+                {
+                    "scope_id": d.scope_id,
+                    "ledger_records": d.ledger_records,
+                    "outputs_records": d.outputs_records,
+                    "first_difference": d.first,
+                    "ledger_record": d.ledger_record,
+                    "outputs_record": d.outputs_record,
+                }
                 for d in self.differing
             ],
         }
@@ -175,14 +181,23 @@ def compare(*, ledger: list[bytes], outputs: list[bytes]) -> Comparison:
             None if len(w) == len(g) else min(len(w), len(g)),
         )
         if first is not None:
-            differing.append(ScopeDifference(
-                scope, len(w), len(g), first,
-                _named(w[first]) if first < len(w) else None, _named(g[first]) if first < len(g) else None,
-            ))
+            differing.append(
+                ScopeDifference(
+                    scope,
+                    len(w),
+                    len(g),
+                    first,
+                    _named(w[first]) if first < len(w) else None,
+                    _named(g[first]) if first < len(g) else None,
+                )
+            )
     return Comparison(
-        ledger_records=len(ledger), ledger_distinct=sum(map(len, want.values())),
-        outputs_records=len(outputs), outputs_distinct=sum(map(len, got.values())),
-        scopes=len(set(want) | set(got)), differing=tuple(differing),
+        ledger_records=len(ledger),
+        ledger_distinct=sum(map(len, want.values())),
+        outputs_records=len(outputs),
+        outputs_distinct=sum(map(len, got.values())),
+        scopes=len(set(want) | set(got)),
+        differing=tuple(differing),
     )
 
 
@@ -211,7 +226,7 @@ def read_records(path: str, what: str) -> list[bytes]:
             record = None
         if not isinstance(record, dict) or not isinstance(record.get("record"), str):
             raise UnusableError(
-                f"{what} {shown(path)} line {number} is not an output record (a JSON object with \"record\"): "
+                f'{what} {shown(path)} line {number} is not an output record (a JSON object with "record"): '
                 "give the ledger `recurrence replay --out` wrote and the dump of `recurrence ledger-dump --out`"
             )
         if record["record"] in NOT_IN_THE_LEDGER:

@@ -175,6 +175,8 @@ class Progress(Value):
     partitions: list[PartitionProgress] | None = None
     url: str | None = None
     entries_processed: NonNegative | None = None
+
+
 class ScopeThresholdCounts(Value):
     """One scope's what-if at one threshold (contract section 5, ``by_scope``)."""
 

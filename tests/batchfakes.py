@@ -58,8 +58,13 @@ class RecordingSink:
         self.changelog: dict[int, list[bytes]] = {}  # journal partition -> its change sets, in order
 
     async def send(
-        self, topic: str, key: bytes | None, value: bytes, partition: int | None,
-        headers: list[tuple[str, bytes]], source_partition: int,
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes,
+        partition: int | None,
+        headers: list[tuple[str, bytes]],
+        source_partition: int,
     ) -> Awaitable[Any]:
         kind = "changelog" if topic == TOPICS.changelog else "output"
         self.log.append(("send", kind))
@@ -77,8 +82,13 @@ class RecordingSink:
         return asyncio.ensure_future(acknowledged())
 
     def append(
-        self, topic: str, key: bytes | None, value: bytes, partition: int | None,
-        headers: list[tuple[str, bytes]], source_partition: int,
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes,
+        partition: int | None,
+        headers: list[tuple[str, bytes]],
+        source_partition: int,
     ) -> Awaitable[Any] | None:
         return None  # every record through ``send``, which the subclasses below intercept
 

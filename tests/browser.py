@@ -28,15 +28,22 @@ def chromium(width: int = 1280, height: int = 1300) -> Iterator[Any]:
     assert MARKED, "a test that starts Chromium carries @pytest.mark.browser"
     browser, driver_path = find("chromium"), find("chromedriver")
     if browser is None or driver_path is None:
-        pytest.skip("chromium and chromedriver are not installed: `make tools` installs Debian's chromium and "
-                    "chromium-driver (needs apt as root)")
+        pytest.skip(
+            "chromium and chromedriver are not installed: `make tools` installs Debian's chromium and "
+            "chromium-driver (needs apt as root)"
+        )
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()
     options.binary_location = browser
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                     f"--window-size={width},{height}"):
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        f"--window-size={width},{height}",
+    ):
         options.add_argument(argument)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(driver_path), options=options)
@@ -52,8 +59,9 @@ def wait(driver: Any, condition: Any, timeout: float = PAGE_TIMEOUT) -> Any:
     from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, timeout, poll_frequency=0.1,
-                         ignored_exceptions=(StaleElementReferenceException,)).until(condition)
+    return WebDriverWait(
+        driver, timeout, poll_frequency=0.1, ignored_exceptions=(StaleElementReferenceException,)
+    ).until(condition)
 
 
 def open_page(driver: Any, url: str, ask_token: str | None = None) -> None:
@@ -71,8 +79,9 @@ def open_page(driver: Any, url: str, ask_token: str | None = None) -> None:
         prompt.send_keys(ask_token)
         prompt.accept()  # a second prompt would stop the waits below (an unexpected alert)
     wait(driver, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-loaded"))
-    assert driver.find_element(By.TAG_NAME, "body").get_attribute("data-loaded") == "true", \
-        driver.find_element(By.ID, "status").text
+    assert driver.find_element(By.TAG_NAME, "body").get_attribute("data-loaded") == "true", driver.find_element(
+        By.ID, "status"
+    ).text
     wait(driver, lambda d: all(cell.text != "…" for cell in d.find_elements(By.CSS_SELECTOR, "td[data-spark]")))
 
 
@@ -163,18 +172,24 @@ def page_readings(url: str, screenshot: Path, ask_token: str | None = None) -> d
     with chromium() as driver:
         open_page(driver, url, ask_token)
         numbers = table_numbers(driver)
-        dead_letters = {cell.get_attribute("data-code"): number(cell)
-                        for cell in driver.find_elements(By.CSS_SELECTOR, "#dead-letters td[data-code]")}
+        dead_letters = {
+            cell.get_attribute("data-code"): number(cell)
+            for cell in driver.find_elements(By.CSS_SELECTOR, "#dead-letters td[data-code]")
+        }
         chosen = driver.find_element(By.CSS_SELECTOR, "#scopes tr.chosen").get_attribute("data-scope")
         # The review list is the chosen scope's; "every scope" shows them all.
-        review_chosen = [row.get_attribute("data-review")
-                         for row in driver.find_elements(By.CSS_SELECTOR, "tr[data-review]")]
+        review_chosen = [
+            row.get_attribute("data-review") for row in driver.find_elements(By.CSS_SELECTOR, "tr[data-review]")
+        ]
         driver.find_element(By.ID, "review-all").click()
         review = [row.get_attribute("data-review") for row in driver.find_elements(By.CSS_SELECTOR, "tr[data-review]")]
         driver.find_element(By.ID, "review-all").click()
         sparks = {
-            cell.get_attribute("data-spark"): (cell.find_element(By.TAG_NAME, "svg").get_attribute("data-verdicts")
-                                               if cell.find_elements(By.TAG_NAME, "svg") else None)
+            cell.get_attribute("data-spark"): (
+                cell.find_element(By.TAG_NAME, "svg").get_attribute("data-verdicts")
+                if cell.find_elements(By.TAG_NAME, "svg")
+                else None
+            )
             for cell in driver.find_elements(By.CSS_SELECTOR, "td[data-spark]")
         }
         patterns = driver.find_element(By.ID, "patterns").text
@@ -197,12 +212,22 @@ def page_readings(url: str, screenshot: Path, ask_token: str | None = None) -> d
         driver.set_window_size(1280, max(1300, height + 120))
         driver.save_screenshot(str(screenshot))
         console = [entry["message"] for entry in driver.get_log("browser")]
-        return {**numbers, "dead_letters": dead_letters, "review": review, "review_chosen": review_chosen,
-                "address": driver.current_url, "csp_violations": [m for m in console if "Content Security Policy" in m],
-                "sparks": sparks, "patterns": patterns, "pattern_rows": pattern_rows, "chosen": chosen,
-                "explanation": explanation, "partitions": partitions,
-                "status": driver.find_element(By.ID, "status").text,
-                "worker_hidden": driver.find_element(By.ID, "worker").get_attribute("hidden") is not None}
+        return {
+            **numbers,
+            "dead_letters": dead_letters,
+            "review": review,
+            "review_chosen": review_chosen,
+            "address": driver.current_url,
+            "csp_violations": [m for m in console if "Content Security Policy" in m],
+            "sparks": sparks,
+            "patterns": patterns,
+            "pattern_rows": pattern_rows,
+            "chosen": chosen,
+            "explanation": explanation,
+            "partitions": partitions,
+            "status": driver.find_element(By.ID, "status").text,
+            "worker_hidden": driver.find_element(By.ID, "worker").get_attribute("hidden") is not None,
+        }
 
 
 def expected_readings(statistics: list[dict[str, Any]]) -> dict[str, Any]:
@@ -216,8 +241,9 @@ def expected_readings(statistics: list[dict[str, Any]]) -> dict[str, Any]:
 
 def expected_pattern_rows(listed: list[dict[str, Any]]) -> dict[str, str]:
     """What the page's pattern section must show for these rows (``recurrence patterns --all --json``)."""
-    return {row["signature_key"]: "suggested" if row["suggested"] else f"below {row['min_scopes']} scopes"
-            for row in listed}
+    return {
+        row["signature_key"]: "suggested" if row["suggested"] else f"below {row['min_scopes']} scopes" for row in listed
+    }
 
 
 def tune_readings(url: str, screenshot: Path) -> dict[str, Any]:
@@ -234,32 +260,42 @@ def tune_readings(url: str, screenshot: Path) -> dict[str, Any]:
             bars.setdefault(int(threshold), {})[series] = int(value)
             # Drawn to scale: a bar of nothing has no height, any other has some.
             assert (float(height) > 0) == (int(value) > 0), (threshold, series, value, height)
-        marked = [int(m.get_attribute("data-configured") or 0)
-                  for m in driver.find_elements(By.CSS_SELECTOR, "#tune-chart [data-configured]")]
+        marked = [
+            int(m.get_attribute("data-configured") or 0)
+            for m in driver.find_elements(By.CSS_SELECTOR, "#tune-chart [data-configured]")
+        ]
         table: dict[int, dict[str, str]] = {}
         for row in driver.find_elements(By.CSS_SELECTOR, "#tune-table tr[data-tune]"):
-            cells = {c.get_attribute("data-field"): c.text
-                     for c in row.find_elements(By.CSS_SELECTOR, "td[data-field]")}
+            cells = {
+                c.get_attribute("data-field"): c.text for c in row.find_elements(By.CSS_SELECTOR, "td[data-field]")
+            }
             table[int(row.get_attribute("data-tune") or 0)] = {str(k): v for k, v in cells.items()}
         section = driver.find_element(By.ID, "tune")
         driver.execute_script("arguments[0].scrollIntoView()", section)
         time.sleep(0.2)
         screenshot.parent.mkdir(parents=True, exist_ok=True)
         section.screenshot(str(screenshot))
-        return {"bars": bars, "marked": marked, "table": table,
-                "note": driver.find_element(By.ID, "tune-note").text,
-                "change": driver.find_element(By.ID, "tune-change").text,
-                "configured": driver.find_element(By.ID, "tune-configured").text}
+        return {
+            "bars": bars,
+            "marked": marked,
+            "table": table,
+            "note": driver.find_element(By.ID, "tune-note").text,
+            "change": driver.find_element(By.ID, "tune-change").text,
+            "configured": driver.find_element(By.ID, "tune-configured").text,
+        }
 
 
 def expected_tune(body: dict[str, Any]) -> dict[str, Any]:
     """What the chart and its table must show for a ``/tune`` body."""
-    bars = {row["threshold"]: {"review_proposals": row["review_proposals"],
-                               "flags_then_avoided": row["flags_then_avoided"]} for row in body["thresholds"]}
+    bars = {
+        row["threshold"]: {"review_proposals": row["review_proposals"], "flags_then_avoided": row["flags_then_avoided"]}
+        for row in body["thresholds"]
+    }
     table = {
         row["threshold"]: {
-            **{name: f"{row[name]:,}"
-               for name in ("review_proposals", "needing_review", "flags", "flags_then_avoided")},
+            **{
+                name: f"{row[name]:,}" for name in ("review_proposals", "needing_review", "flags", "flags_then_avoided")
+            },
             "premature": f"{100 * row['flags_then_avoided'] / row['flags']:.1f}%" if row["flags"] else "–",
         }
         for row in body["thresholds"]

@@ -71,8 +71,12 @@ def _broker_script(line: str) -> str:
 
 
 def run_verbatim(
-    block: Block, scratch: Path, bootstrap: str | None = None, env: dict[str, str] | None = None,
-    timeout: float = 300.0, up_line: str | None = None,
+    block: Block,
+    scratch: Path,
+    bootstrap: str | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 300.0,
+    up_line: str | None = None,
 ) -> str:
     """Run ``block`` as written in ``scratch``; its output. AssertionError with the script and output on failure.
 
@@ -86,13 +90,20 @@ def run_verbatim(
         script.parent.mkdir(parents=True)
         script.write_text(_broker_script(up_line or f"KAFKA_BOOTSTRAP_SERVERS={bootstrap}"))
     environment = {k: v for k, v in os.environ.items() if not k.startswith(("KAFKA_", "RECURRENCE_"))}
-    environment.update(PATH=f"{Path(sys.executable).parent}{os.pathsep}{environment.get('PATH', '')}",
-                       PYTHONUNBUFFERED="1", **(env or {}))
+    environment.update(
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{environment.get('PATH', '')}",
+        PYTHONUNBUFFERED="1",
+        **(env or {}),
+    )
     log = scratch / "block.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            ["bash", "-c", "set -euo pipefail\n" + block.text], cwd=scratch, env=environment, stdout=out,
-            stderr=subprocess.STDOUT, start_new_session=True,
+            ["bash", "-c", "set -euo pipefail\n" + block.text],
+            cwd=scratch,
+            env=environment,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         try:
             code = proc.wait(timeout=timeout)
@@ -115,8 +126,13 @@ def not_ignored(names: Iterable[str]) -> list[str]:
     names = sorted(names)
     if not names:
         return []
-    found = subprocess.run(["git", "-C", str(REPO), "check-ignore", "--no-index", "--stdin"],
-                           input="\n".join(names) + "\n", capture_output=True, text=True, check=False)
+    found = subprocess.run(
+        ["git", "-C", str(REPO), "check-ignore", "--no-index", "--stdin"],
+        input="\n".join(names) + "\n",
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert found.returncode in (0, 1), found.stderr  # 1: none of them is ignored
     ignored = set(found.stdout.splitlines())
     return [name for name in names if name not in ignored]
@@ -124,5 +140,4 @@ def not_ignored(names: Iterable[str]) -> list[str]:
 
 def written(scratch: Path) -> list[str]:
     """What a block wrote in its working folder, as git names the paths (a folder with its slash)."""
-    return [entry.name + ("/" if entry.is_dir() else "") for entry in scratch.iterdir()
-            if entry.name not in _SCAFFOLD]
+    return [entry.name + ("/" if entry.is_dir() else "") for entry in scratch.iterdir() if entry.name not in _SCAFFOLD]

@@ -82,8 +82,9 @@ class Answer:
         return orjson.loads(self.body)
 
 
-def request(url: str, path: str, token: str | None = None, method: str = "GET",
-            authorization: str | None = None) -> Answer:
+def request(
+    url: str, path: str, token: str | None = None, method: str = "GET", authorization: str | None = None
+) -> Answer:
     """One request, any method, the path sent as given (no normalisation)."""
     parsed = urllib.parse.urlsplit(url)
     connection = http.client.HTTPConnection(parsed.hostname or "127.0.0.1", parsed.port, timeout=20)
@@ -148,8 +149,12 @@ def check_token_guard(url: str, documented: Iterable[str], values: dict[str, str
         assert anonymous.status == 401, (path, anonymous.status)
         assert anonymous.headers["www-authenticate"].startswith("Bearer")
         assert "error" in anonymous.json()
-        for refused in (request(url, path, WRONG), request(url, path, authorization=f"Basic {TOKEN}"),
-                        request(url, path, authorization=TOKEN), request(url, path, authorization="Bearer")):
+        for refused in (
+            request(url, path, WRONG),
+            request(url, path, authorization=f"Basic {TOKEN}"),
+            request(url, path, authorization=TOKEN),
+            request(url, path, authorization="Bearer"),
+        ):
             assert refused.status == 401, (path, refused.status)
         allowed = request(url, path, TOKEN)
         assert allowed.status in (200, 302), (path, allowed.status, allowed.body[:300])

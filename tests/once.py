@@ -37,8 +37,9 @@ def built_once(factory: pytest.TempPathFactory, name: str, build: Callable[[Path
 
 REPO = Path(__file__).resolve().parents[1]
 # What a build leaves in the checkout (and a build would pick up again), and what is no source at all.
-NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", ".cache", "build", "dist", "out", "*.egg-info", "__pycache__",
-                                    ".*_cache", ".hypothesis")
+NOT_SOURCE = shutil.ignore_patterns(
+    ".git", ".venv", ".cache", "build", "dist", "out", "*.egg-info", "__pycache__", ".*_cache", ".hypothesis"
+)
 #: Beside the wheel: everything pip and the build backend printed (``-v``), for the packaging test.
 BUILD_LOG = "build.log"
 
@@ -52,7 +53,10 @@ def built_wheel(factory: pytest.TempPathFactory) -> Path:
         shutil.copytree(REPO, source, symlinks=True, ignore=NOT_SOURCE)
         built = subprocess.run(
             [sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", str(source), "-w", str(out)],
-            capture_output=True, text=True, timeout=600, check=False,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
         )
         (out / BUILD_LOG).write_text(built.stdout + built.stderr)
         assert built.returncode == 0, built.stderr[-3000:]

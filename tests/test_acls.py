@@ -91,8 +91,9 @@ def test_the_transactional_ids_are_the_ones_faust_gives_its_producers() -> None:
 
 def test_the_reader_describes_the_inputs_and_the_group() -> None:
     settings = StreamSettings(topic_prefix="p")
-    described = {(a.resource_type, a.resource_name) for a in acl_set(settings, "read", "User:r")
-                 if a.operation == "DESCRIBE"}
+    described = {
+        (a.resource_type, a.resource_name) for a in acl_set(settings, "read", "User:r") if a.operation == "DESCRIBE"
+    }
     names = settings.topics
     assert described == {("TOPIC", names.journal), ("TOPIC", names.recurred), ("GROUP", settings.group_id)}
 
@@ -113,8 +114,15 @@ def test_the_text_form_is_one_kafka_acls_command_per_resource() -> None:
     assert len(commands) == len({a.resource for a in acls})
     granted = set()
     for words in commands:
-        assert words[:7] == ["kafka-acls", "--bootstrap-server", settings.kafka.bootstrap_servers, "--command-config",
-                             "/etc/admin.properties", "--add", "--allow-principal"]
+        assert words[:7] == [
+            "kafka-acls",
+            "--bootstrap-server",
+            settings.kafka.bootstrap_servers,
+            "--command-config",
+            "/etc/admin.properties",
+            "--add",
+            "--allow-principal",
+        ]
         assert words[7] == "User:CN=w,O=x"
         operations = [words[i + 1] for i, w in enumerate(words) if w == "--operation"]
         kind = next(w for w in words if w in ("--topic", "--group", "--transactional-id"))
@@ -123,13 +131,18 @@ def test_the_text_form_is_one_kafka_acls_command_per_resource() -> None:
         granted |= {(kind, name, prefixed, op) for op in operations}
     flags = {"TOPIC": "--topic", "GROUP": "--group", "TRANSACTIONAL_ID": "--transactional-id"}
     camel = {"READ": "Read", "WRITE": "Write", "DESCRIBE_CONFIGS": "DescribeConfigs", "DESCRIBE": "Describe"}
-    assert granted == {(flags[a.resource_type], a.resource_name, a.pattern_type == "PREFIXED", camel[a.operation])
-                       for a in acls}
+    assert granted == {
+        (flags[a.resource_type], a.resource_name, a.pattern_type == "PREFIXED", camel[a.operation]) for a in acls
+    }
 
 
 def test_a_principal_that_is_not_one_is_refused_in_one_line() -> None:
-    result = subprocess.run([*recurrence_command(), "acls", "--principal", "alice", "--role", "read"],
-                            capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [*recurrence_command(), "acls", "--principal", "alice", "--role", "read"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert result.returncode == EXIT_UNUSABLE
     assert result.stderr.strip().splitlines() == [
         "recurrence acls: --principal 'alice' is not a Kafka principal: write User:NAME (the SCRAM user name, or "

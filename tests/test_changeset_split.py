@@ -61,8 +61,11 @@ def test_a_change_set_of_a_newer_format_is_refused_not_applied_as_a_plain_record
     newer = b"RCS%d" % (CHANGESET_FORMAT + 1) + whole[len(changeset.MAGIC) :]
     assembler = changeset.Assembler()
     assert assembler.take(0, 1, whole) == whole
-    with pytest.raises(changeset.ChangeSetError, match=rf"partition 0 offset 2 is a change set of format "
-                       rf"{CHANGESET_FORMAT + 1}, written by a newer recurrence \(this one reads {CHANGESET_FORMAT}\)"):
+    with pytest.raises(
+        changeset.ChangeSetError,
+        match=rf"partition 0 offset 2 is a change set of format "
+        rf"{CHANGESET_FORMAT + 1}, written by a newer recurrence \(this one reads {CHANGESET_FORMAT}\)",
+    ):
         assembler.take(0, 2, newer)
     part = b"RCP%d" % (CHANGESET_FORMAT + 1) + b"\x00" * 9
     with pytest.raises(changeset.ChangeSetError, match="newer recurrence"):
@@ -127,8 +130,13 @@ class CrashingSink(RecordingSink):
         self.after: int | None = None
 
     async def send(
-        self, topic: str, key: bytes | None, value: bytes, partition: int | None,
-        headers: list[tuple[str, bytes]], source_partition: int,
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes,
+        partition: int | None,
+        headers: list[tuple[str, bytes]],
+        source_partition: int,
     ) -> Awaitable[Any]:
         if topic == TOPICS.changelog and self.after is not None:
             if self.after == 0:
@@ -190,7 +198,6 @@ def test_a_batch_processor_under_a_tiny_cap_splits_and_a_crash_mid_write_loses_n
         want = [(k, v) for k, v in state.partition_state(partition).iterate_prefix(b"")]
         assert table_rows(store, partition) == want
     assert store.assembler.orphaned > 0
-
 
 
 def _in_source_order(sinks: Sequence[RecordingSink]) -> list[bytes]:

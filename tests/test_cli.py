@@ -106,8 +106,21 @@ def test_stats_scope_and_top(tmp_path: Path) -> None:
     )
     # A misspelled scope is not an empty answer: one line naming the nearest scopes, exit 2, nothing on stdout.
     for scope, hint in (("rfc-minimun", "did you mean 'rfc-minimum'?"), ("nobody", "1 scope: recurrence stats")):
-        done = subprocess.run([sys.executable, "-m", "recurrence.processor.cli", "stats", "--state",
-                               str(tmp_path / "s"), "--scope", scope], capture_output=True, text=True, check=False)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "recurrence.processor.cli",
+                "stats",
+                "--state",
+                str(tmp_path / "s"),
+                "--scope",
+                scope,
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         assert done.returncode == 2 and done.stdout == "", done
         assert done.stderr.startswith(f"recurrence stats: no scope {scope!r} in this state") and hint in done.stderr
         assert len(done.stderr.splitlines()) == 1
@@ -282,8 +295,20 @@ def test_every_flag_has_help(name: str) -> None:
 
 def test_generate_experiences_per_scope_bounds_the_working_set() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "recurrence.processor.cli", "generate", "--entries", "400", "--scopes", "2",
-         "--seed", "4", "--experiences-per-scope", "3"],
+        [
+            sys.executable,
+            "-m",
+            "recurrence.processor.cli",
+            "generate",
+            "--entries",
+            "400",
+            "--scopes",
+            "2",
+            "--seed",
+            "4",
+            "--experiences-per-scope",
+            "3",
+        ],
         capture_output=True,
         check=True,
     )
@@ -300,8 +325,22 @@ def test_generate_experiences_per_scope_bounds_the_working_set() -> None:
 def test_generate_recent_window_cites_only_recent_entries() -> None:
     window = 5
     done = subprocess.run(
-        [sys.executable, "-m", "recurrence.processor.cli", "generate", "--entries", "3000", "--scopes", "2",
-         "--seed", "5", "--experiences-per-scope", "3", "--recent-window", str(window)],
+        [
+            sys.executable,
+            "-m",
+            "recurrence.processor.cli",
+            "generate",
+            "--entries",
+            "3000",
+            "--scopes",
+            "2",
+            "--seed",
+            "5",
+            "--experiences-per-scope",
+            "3",
+            "--recent-window",
+            str(window),
+        ],
         capture_output=True,
         check=True,
     )

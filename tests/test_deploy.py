@@ -37,7 +37,10 @@ def test_kubeconform_accepts_the_statefulset_example() -> None:
     location = f"{schemas}/{{{{ .ResourceKind }}}}{{{{ .KindSuffix }}}}.json"
     result = subprocess.run(
         [kubeconform, "-strict", "-summary", "-schema-location", location, str(K8S)],
-        capture_output=True, text=True, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     print(f"\n[kubeconform] {result.stdout.strip()}")
     assert result.returncode == 0, result.stdout + result.stderr
@@ -126,10 +129,23 @@ def test_the_web_port_takes_its_token_from_a_secret_and_admits_only_the_workers_
 
 KAFKA_USERS = REPO / "deploy" / "k8s" / "kafka-users.yaml"
 USERS: tuple[tuple[str, Role], ...] = (
-    ("recurrence-worker", "worker"), ("recurrence-publish", "publish"), ("recurrence-read", "read")
+    ("recurrence-worker", "worker"),
+    ("recurrence-publish", "publish"),
+    ("recurrence-read", "read"),
 )
-STRIMZI_OPERATIONS = {"Read", "Write", "Create", "Delete", "Alter", "Describe", "ClusterAction", "AlterConfigs",
-                      "DescribeConfigs", "IdempotentWrite", "All"}
+STRIMZI_OPERATIONS = {
+    "Read",
+    "Write",
+    "Create",
+    "Delete",
+    "Alter",
+    "Describe",
+    "ClusterAction",
+    "AlterConfigs",
+    "DescribeConfigs",
+    "IdempotentWrite",
+    "All",
+}
 STRIMZI_RESOURCES = {"topic", "group", "cluster", "transactionalId"}
 
 
@@ -143,8 +159,23 @@ def test_the_kafka_users_are_what_recurrence_acls_generates(tmp_path: Path) -> N
     config = _layout_file(tmp_path)
     header = KAFKA_USERS.read_text().split("\n---\n", 1)[0]
     generated = [
-        subprocess.run([*recurrence_command(), "acls", "--config", str(config), "--principal", f"User:{name}",
-                        "--role", role, "--strimzi", "kafka"], check=True, capture_output=True, text=True).stdout
+        subprocess.run(
+            [
+                *recurrence_command(),
+                "acls",
+                "--config",
+                str(config),
+                "--principal",
+                f"User:{name}",
+                "--role",
+                role,
+                "--strimzi",
+                "kafka",
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
         for name, role in USERS
     ]
     assert KAFKA_USERS.read_text() == header + "\n" + "".join(f"---\n{text}" for text in generated), (
@@ -172,7 +203,9 @@ def test_the_kafka_users_have_strimzis_shape_and_hold_the_derived_sets(tmp_path:
             assert set(rule["operations"]) <= STRIMZI_OPERATIONS and "All" not in rule["operations"]
             kind = {"topic": "TOPIC", "group": "GROUP", "transactionalId": "TRANSACTIONAL_ID"}[rule["resource"]["type"]]
             pattern = {"literal": "LITERAL", "prefix": "PREFIXED"}[rule["resource"]["patternType"]]
-            found |= {(kind, rule["resource"]["name"], pattern, re.sub(r"(?<!^)([A-Z])", r"_\1", op).upper())
-                      for op in rule["operations"]}
+            found |= {
+                (kind, rule["resource"]["name"], pattern, re.sub(r"(?<!^)([A-Z])", r"_\1", op).upper())
+                for op in rule["operations"]
+            }
         wanted = {(*a.resource, a.operation) for a in acl_set(settings, role, f"User:{name}")}
         assert found == wanted, role

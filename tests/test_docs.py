@@ -62,8 +62,11 @@ def _in_repository(candidate: str) -> bool:
 
 
 def _links(doc: Path) -> list[str]:
-    return [target for target in LINK.findall(doc.read_text(encoding="utf-8"))
-            if not re.match(r"[a-z]+:", target) and not target.startswith("#")]
+    return [
+        target
+        for target in LINK.findall(doc.read_text(encoding="utf-8"))
+        if not re.match(r"[a-z]+:", target) and not target.startswith("#")
+    ]
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda d: d.name)

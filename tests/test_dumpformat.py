@@ -11,8 +11,15 @@ from recurrence.processor.stream.clients.dumpformat import (
     value_line,
 )
 
-RECORD = Dumped("recurrence.ledger", 3, 1207, b"scope-7", b'{"record":"match"}', 1_764_000_000_123,
-                (("recurrence-source", b"3:88:0"), ("recurrence-id", b"match:ab")))
+RECORD = Dumped(
+    "recurrence.ledger",
+    3,
+    1207,
+    b"scope-7",
+    b'{"record":"match"}',
+    1_764_000_000_123,
+    (("recurrence-source", b"3:88:0"), ("recurrence-id", b"match:ab")),
+)
 
 
 def test_the_default_format_writes_the_ledger_line() -> None:
@@ -40,9 +47,16 @@ def test_an_unknown_token_is_refused_with_the_valid_ones(bad: str) -> None:
 @pytest.mark.parametrize(
     ("text", "first", "end", "expected"),
     [
-        ("beginning", 5, 20, 5), ("earliest", 5, 20, 5), ("end", 5, 20, 20), ("latest", 0, 0, 0),
-        ("12", 5, 20, 12), ("0", 5, 20, 5), ("99", 5, 20, 20),   # clamped to the partition's records
-        ("-3", 5, 20, 17), ("-100", 5, 20, 5), ("-0", 5, 20, 5),
+        ("beginning", 5, 20, 5),
+        ("earliest", 5, 20, 5),
+        ("end", 5, 20, 20),
+        ("latest", 0, 0, 0),
+        ("12", 5, 20, 12),
+        ("0", 5, 20, 5),
+        ("99", 5, 20, 20),  # clamped to the partition's records
+        ("-3", 5, 20, 17),
+        ("-100", 5, 20, 5),
+        ("-0", 5, 20, 5),
     ],
 )
 def test_start_offsets(text: str, first: int, end: int, expected: int) -> None:

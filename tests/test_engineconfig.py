@@ -106,6 +106,9 @@ def test_the_kafka_path_stamps_the_row_layout_and_refuses_another() -> None:
         _kafka_batch(foreign)
     newer = Partitions()
     newer.partition_state(0).apply({FORMAT_KEY: b"%d" % (int(ROW_LAYOUT) + 1)})
-    with pytest.raises(StateDirError, match=rf"newer recurrence \(row layout {int(ROW_LAYOUT) + 1}; this one reads "
-                       rf"{int(ROW_LAYOUT)}\): upgrade recurrence"):
+    with pytest.raises(
+        StateDirError,
+        match=rf"newer recurrence \(row layout {int(ROW_LAYOUT) + 1}; this one reads "
+        rf"{int(ROW_LAYOUT)}\): upgrade recurrence",
+    ):
         _kafka_batch(newer)

@@ -53,7 +53,14 @@ def test_the_rfc_recurred_observation_shows_the_whole_chain() -> None:
     result = explain.explain(record["observation_id"])
     links = [link["link"] for link in result["chain"]]
     assert links == [
-        "task_outcome", "handoff_receipt", "handoff", "citation", "experience", "failure item", "match", "observation"
+        "task_outcome",
+        "handoff_receipt",
+        "handoff",
+        "citation",
+        "experience",
+        "failure item",
+        "match",
+        "observation",
     ]
     outcome, _, _, citation, experience, item, match, _ = result["chain"]
     assert "state[0].citations[0]" in citation["text"]
@@ -110,8 +117,11 @@ def test_evidence_accepted_after_the_outcome_does_not_count_when_re_deriving() -
 def test_a_match_and_a_dead_letter_explain_themselves() -> None:
     journal = linked_setup()
     journal.outcome("O1", status="failed", receipt=None, checks=[check("something else", "failed")])
-    lines = [*journal.lines(), b"{broken", orjson.dumps({**journal.entries[0], "source_ref": {
-        "source_type": "content", "source_id": "other"}})]
+    lines = [
+        *journal.lines(),
+        b"{broken",
+        orjson.dumps({**journal.entries[0], "source_ref": {"source_type": "content", "source_id": "other"}}),
+    ]
     explain, sources = explainer(lines)
     match = _first(sources, record="match")
     assert explain.explain(match["match_digest"])["result"] == "unmatched"

@@ -229,9 +229,12 @@ def _body_names(node: ast.ClassDef) -> set[str]:
 
 def _set_on_self(node: ast.ClassDef) -> set[str]:
     return {
-        inner.attr for inner in ast.walk(node)
-        if isinstance(inner, ast.Attribute) and isinstance(inner.ctx, ast.Store)
-        and isinstance(inner.value, ast.Name) and inner.value.id == "self"
+        inner.attr
+        for inner in ast.walk(node)
+        if isinstance(inner, ast.Attribute)
+        and isinstance(inner.ctx, ast.Store)
+        and isinstance(inner.value, ast.Name)
+        and inner.value.id == "self"
     }
 
 
@@ -252,7 +255,8 @@ def _uses(cls: type) -> set[tuple[str, str]]:
     product_bases = [_class_tree(b) for b in cls.__mro__ if b.__module__.startswith("recurrence.processor.")]
     own = set().union(*(_body_names(b) | _set_on_self(b) for b in product_bases))
     overridden = {
-        name for name in _body_names(node)
+        name
+        for name in _body_names(node)
         if not _dunder(name) and any(_is_library(base) and hasattr(base, name) for base in cls.__mro__)
     }
     found = {(OVERRIDES, name) for name in overridden}
@@ -289,9 +293,14 @@ def test_no_other_module_names_a_private_attribute_by_string() -> None:
         if path.relative_to(ROOT).as_posix() == COMPAT_MODULE:
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                    and node.func.id in ("getattr", "setattr", "hasattr", "delattr") and len(node.args) > 1
-                    and isinstance(node.args[1], ast.Constant) and str(node.args[1].value).startswith("_")):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in ("getattr", "setattr", "hasattr", "delattr")
+                and len(node.args) > 1
+                and isinstance(node.args[1], ast.Constant)
+                and str(node.args[1].value).startswith("_")
+            ):
                 offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert offenders == []
 
@@ -303,9 +312,12 @@ def test_no_other_module_imports_a_private_name_of_a_library() -> None:
         if path.relative_to(ROOT).as_posix() == COMPAT_MODULE:
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if (isinstance(node, ast.ImportFrom) and not node.level
-                    and (node.module or "").split(".")[0] in LIBRARIES
-                    and any(alias.name.startswith("_") for alias in node.names)):
+            if (
+                isinstance(node, ast.ImportFrom)
+                and not node.level
+                and (node.module or "").split(".")[0] in LIBRARIES
+                and any(alias.name.startswith("_") for alias in node.names)
+            ):
                 offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert offenders == []
 

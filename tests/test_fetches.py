@@ -8,8 +8,9 @@ from recurrence.processor.stream.worker.fetches import FetchChannel, Fetched
 
 
 def _fetch(generation: int, **partitions: range) -> Fetched:
-    return Fetched(generation, {int(p[1:]): [SimpleNamespace(offset=o) for o in offsets]
-                                for p, offsets in partitions.items()})
+    return Fetched(
+        generation, {int(p[1:]): [SimpleNamespace(offset=o) for o in offsets] for p, offsets in partitions.items()}
+    )
 
 
 def _offsets(fetched: Fetched) -> dict[int, list[int]]:
@@ -153,8 +154,10 @@ def test_quiesce_waits_for_every_batch_taken_until_each_is_done() -> None:
             events.append(name)
             channel.done()
 
-        finishing = [asyncio.ensure_future(finish("first done", 0.01)),
-                     asyncio.ensure_future(finish("second done", 0.03))]
+        finishing = [
+            asyncio.ensure_future(finish("first done", 0.01)),
+            asyncio.ensure_future(finish("second done", 0.03)),
+        ]
         await channel.quiesce()
         events.append("quiesced")
         await asyncio.gather(*finishing)

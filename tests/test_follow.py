@@ -28,18 +28,31 @@ from recurrence.processor.web.follow import Follower, StateMark, files_signature
 
 
 def _journal(path: Path, entries: int, seed: int = 3) -> list[bytes]:
-    lines = [line + b"\n" for line in generate(JournalSpec(entries=entries, scopes=6, seed=seed,
-                                                           experiences_per_scope=8))]
+    lines = [
+        line + b"\n" for line in generate(JournalSpec(entries=entries, scopes=6, seed=seed, experiences_per_scope=8))
+    ]
     path.write_bytes(b"".join(lines))
     return lines
 
 
-def _replay(
-    journal: Path, state: Path, ledger: Path, batch: int = 1000, jobs: int = 1
-) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([*recurrence_command(), "replay", str(journal), "--state", str(state), "--out",
-                             str(ledger), "--batch", str(batch), "--jobs", str(jobs)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+def _replay(journal: Path, state: Path, ledger: Path, batch: int = 1000, jobs: int = 1) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [
+            *recurrence_command(),
+            "replay",
+            str(journal),
+            "--state",
+            str(state),
+            "--out",
+            str(ledger),
+            "--batch",
+            str(batch),
+            "--jobs",
+            str(jobs),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
 
 
 def _feed_in_step(writer: "subprocess.Popen[bytes]", lines: list[bytes], ends: list[int], viewed: "_Viewed") -> None:
@@ -137,9 +150,12 @@ def test_every_view_is_one_committed_batch_and_the_last_is_the_end(tmp_path: Pat
     # open between batches however fast or busy the machine: a view is kept when every partition stands
     # at the same batch (processor/embedded/statedir.py).
     viewed = _Viewed(200)
-    writer = subprocess.Popen([*recurrence_command(), "replay", "-", "--state", str(state), "--out", str(ledger),
-                               "--batch", "400"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE)
+    writer = subprocess.Popen(
+        [*recurrence_command(), "replay", "-", "--state", str(state), "--out", str(ledger), "--batch", "400"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     ends = list(range(600, len(lines), 400))
     feeder = threading.Thread(target=_feed_in_step, args=(writer, lines, ends, viewed), daemon=True)
     feeder.start()
@@ -184,8 +200,9 @@ def test_follow_hands_each_new_view_to_the_server_and_reaches_the_end(tmp_path: 
     served: list[tuple[StateStore, StateMark]] = []
 
     async def scenario() -> None:
-        task = asyncio.create_task(follow(follower, lambda view, mark: served.append((view, mark)),
-                                          interval=0.05, pace=lambda: 0.2))
+        task = asyncio.create_task(
+            follow(follower, lambda view, mark: served.append((view, mark)), interval=0.05, pace=lambda: 0.2)
+        )
         writer = _replay(journal, state, ledger, batch=100)
         while writer.poll() is None:
             await asyncio.sleep(0.05)

@@ -48,8 +48,20 @@ CASES = 30
 CLEAN_ENTRIES = 150
 Verdict = Literal["dead", "no-op", "may-be-accepted"]
 
-_NUMBERS = [b"18446744073709551616", b"-9223372036854775809", b"9223372036854775808", b"1e400", b"-1e400", b"NaN",
-            b"Infinity", b"-Infinity", b"0", b"-1", b"1.5", b"1" + b"0" * 400]
+_NUMBERS = [
+    b"18446744073709551616",
+    b"-9223372036854775809",
+    b"9223372036854775808",
+    b"1e400",
+    b"-1e400",
+    b"NaN",
+    b"Infinity",
+    b"-Infinity",
+    b"0",
+    b"-1",
+    b"1.5",
+    b"1" + b"0" * 400,
+]
 
 
 _PRINTABLE = bytes(range(0x20, 0x7F))
@@ -108,7 +120,15 @@ def _duplicate(rng: random.Random, line: bytes) -> bytes:
 
 Mutator = Callable[[random.Random, bytes], bytes]
 MUTATORS: list[Mutator] = [
-    _flip, _flip, _truncate, _number, _number, _earlier_position, _deep, _non_utf8, _duplicate,
+    _flip,
+    _flip,
+    _truncate,
+    _number,
+    _number,
+    _earlier_position,
+    _deep,
+    _non_utf8,
+    _duplicate,
 ]
 
 
@@ -180,13 +200,27 @@ def _mutated_id(rng: random.Random, identity: str) -> str:
     choice = rng.randrange(8)
     if choice == 0 and "@" in identity:
         head = identity.rpartition("@")[0]
-        return head + "@" + rng.choice(["0", "-1", "18446744073709551616", "9223372036854775808",
-                                        "9223372036854775807", "9" * rng.randint(20, 5000), "1" + "0" * 30, "²"])
+        return (
+            head
+            + "@"
+            + rng.choice(
+                [
+                    "0",
+                    "-1",
+                    "18446744073709551616",
+                    "9223372036854775808",
+                    "9223372036854775807",
+                    "9" * rng.randint(20, 5000),
+                    "1" + "0" * 30,
+                    "²",
+                ]
+            )
+        )
     if choice == 1:
         return identity[: rng.randrange(len(identity))]
     if choice == 2:
         at = rng.randrange(len(identity))
-        return identity[:at] + rng.choice("0123456789abcdefg/@:") + identity[at + 1:]
+        return identity[:at] + rng.choice("0123456789abcdefg/@:") + identity[at + 1 :]
     if choice == 3:
         return identity + rng.choice(_ID_NOISE) * rng.randint(1, 3)
     if choice == 4:
@@ -227,11 +261,14 @@ def _fuzz_reads(rng: random.Random, ledger: list[bytes], workdir: Path, capsys: 
         if code == 2:
             assert len(printed.err.strip().splitlines()) == 1 and "Traceback" not in printed.err
     paths = [f"/explain/{urllib.parse.quote(identity, safe=rng.choice(['', '/@']))}" for identity in ids]
-    paths += [f"/explain/{urllib.parse.quote(i, safe='')}?scope={urllib.parse.quote(_mutated_id(rng, 's'))}"
-              for i in ids[:2]]
-    paths += [f"/scopes/{urllib.parse.quote(_mutated_id(rng, 'scope-0'), safe='')}/statistics",
-              f"/statistics?top={rng.choice(['-1', '1001', 'x', '9' * 30, '', '0'])}",
-              f"/explain/{urllib.parse.quote(ids[0], safe='')}?format={rng.choice(['json', 'text', 'yaml', ''])}"]
+    paths += [
+        f"/explain/{urllib.parse.quote(i, safe='')}?scope={urllib.parse.quote(_mutated_id(rng, 's'))}" for i in ids[:2]
+    ]
+    paths += [
+        f"/scopes/{urllib.parse.quote(_mutated_id(rng, 'scope-0'), safe='')}/statistics",
+        f"/statistics?top={rng.choice(['-1', '1001', 'x', '9' * 30, '', '0'])}",
+        f"/explain/{urllib.parse.quote(ids[0], safe='')}?format={rng.choice(['json', 'text', 'yaml', ''])}",
+    ]
     store = open_state(state, must_exist=True, read_only=True)
     try:
         app = application(EmbeddedReadSurface(store))

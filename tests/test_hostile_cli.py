@@ -40,8 +40,15 @@ def _limited() -> None:
 
 
 def run(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*recurrence_command(), *args], check=False, capture_output=True, text=True,
-                          timeout=timeout, preexec_fn=_limited, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [*recurrence_command(), *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        preexec_fn=_limited,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def refused(result: subprocess.CompletedProcess[str], *said: str) -> None:
@@ -91,26 +98,32 @@ def test_explain_refuses_a_ledger_that_is_not_its_states(big: tuple[Path, Path, 
     edited = tmp_path / "edited.jsonl"
     data = ledger.read_bytes()
     at = data.index(identity.encode()) + len("sha256:")
-    edited.write_bytes(data[:at] + (b"0" if data[at:at + 1] != b"0" else b"1") + data[at + 1:])
+    edited.write_bytes(data[:at] + (b"0" if data[at : at + 1] != b"0" else b"1") + data[at + 1 :])
     assert at < len(data) - TAIL_BYTES
     refused(run("explain", identity, "--state", str(state), "--out", str(foreign)), "restore the ledger file")
     refused(run("explain", identity, "--state", str(state), "--out", str(cut)), "fewer than", "truncated")
-    refused(run("explain", identity, "--state", str(state), "--out", str(edited)),
-            f"where the state indexed record {identity}", "not the one the state wrote")
+    refused(
+        run("explain", identity, "--state", str(state), "--out", str(edited)),
+        f"where the state indexed record {identity}",
+        "not the one the state wrote",
+    )
     # A record whose id is intact but whose content was changed is not that record either.
     changed = tmp_path / "changed.jsonl"
     line_at = data.rindex(b"\n", 0, at) + 1
-    line = data[line_at:data.index(b"\n", at)]
+    line = data[line_at : data.index(b"\n", at)]
     position = re.search(rb'"task_outcome_position":(\d)', line)
     assert position is not None
     digit = position.start(1) + line_at
-    changed.write_bytes(data[:digit] + (b"8" if data[digit:digit + 1] != b"8" else b"7") + data[digit + 1:])
+    changed.write_bytes(data[:digit] + (b"8" if data[digit : digit + 1] != b"8" else b"7") + data[digit + 1 :])
     refused(run("explain", identity, "--state", str(state), "--out", str(changed)), "a line that is not a valid record")
     # Another journal (as long) is refused where the state's entries are read back.
     another = tmp_path / "another.jsonl"
     another.write_bytes(b"".join(line + b"\n" for line in generate(JournalSpec(entries=1500, scopes=4, seed=6))))
-    refused(run("explain", identity, "--state", str(state), "--journal", str(another)),
-            "is not the entry the state applied", "--journal")
+    refused(
+        run("explain", identity, "--state", str(state), "--journal", str(another)),
+        "is not the entry the state applied",
+        "--journal",
+    )
 
 
 def test_serve_answers_409_where_the_cli_exits_2(big: tuple[Path, Path, Path], tmp_path: Path) -> None:
@@ -120,7 +133,7 @@ def test_serve_answers_409_where_the_cli_exits_2(big: tuple[Path, Path, Path], t
     data = ledger.read_bytes()
     at = data.index(identity.encode()) + len("sha256:")
     edited = tmp_path / "edited.jsonl"
-    edited.write_bytes(data[:at] + (b"0" if data[at:at + 1] != b"0" else b"1") + data[at + 1:])
+    edited.write_bytes(data[:at] + (b"0" if data[at : at + 1] != b"0" else b"1") + data[at + 1 :])
     # A ledger refused as a whole stops serve at start, like explain.
     cut = tmp_path / "cut.jsonl"
     cut.write_bytes(data[:1000])
@@ -152,9 +165,18 @@ def _ask(app: web.Application, paths: list[str]) -> list[tuple[int, dict[str, st
 
 
 IMPOSSIBLE = [
-    "experience/E7@18446744073709551616", "experience/E7@9223372036854775808", "experience/E7@0",
-    "experience/E7@²", "experience/E7@١", "x/y@" + "9" * 5000, "not-an-id", "sha256:" + "g" * 64,
-    "sha256:" + "0" * 63, "\x1b]0;pwned\x07", "a" * 100_000, "e/" + "x" * 200 + "@1",
+    "experience/E7@18446744073709551616",
+    "experience/E7@9223372036854775808",
+    "experience/E7@0",
+    "experience/E7@²",
+    "experience/E7@١",
+    "x/y@" + "9" * 5000,
+    "not-an-id",
+    "sha256:" + "g" * 64,
+    "sha256:" + "0" * 63,
+    "\x1b]0;pwned\x07",
+    "a" * 100_000,
+    "e/" + "x" * 200 + "@1",
 ]
 
 
@@ -216,9 +238,16 @@ def test_terminal_text_never_carries_a_control_character_from_the_journal(tmp_pa
     assert any("\x1b" in str(r.get("scope_id")) for r in records), "the ids did reach the ledger"
     recurred = next(r for r in records if r.get("event") == "recurred")
     outputs = {}
-    for argv in (["explain", str(recurred["observation_id"])], ["explain", str(recurred["observation_id"]), "--json"],
-                 ["explain", "experience/E7\x1b[31m@1"], ["explain", "experience/E7\x1b[31m@1", "--json"],
-                 ["patterns", "--all"], ["patterns", "--all", "--json"], ["stats"], ["stats", "--top", "1"]):
+    for argv in (
+        ["explain", str(recurred["observation_id"])],
+        ["explain", str(recurred["observation_id"]), "--json"],
+        ["explain", "experience/E7\x1b[31m@1"],
+        ["explain", "experience/E7\x1b[31m@1", "--json"],
+        ["patterns", "--all"],
+        ["patterns", "--all", "--json"],
+        ["stats"],
+        ["stats", "--top", "1"],
+    ):
         result = run(*argv, "--state", str(state))
         assert result.returncode == 0, (argv, result.stderr)
         outputs[" ".join(argv)] = result.stdout
@@ -235,10 +264,15 @@ def test_terminal_text_never_carries_a_control_character_from_the_journal(tmp_pa
 
     store = open_state(state)
     try:
-        texts = _ask_text(application(EmbeddedReadSurface(store)), [
-            f"/explain/{recurred['observation_id']}", "/explain/experience%2FE7%1B%5B31m@1",
-            "/explain/experience%2FE7%1B%5B31m@99", "/explain/%1B%5D0;pwned%07",
-        ])
+        texts = _ask_text(
+            application(EmbeddedReadSurface(store)),
+            [
+                f"/explain/{recurred['observation_id']}",
+                "/explain/experience%2FE7%1B%5B31m@1",
+                "/explain/experience%2FE7%1B%5B31m@99",
+                "/explain/%1B%5D0;pwned%07",
+            ],
+        )
     finally:
         store.close()
     assert [status for status, _ in texts] == [200, 200, 404, 404]
@@ -318,10 +352,14 @@ def test_a_second_worker_on_a_data_folder_exits_2_at_once_naming_the_holder(tmp_
 
     folder = tmp_path / "w1"
     holder = subprocess.Popen(
-        [sys.executable, "-c",
-         "import sys, time; from pathlib import Path; from recurrence.processor.host.folderlock import lock_folder; "
-         f"lock_folder(Path({str(folder)!r})); print('held', flush=True); time.sleep(60)"],
-        stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path; from recurrence.processor.host.folderlock import lock_folder; "
+            f"lock_folder(Path({str(folder)!r})); print('held', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
@@ -353,6 +391,13 @@ def test_a_worker_refuses_a_bad_token_setting_at_once_and_warns_when_exposed(tmp
     exposed = run("worker", "--datadir", str(tmp_path / "w"), "--web-host", "0.0.0.0", *offline)
     assert exposed.returncode == 2
     assert exposed.stderr.startswith("recurrence worker: warning: serving 0.0.0.0 without a token")
-    guarded = run("worker", "--datadir", str(tmp_path / "w"), "--web-host", "0.0.0.0", *offline,
-                  env={"RECURRENCE_HTTP_TOKEN": "x" * 32})
+    guarded = run(
+        "worker",
+        "--datadir",
+        str(tmp_path / "w"),
+        "--web-host",
+        "0.0.0.0",
+        *offline,
+        env={"RECURRENCE_HTTP_TOKEN": "x" * 32},
+    )
     assert guarded.returncode == 2 and "warning" not in guarded.stderr

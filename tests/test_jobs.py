@@ -69,8 +69,9 @@ def test_every_job_count_writes_the_ledger_of_one_process(
     one = _run(journal, tmp_path / "one", "--jobs", "1", "--batch", "40", "--partitions", partitions)
     assert one[0].count(b'"record":"dead_letter"') > 0 and one[0].count(b'"record":"admission"') > 0
     for jobs in ("2", "3"):  # more jobs than scopes, than partitions, for some cases
-        assert _run(journal, tmp_path / f"jobs{jobs}", "--jobs", jobs, "--batch", "40", "--partitions", partitions) \
-            == one, f"--jobs {jobs}"
+        assert (
+            _run(journal, tmp_path / f"jobs{jobs}", "--jobs", jobs, "--batch", "40", "--partitions", partitions) == one
+        ), f"--jobs {jobs}"
 
 
 def test_the_in_process_api_writes_the_same_ledger_in_memory(tmp_path: Path) -> None:
@@ -133,8 +134,16 @@ def test_kill_9_of_the_coordinator_resumes_byte_identical_and_leaves_no_worker(
     journal, clean = crash_journal
     workdir = tmp_path / "run"
     state, out = workdir / "state", workdir / "ledger.jsonl"
-    killed = replay(journal, state, out, "--jobs", jobs, "--batch", "40",
-                    env=hook_env(workdir / "hooks", [COORDINATOR_POINTS[point]]))
+    killed = replay(
+        journal,
+        state,
+        out,
+        "--jobs",
+        jobs,
+        "--batch",
+        "40",
+        env=hook_env(workdir / "hooks", [COORDINATOR_POINTS[point]]),
+    )
     assert killed.returncode == -9, killed.stderr
     deadline = time.monotonic() + 5
     while _survivors(state) and time.monotonic() < deadline:
@@ -295,7 +304,6 @@ def test_murmur2_is_kafkas() -> None:
 
     for data in (b"", b"a", b"ab", b"abc", b"abcd", b"scope-007", "ü-scope".encode(), bytes(range(256))):
         assert murmur2(data) == reference(data)
-
 
 
 def _file_size_limit(limit: int) -> Any:

@@ -38,10 +38,35 @@ WINGS: Final = (
 #: The core's closure may hold none of these: a store backend, a Kafka or web client, the host's I/O,
 #: a clock or randomness (the engine is a pure function of its state and the next entry).
 IMPURE: Final = (
-    "rocksdict", "faust", "aiokafka", "mode", "aiohttp", "yarl", "prometheus_client",
-    "os", "io", "pathlib", "shutil", "tempfile", "socket", "subprocess", "threading", "multiprocessing",
-    "signal", "asyncio", "time", "datetime", "random", "secrets",
-    f"{P}.host", f"{P}.store.rocksdb", f"{P}.embedded", f"{P}.stream", f"{P}.web", f"{P}.cli", "recurrence.topics",
+    "rocksdict",
+    "faust",
+    "aiokafka",
+    "mode",
+    "aiohttp",
+    "yarl",
+    "prometheus_client",
+    "os",
+    "io",
+    "pathlib",
+    "shutil",
+    "tempfile",
+    "socket",
+    "subprocess",
+    "threading",
+    "multiprocessing",
+    "signal",
+    "asyncio",
+    "time",
+    "datetime",
+    "random",
+    "secrets",
+    f"{P}.host",
+    f"{P}.store.rocksdb",
+    f"{P}.embedded",
+    f"{P}.stream",
+    f"{P}.web",
+    f"{P}.cli",
+    "recurrence.topics",
 )
 #: The store interface the core runs against, beside the core itself.
 PURE_STORE: Final = (f"{P}.store.base", f"{P}.store.memory")
@@ -129,7 +154,7 @@ def _impure_core() -> Iterator[str]:
 
 def _stream_rooms() -> Iterator[str]:
     for index, room in enumerate(STREAM_ROOMS):
-        above = (*(f"{STREAM}.{r}" for r in STREAM_ROOMS[index + 1:]), f"{STREAM}.cli")
+        above = (*(f"{STREAM}.{r}" for r in STREAM_ROOMS[index + 1 :]), f"{STREAM}.cli")
         for name in [n for n in MODULES if n.startswith(f"{STREAM}.{room}.")]:
             yield from (f"{name} reaches {i}, a room above its own" for i in _reaches(name, above))
             if room == "batch":  # the batch core runs against batch/types' interfaces, without a broker
@@ -141,14 +166,20 @@ def _stream_rooms() -> Iterator[str]:
 def _borrowing() -> Iterator[str]:
     for name in MODULES:
         if _within(name, (STREAM,)):
-            yield from (f"{name} reaches {i} (the stream path borrows from the embedded runner)"
-                        for i in _reaches(name, (f"{P}.embedded",)))
+            yield from (
+                f"{name} reaches {i} (the stream path borrows from the embedded runner)"
+                for i in _reaches(name, (f"{P}.embedded",))
+            )
         if _within(name, (f"{P}.web", f"{P}.embedded", f"{P}.explain")):
             # ``recurrence serve`` runs where no broker and no Faust are: aiohttp and the state only.
             yield from (f"{name} reaches {i}" for i in _reaches(name, (*KAFKA_CLIENTS, STREAM)))
         if _within(name, ("recurrence.schemas", "recurrence.topics")):
-            yield from (f"{name} reaches {i}" for i in _reaches(name, (P,) + (
-                ("recurrence.topics",) if name.startswith("recurrence.schemas") else ())))
+            yield from (
+                f"{name} reaches {i}"
+                for i in _reaches(
+                    name, (P,) + (("recurrence.topics",) if name.startswith("recurrence.schemas") else ())
+                )
+            )
         # devkit is not in the wheel: a product module that needed it would fail where it is installed.
         yield from (f"{name} reaches {i}" for i in _reaches(name, ("devkit", "tests", "bench")))
 
@@ -158,9 +189,11 @@ def _absolute_imports() -> Iterator[str]:
     # one from the tree alone, without src/recurrence's links.
     for path in MODULES.values():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if (isinstance(node, ast.ImportFrom) and not node.level
-                    and (node.module or "").split(".")[0] == "recurrence") or (
-                    isinstance(node, ast.Import) and any(a.name.split(".")[0] == "recurrence" for a in node.names)):
+            if (
+                isinstance(node, ast.ImportFrom)
+                and not node.level
+                and (node.module or "").split(".")[0] == "recurrence"
+            ) or (isinstance(node, ast.Import) and any(a.name.split(".")[0] == "recurrence" for a in node.names)):
                 yield f"{path.relative_to(ROOT)}:{node.lineno} imports recurrence absolutely"
 
 
@@ -188,8 +221,12 @@ def _support() -> Iterator[str]:
     # dev/devkit, never in a test module that another one imports.
     for path in TESTS:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if (isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[-1].startswith("test_")
-                    and (node.level or node.module.split(".")[0] == "tests")):  # not a library's (aiohttp.test_utils)
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.module
+                and node.module.split(".")[-1].startswith("test_")
+                and (node.level or node.module.split(".")[0] == "tests")
+            ):  # not a library's (aiohttp.test_utils)
                 yield f"{path.relative_to(ROOT)} imports the test module {node.module}"
     if not any("devkit" in _top_level_imports(path) for path in BENCH):
         yield "no benchmark drives a deployment through dev/devkit"
@@ -197,7 +234,12 @@ def _support() -> Iterator[str]:
 
 def test_every_import_follows_the_house_rules() -> None:
     offenders = [
-        *_upward_imports(), *_impure_core(), *_stream_rooms(), *_borrowing(), *_absolute_imports(), *_support(),
+        *_upward_imports(),
+        *_impure_core(),
+        *_stream_rooms(),
+        *_borrowing(),
+        *_absolute_imports(),
+        *_support(),
     ]
     assert offenders == [], "\n".join(offenders)
 

@@ -58,14 +58,14 @@ def expected(tmp_path_factory: pytest.TempPathFactory) -> Expected:
     base = tmp_path_factory.mktemp("expected")
     journal, ledger, memory = fresh_run(base)
     unpack(SINGLE_STORE, base / "state", base / "fixture-ledger.jsonl")
-    return Expected(journal, ledger, _statistics(base / "state"),
-                    statistics(memory.view(), None, None))
+    return Expected(journal, ledger, _statistics(base / "state"), statistics(memory.view(), None, None))
 
 
 def test_the_points_are_where_the_migration_calls_them(tmp_path: Path) -> None:
     unpack(SINGLE_STORE, tmp_path / "state", tmp_path / "ledger.jsonl")
-    calls = call_counts(tmp_path / "hooks", ["migrate", "--state", tmp_path / "state"],
-                        ["apply", "fsync", "rename", "unlink"])
+    calls = call_counts(
+        tmp_path / "hooks", ["migrate", "--state", tmp_path / "state"], ["apply", "fsync", "rename", "unlink"]
+    )
     assert calls == {"apply-before": 6, "fsync-before": 11, "rename-before": 2, "unlink-before": 10}
 
 

@@ -44,7 +44,12 @@ def test_an_application_with_its_own_schemas_topics_and_processor_runs_recurrenc
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "recurrence.processor.cli", *args],
-            cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120, check=False,
+            cwd=elsewhere,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
         )
 
     replay = run("replay", str(EXAMPLE), "--state", str(state), "--out", str(ledger))
@@ -58,7 +63,11 @@ def test_an_application_with_its_own_schemas_topics_and_processor_runs_recurrenc
     # And the application's own package is still its own.
     own = subprocess.run(
         [sys.executable, "-c", "import schemas.records as r; print(r.VALUE)"],
-        cwd=elsewhere, env=env, capture_output=True, text=True, check=False,
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert "the application's own schemas was imported" in own.stderr
 
@@ -75,15 +84,32 @@ def test_the_build_and_the_development_install_raise_no_setuptools_warning(
     outputs = [(built_wheel(tmp_path_factory).parent / BUILD_LOG).read_text()]
     venv.create(tmp_path / "v", with_pip=False)
     result = subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(tmp_path / "v" / "bin" / "python"), "install", "--no-deps",
-         "-v", "-e", str(REPO)],
-        capture_output=True, text=True, timeout=600, check=False,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(tmp_path / "v" / "bin" / "python"),
+            "install",
+            "--no-deps",
+            "-v",
+            "-e",
+            str(REPO),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     outputs.append(result.stdout + result.stderr)
     noisy = [
-        line for output in outputs for line in output.splitlines()
-        if "deprecat" in line.lower() or line.strip() == "!!" or "SetuptoolsWarning" in line
+        line
+        for output in outputs
+        for line in output.splitlines()
+        if "deprecat" in line.lower()
+        or line.strip() == "!!"
+        or "SetuptoolsWarning" in line
         or "BuildBackendWarning" in line
     ]
     assert not noisy, "\n".join(noisy)

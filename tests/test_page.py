@@ -42,8 +42,9 @@ class Page:
     server: "subprocess.Popen[bytes]"
 
     def cli(self, *args: str) -> Any:
-        result = subprocess.run([*recurrence_command(), *args, "--state", str(self.state)],
-                                check=True, capture_output=True, timeout=120)
+        result = subprocess.run(
+            [*recurrence_command(), *args, "--state", str(self.state)], check=True, capture_output=True, timeout=120
+        )
         return orjson.loads(result.stdout)
 
     def text(self, path: str) -> str:
@@ -52,21 +53,39 @@ class Page:
 
 
 def _journal(path: Path, entries: int) -> list[bytes]:
-    lines = [line + b"\n" for line in generate(JournalSpec(entries=entries, scopes=SCOPES, seed=28,
-                                                           experiences_per_scope=12))]
+    lines = [
+        line + b"\n"
+        for line in generate(JournalSpec(entries=entries, scopes=SCOPES, seed=28, experiences_per_scope=12))
+    ]
     path.write_bytes(b"".join(lines))
     return lines
 
 
 def _replay(journal: Path, state: Path, ledger: Path, batch: int = 1000) -> "subprocess.Popen[bytes]":
-    return subprocess.Popen([*recurrence_command(), "replay", str(journal), "--state", str(state), "--out",
-                             str(ledger), "--batch", str(batch)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [
+            *recurrence_command(),
+            "replay",
+            str(journal),
+            "--state",
+            str(state),
+            "--out",
+            str(ledger),
+            "--batch",
+            str(batch),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
 
 
 def _serve(state: Path) -> tuple[str, "subprocess.Popen[bytes]"]:
     port = free_port()
-    server = subprocess.Popen([*recurrence_command(), "serve", "--state", str(state), "--port", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    server = subprocess.Popen(
+        [*recurrence_command(), "serve", "--state", str(state), "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     url = f"http://127.0.0.1:{port}"
 
     def answers() -> bool:
@@ -114,7 +133,8 @@ def _column(driver: Any, field: str) -> list[int]:
     """One column of the scopes table, top to bottom (read in one script run: a live update may redraw it)."""
     cells = driver.execute_script(
         "return [...document.querySelectorAll(arguments[0])].map((c) => [c.getAttribute('data-value'), c.textContent])",
-        f'#scopes td[data-field="{field}"]')
+        f'#scopes td[data-field="{field}"]',
+    )
     values = [int(value) for value, _ in cells]
     assert [text for _, text in cells] == [f"{value:,}" for value in values]
     return values
@@ -179,9 +199,10 @@ def test_the_review_list_is_the_chosen_scopes_and_explanations_open_beside_their
     stats = {s["scope_id"]: s for s in fifty.cli("stats", "--top", "50")}
     # the scope with most revisions needing review, not the one the page chooses first
     chosen = max(stats.values(), key=lambda s: (s["recurrence"]["needing_review"], s["scope_id"]))["scope_id"]
-    needing = [f"{chosen} {r['artifact_ref']['family']}/{r['artifact_ref']['artifact_id']}@"
-               f"{r['artifact_ref']['revision']}"
-               for r in stats[chosen]["recurrence"]["top_revisions"][: stats[chosen]["recurrence"]["needing_review"]]]
+    needing = [
+        f"{chosen} {r['artifact_ref']['family']}/{r['artifact_ref']['artifact_id']}@{r['artifact_ref']['revision']}"
+        for r in stats[chosen]["recurrence"]["top_revisions"][: stats[chosen]["recurrence"]["needing_review"]]
+    ]
     assert len(needing) >= 2
     with chromium(1400, 1300) as driver:
         open_page(driver, fifty.url + "/ui")
@@ -209,10 +230,16 @@ def test_the_review_list_is_the_chosen_scopes_and_explanations_open_beside_their
         assert len(every) == sum(s["recurrence"]["needing_review"] for s in stats.values())
         signature = stats[chosen]["recurrence"]["top_revisions"][0]["signature_key"]
         driver.find_element(By.ID, "review-filter").send_keys(signature)
-        wanted = [key for key, s in ((k, stats[k.split(" ")[0]]) for k in every)
-                  if any(f"{r['artifact_ref']['family']}/{r['artifact_ref']['artifact_id']}@"
-                         f"{r['artifact_ref']['revision']}" == key.split(" ")[1] and r["signature_key"] == signature
-                         for r in s["recurrence"]["top_revisions"])]
+        wanted = [
+            key
+            for key, s in ((k, stats[k.split(" ")[0]]) for k in every)
+            if any(
+                f"{r['artifact_ref']['family']}/{r['artifact_ref']['artifact_id']}@{r['artifact_ref']['revision']}"
+                == key.split(" ")[1]
+                and r["signature_key"] == signature
+                for r in s["recurrence"]["top_revisions"]
+            )
+        ]
         wait(driver, lambda d: _attrs(d, "#review tr[data-review]", "data-review") == wanted)
 
 
@@ -223,8 +250,13 @@ def _search(driver: Any, query: str) -> None:
     box.clear()
     box.send_keys(query)
     driver.find_element(By.CSS_SELECTOR, "#search-form button[type=submit]").click()
-    wait(driver, lambda d: d.find_element(By.ID, "search-results").get_attribute("hidden") is None
-         and d.find_element(By.ID, "search-what").text)
+    wait(
+        driver,
+        lambda d: (
+            d.find_element(By.ID, "search-results").get_attribute("hidden") is None
+            and d.find_element(By.ID, "search-what").text
+        ),
+    )
 
 
 @pytest.mark.browser
@@ -252,17 +284,25 @@ def test_search_by_observation_id_revision_and_signature(fifty: Page) -> None:
         name = f"{revision['family']}/{revision['artifact_id']}@{revision['revision']}"
         _search(driver, name)
         cards = fifty.cli("explain", name, "--json")["cards"]
-        wait(driver, lambda d: _attrs(d, "#search-table tr[data-found]", "data-found")
-             == [f"{card['scope_id']} {name}" for card in cards])
+        wait(
+            driver,
+            lambda d: (
+                _attrs(d, "#search-table tr[data-found]", "data-found")
+                == [f"{card['scope_id']} {name}" for card in cards]
+            ),
+        )
         text = open_explanation(driver, driver.find_elements(By.CSS_SELECTOR, "#search-table tr[data-found]")[0])
         assert text.startswith(f"revision {name} in scope {cards[0]['scope_id']}")
         # A signature: every top revision of every scope under it.
         signature = recurred["signature_key"]
         _search(driver, signature.upper()[:12])
-        found = [f"{s['scope_id']} {r['artifact_ref']['family']}/{r['artifact_ref']['artifact_id']}@"
-                 f"{r['artifact_ref']['revision']}"
-                 for s in stats for r in s["recurrence"]["top_revisions"]
-                 if signature[:12].lower() in r["signature_key"].lower()]
+        found = [
+            f"{s['scope_id']} {r['artifact_ref']['family']}/{r['artifact_ref']['artifact_id']}@"
+            f"{r['artifact_ref']['revision']}"
+            for s in stats
+            for r in s["recurrence"]["top_revisions"]
+            if signature[:12].lower() in r["signature_key"].lower()
+        ]
         assert found
         wait(driver, lambda d: _attrs(d, "#search-table tr[data-found]", "data-found") == found[:200])
         # Nothing found says what to try.
@@ -306,13 +346,19 @@ def test_the_page_follows_a_replay_that_appends(tmp_path: Path) -> None:
             assert writer.wait(timeout=300) == 0, writer.stderr
             ended = time.monotonic()
             # drawn for the last line (the header says it first, the tables once they are drawn)
-            wait(driver, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-shown-line")
-                 == str(len(lines)))
+            wait(
+                driver,
+                lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-shown-line") == str(len(lines)),
+            )
             wait(driver, lambda d: all(c.text != "…" for c in d.find_elements(By.CSS_SELECTOR, "td[data-spark]")))
             followed = time.monotonic() - ended
             after = table_numbers(driver)
-            stats = subprocess.run([*recurrence_command(), "stats", "--state", str(state), "--top", "50"],
-                                   check=True, capture_output=True, timeout=60).stdout
+            stats = subprocess.run(
+                [*recurrence_command(), "stats", "--state", str(state), "--top", "50"],
+                check=True,
+                capture_output=True,
+                timeout=60,
+            ).stdout
             assert after == expected_readings(orjson.loads(stats)) and after != before
             assert driver.execute_script("return window.__sameDocument") is True
             assert _column(driver, "recurred") == sorted(_column(driver, "recurred"), reverse=True)

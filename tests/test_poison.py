@@ -54,9 +54,7 @@ def test_the_same_big_integer_entry_sent_again_is_a_no_op_and_a_different_one_a_
     assert isinstance(letter, DeadLetterRecord) and letter.error == deadletters.POSITION_CONFLICT
 
 
-@pytest.mark.parametrize(
-    "number", [b"NaN", b"Infinity", b"-Infinity", b"1e400", b"-1e400", b"1.7976931348623157e309"]
-)
+@pytest.mark.parametrize("number", [b"NaN", b"Infinity", b"-Infinity", b"1e400", b"-1e400", b"1.7976931348623157e309"])
 @pytest.mark.parametrize("place", ["metadata", "position", "content"])
 def test_nan_infinity_and_double_overflow_are_invalid_json_anywhere(number: bytes, place: str) -> None:
     base = Journal().evidence("ev-1")

@@ -25,8 +25,14 @@ def snapshot(root: Path) -> dict[str, tuple[str, int, bytes]]:
 
 def readers(state: Path) -> list[list[str]]:
     where = ["--state", str(state)]
-    return [["stats", *where], ["stats", *where, "--table"], ["patterns", *where],
-            ["explain", "experience/E7@1", *where], ["serve", *where, "--port", "0"], ["tune", *where]]
+    return [
+        ["stats", *where],
+        ["stats", *where, "--table"],
+        ["patterns", *where],
+        ["explain", "experience/E7@1", *where],
+        ["serve", *where, "--port", "0"],
+        ["tune", *where],
+    ]
 
 
 def _not_a_state(tmp_path: Path, kind: str) -> Path:

@@ -47,8 +47,11 @@ def recurrence(journal: Journal, source_id: str, linked: bool = False, cue: str 
 def avoided(journal: Journal, source_id: str) -> None:
     """A linked Outcome with the verified condition and the bound check passing: one ``avoided``."""
     journal.outcome(
-        source_id, status="succeeded", receipt="R12",
-        observations=[claim(CONDITION)], checks=[check(CUE, "passed")],
+        source_id,
+        status="succeeded",
+        receipt="R12",
+        observations=[claim(CONDITION)],
+        checks=[check(CUE, "passed")],
     )
 
 
@@ -171,8 +174,11 @@ def test_surfaces_without_content_repair_get_no_proposal_but_show_in_statistics(
     stats = runner.stats()
     assert stats["needing_review"] == 1
     assert stats["top_revisions"] == [
-        {"artifact_ref": E7.model_dump(mode="json"), "signature_key": "generated sources are in sync",
-         "terminal_recurred_streak": 4}
+        {
+            "artifact_ref": E7.model_dump(mode="json"),
+            "signature_key": "generated sources are in sync",
+            "terminal_recurred_streak": 4,
+        }
     ]
 
 
@@ -330,10 +336,16 @@ def test_no_retirement_after_a_proposal() -> None:
     recurrence(journal, "O6", linked=True)
     later = runner.feed(journal.lines()[start:])
     assert kinds(later) == [
-        "match:matched", "observation:selected", "observation:recurred",
-        "match:matched", "observation:recurred",
-        "observation:selected", "observation:avoided",
-        "match:matched", "observation:selected", "observation:recurred",
+        "match:matched",
+        "observation:selected",
+        "observation:recurred",
+        "match:matched",
+        "observation:recurred",
+        "observation:selected",
+        "observation:avoided",
+        "match:matched",
+        "observation:selected",
+        "observation:recurred",
     ]
     assert all(getattr(r, "artifact_ref", E7) == E7 for r in later)
     stats = runner.stats()

@@ -98,8 +98,10 @@ def rows_by_key(changes: dict[bytes, bytes | None]) -> dict[str, ScopeRows]:
 
 
 def as_sets(scopes: dict[str, ScopeRows]) -> dict[str, tuple[frozenset[Any], ...]]:
-    return {scope_id: (frozenset(rows.groups), frozenset(rows.handoff_heads), frozenset(rows.experiences))
-            for scope_id, rows in scopes.items()}
+    return {
+        scope_id: (frozenset(rows.groups), frozenset(rows.handoff_heads), frozenset(rows.experiences))
+        for scope_id, rows in scopes.items()
+    }
 
 
 def oracle(state: State, scope_id: str) -> ScopeStatistics | None:
@@ -127,15 +129,25 @@ failures = st.one_of(st.none(), st.integers(min_value=0, max_value=1))
 operation = st.one_of(
     st.tuples(st.just("experience"), experience_ids, revisions, failures),
     st.tuples(
-        st.just("handoff"), st.sampled_from(["H1", "H2"]), revisions,
+        st.just("handoff"),
+        st.sampled_from(["H1", "H2"]),
+        revisions,
         st.lists(st.tuples(experience_ids, revisions), min_size=1, max_size=3),
     ),
     # A receipt selects one of the scope's Handoff revisions (counted from the newest), or any.
-    st.tuples(st.just("receipt"), st.sampled_from([0, 0, 1, None]), st.sampled_from(["H1", "H2"]), revisions,
-              st.sampled_from([True, True, True, False])),
     st.tuples(
-        st.just("outcome"), st.sampled_from([0, 0, 1, 2, None]), st.booleans(),
-        st.lists(st.tuples(st.integers(min_value=0, max_value=1), st.booleans()), max_size=2), st.booleans(),
+        st.just("receipt"),
+        st.sampled_from([0, 0, 1, None]),
+        st.sampled_from(["H1", "H2"]),
+        revisions,
+        st.sampled_from([True, True, True, False]),
+    ),
+    st.tuples(
+        st.just("outcome"),
+        st.sampled_from([0, 0, 1, 2, None]),
+        st.booleans(),
+        st.lists(st.tuples(st.integers(min_value=0, max_value=1), st.booleans()), max_size=2),
+        st.booleans(),
     ),
 )
 scoped = st.tuples(st.sampled_from(["s1", "s1", "s2"]), operation)
@@ -190,7 +202,7 @@ def run_batches(worker: Worker, lines: list[bytes], data: st.DataObject) -> None
         size = data.draw(st.integers(min_value=1, max_value=max(1, len(lines) // 3)), label="batch size")
         event = data.draw(st.sampled_from(["ok"] * 6 + ["fail", "restart", "snapshot", "restore"]), label="event")
         if event == "fail":
-            worker.batch(lines[done:done + size], fail=True)  # computed, never flushed: runs again below
+            worker.batch(lines[done : done + size], fail=True)  # computed, never flushed: runs again below
         elif event == "restart":
             worker.restart()
         elif event == "snapshot":
@@ -200,13 +212,14 @@ def run_batches(worker: Worker, lines: list[bytes], data: st.DataObject) -> None
             worker.restore(snapshot)
             snapshots = [(store, held) for store, held in snapshots if held <= done]
             continue
-        worker.batch(lines[done:done + size])
+        worker.batch(lines[done : done + size])
         done += size
 
 
 @SETTINGS
-@given(operations=st.lists(scoped, min_size=10, max_size=80), capacity=st.sampled_from([10, 40, 200_000]),
-       data=st.data())
+@given(
+    operations=st.lists(scoped, min_size=10, max_size=80), capacity=st.sampled_from([10, 40, 200_000]), data=st.data()
+)
 def test_incremental_statistics_equal_the_scan_on_a_small_world(
     operations: list[tuple[str, tuple[Any, ...]]], capacity: int, data: st.DataObject
 ) -> None:
@@ -240,9 +253,9 @@ def test_a_summary_that_cannot_prove_it_is_current_is_rebuilt() -> None:
     journal.receipt("R12")
     first = journal.lines()
     journal.outcome("O1")  # linked: E7@1 selected, so its citation is no longer a gap
-    second = journal.lines()[len(first):]
+    second = journal.lines()[len(first) :]
     journal.evidence("ev-2")
-    third = journal.lines()[len(first) + len(second):]
+    third = journal.lines()[len(first) + len(second) :]
 
     worker = Worker(200_000)
     worker.batch(first)
@@ -259,7 +272,7 @@ def test_a_summary_that_cannot_prove_it_is_current_is_rebuilt() -> None:
     for line in third:
         engine.process(line, {"line": 0})
     changes = txn.prepare()
-    (scope_id, rows), = changed_rows(engine.state, changes).items()
+    ((scope_id, rows),) = changed_rows(engine.state, changes).items()
     assert rows.groups == [] and rows.handoff_heads == []  # the batch itself changes no figure's row
     got = as_model(worker.summaries.statistics(engine.state, 0, scope_id, rows))
     assert got is not None and got.recurrence.unlinked_handoff_citations == 0
@@ -280,7 +293,7 @@ def test_summaries_are_built_once_then_brought_forward() -> None:
     lines = list(generate(JournalSpec(entries=600, scopes=8, seed=3)))
     worker = Worker(200_000)
     for start in range(0, len(lines), 50):
-        worker.batch(lines[start:start + 50])
+        worker.batch(lines[start : start + 50])
     assert worker.summaries.rebuilt == 8  # one scan per scope, the first time it changed
     assert worker.summaries.updated == worker.checked - 8 > 0
 
@@ -289,7 +302,7 @@ def test_the_cache_holds_at_most_its_capacity() -> None:
     lines = list(generate(JournalSpec(entries=600, scopes=8, seed=3)))
     worker = Worker(60)
     for start in range(0, len(lines), 50):
-        worker.batch(lines[start:start + 50])
+        worker.batch(lines[start : start + 50])
         assert worker.summaries.weight <= 60
         assert worker.summaries.weight == sum(s.weight for s in worker.summaries.summaries())
     assert 0 < len(worker.summaries) < 8  # some scopes evicted, the rest kept

@@ -77,8 +77,13 @@ class Served:
         return orjson.loads(body)
 
     def cli(self, *args: str) -> str:
-        result = subprocess.run([*recurrence_command(), *args, "--state", str(self.state)],
-                                check=True, capture_output=True, text=True, timeout=60)
+        result = subprocess.run(
+            [*recurrence_command(), *args, "--state", str(self.state)],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         return result.stdout
 
     def text_of(self, path: str) -> str:
@@ -100,12 +105,20 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     generated = generate(JournalSpec(entries=400, scopes=5, seed=21, garbage_ratio=0.04, experiences_per_scope=6))
     journal.write_bytes(EXAMPLE.read_bytes() + b"".join(line + b"\n" for line in generated))
     state, ledger = work / "state", work / "ledger.jsonl"
-    subprocess.run([*recurrence_command(), "replay", str(journal), "--state", str(state), "--out", str(ledger)],
-                   check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [*recurrence_command(), "replay", str(journal), "--state", str(state), "--out", str(ledger)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     port = free_port()
     # With a token: every check below goes through the guard (tests/test_serve_security.py tests the guard).
-    server = subprocess.Popen([*recurrence_command(), "serve", "--state", str(state), "--port", str(port)],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, TOKEN_ENV: TOKEN})
+    server = subprocess.Popen(
+        [*recurrence_command(), "serve", "--state", str(state), "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, TOKEN_ENV: TOKEN},
+    )
     try:
         url = f"http://127.0.0.1:{port}"
         running = Served(url, state, ledger, journal)
@@ -185,7 +198,8 @@ def test_the_dead_letters_of_a_code_are_the_ledgers_in_order(served: Served) -> 
         assert body.code == code and body.total == count == len(want) and body.more == 0
         assert [d.dead_letter_id for d in body.dead_letters] == [r["dead_letter_id"] for r in want]
         assert [(d.origin, d.detail, d.raw) for d in body.dead_letters] == [
-            (r["origin"], r["detail"], r["raw"][:2000]) for r in want]
+            (r["origin"], r["detail"], r["raw"][:2000]) for r in want
+        ]
         # Each one opens: its id is one /explain knows.
         assert served.get(f"/explain/{body.dead_letters[0].dead_letter_id}")[0] == 200
     code = max(counts.by_code, key=lambda c: counts.by_code[c])
@@ -201,8 +215,19 @@ def test_the_dead_letter_scan_reads_only_what_the_ledger_grew_by(tmp_path: Path)
     from recurrence.processor.web.httpapi import listed_dead_letter
 
     def dead(line: int, code: str) -> bytes:
-        return orjson.dumps({"record": "dead_letter", "dead_letter_id": f"sha256:{line:064x}",
-                             "origin": {"line": line}, "error": code, "detail": "d", "raw": "x" * 3000}) + b"\n"
+        return (
+            orjson.dumps(
+                {
+                    "record": "dead_letter",
+                    "dead_letter_id": f"sha256:{line:064x}",
+                    "origin": {"line": line},
+                    "error": code,
+                    "detail": "d",
+                    "raw": "x" * 3000,
+                }
+            )
+            + b"\n"
+        )
 
     ledger = tmp_path / "ledger.jsonl"
     other = b'{"record":"match","text":"\\"record\\":\\"dead_letter\\""}\n'
@@ -252,8 +277,11 @@ def test_the_page_shows_what_recurrence_stats_says(served: Served) -> None:
     assert shown["totals"] == want["totals"]
     by_code = Counter(r["error"] for r in served.records() if r["record"] == "dead_letter")
     assert shown["dead_letters"] == dict(by_code)
-    needing = [f"{s['scope_id']} {_revision(r)}" for s in stats
-               for r in s["recurrence"]["top_revisions"][: s["recurrence"]["needing_review"]]]
+    needing = [
+        f"{s['scope_id']} {_revision(r)}"
+        for s in stats
+        for r in s["recurrence"]["top_revisions"][: s["recurrence"]["needing_review"]]
+    ]
     assert shown["review"] == needing
     assert shown["review_chosen"] == [row for row in needing if row.split(" ")[0] == shown["chosen"]]
     lines = len(served.journal_lines())
@@ -298,8 +326,11 @@ def test_metrics_are_the_states_readings(served: Served) -> None:
 
     status, content_type, body = served.get("/metrics")
     assert status == 200 and content_type.startswith("text/plain")
-    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
-               for family in text_string_to_metric_families(body.decode()) for s in family.samples}
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(body.decode())
+        for s in family.samples
+    }
     by_code = Counter(r["error"] for r in served.records() if r["record"] == "dead_letter")
     for code in CODES:  # every code from the start, 0 until written
         assert samples[("recurrence_dead_letters_total", (("code", code),))] == by_code.get(code, 0)
@@ -326,8 +357,12 @@ def test_a_path_that_does_not_exist_is_a_404_listing_those_that_do(served: Serve
 
 
 def _tune_cli(served: Served, thresholds: str) -> dict[str, Any]:
-    result = subprocess.run([*recurrence_command(), "tune", str(served.journal), "--thresholds", thresholds, "--json"],
-                            check=True, capture_output=True, timeout=120)
+    result = subprocess.run(
+        [*recurrence_command(), "tune", str(served.journal), "--thresholds", thresholds, "--json"],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     body: dict[str, Any] = orjson.loads(result.stdout)
     return body
 
@@ -361,8 +396,10 @@ def test_the_page_draws_the_tune_chart(served: Served) -> None:
     assert shown["configured"] == "the state runs at 3"
     assert "rebuild" not in shown["note"]
     # What changing it takes, as recurrence tune says it.
-    assert shown["change"].startswith("The state runs at 3, fixed when it was built: to run at another K, replay "
-                                      "the journal into a fresh --state with a fresh --out and --review-threshold K")
+    assert shown["change"].startswith(
+        "The state runs at 3, fixed when it was built: to run at another K, replay "
+        "the journal into a fresh --state with a fresh --out and --review-threshold K"
+    )
 
 
 def test_the_openapi_document_holds_against_the_server(served: Served) -> None:
@@ -412,19 +449,23 @@ def test_the_page_lists_dead_letters_and_patterns_and_opens_one(served: Served) 
         wait(driver, lambda d: len(d.find_elements(By.CSS_SELECTOR, rows)) == counts[code])
         want = _dead_letters(served, code)
         assert [r.get_attribute("data-dead-letter") for r in driver.find_elements(By.CSS_SELECTOR, rows)] == [
-            r["dead_letter_id"] for r in want]
+            r["dead_letter_id"] for r in want
+        ]
         first = driver.find_elements(By.CSS_SELECTOR, rows)[0]
         assert first.find_elements(By.TAG_NAME, "td")[0].text == f"line {want[0]['origin']['line']:,}"
         text = open_explanation(driver, first)
         assert text == served.text_of(f"/explain/{want[0]['dead_letter_id']}?format=text").rstrip("\n")
         # Patterns: a row opens its scopes and revisions; a revision opens its yield card in its scope.
         pattern = listed[0]
-        driver.find_element(By.CSS_SELECTOR, f'#patterns tr[data-pattern="{pattern["signature_key"]}"] '
-                                             "button.explain").click()
+        driver.find_element(
+            By.CSS_SELECTOR, f'#patterns tr[data-pattern="{pattern["signature_key"]}"] button.explain'
+        ).click()
         detail = f'[data-pattern-detail="{pattern["signature_key"]}"]'
         wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, detail + " tr[data-pattern-revision]"))
-        revisions = [r.get_attribute("data-pattern-revision")
-                     for r in driver.find_elements(By.CSS_SELECTOR, detail + " tr[data-pattern-revision]")]
+        revisions = [
+            r.get_attribute("data-pattern-revision")
+            for r in driver.find_elements(By.CSS_SELECTOR, detail + " tr[data-pattern-revision]")
+        ]
         assert revisions == [f"{r['scope_id']} {_revision(r)}" for r in pattern["revisions"]]
         assert ", ".join(pattern["scopes"]) in driver.find_element(By.CSS_SELECTOR, detail).text
         scope, revision = revisions[0].split(" ")
@@ -432,8 +473,10 @@ def test_the_page_lists_dead_letters_and_patterns_and_opens_one(served: Served) 
         want_text = served.text_of(f"/explain/{urllib.parse.quote(revision, safe='')}?scope={scope}&format=text")
         assert text == want_text.rstrip("\n")
         # The unknown share: flagged by the rule stats --table uses, per scope and in total.
-        flags = {c.get_attribute("data-share"): c.get_attribute("data-flagged")
-                 for c in driver.find_elements(By.CSS_SELECTOR, "#scopes td[data-share]")}
+        flags = {
+            c.get_attribute("data-share"): c.get_attribute("data-flagged")
+            for c in driver.find_elements(By.CSS_SELECTOR, "#scopes td[data-share]")
+        }
         assert flags == {s["scope_id"]: str(unknown_flagged(s["recurrence"])).lower() for s in stats}
         fields = ("selected", "unknown")
         totals = {f: sum(s["recurrence"][f] for s in stats) for f in fields}
@@ -477,13 +520,22 @@ def test_a_search_and_an_explanation_have_links_that_show_them_again(served: Ser
         box.send_keys(signature)
         driver.find_element(By.CSS_SELECTOR, "#search-form button[type=submit]").click()
         wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#search-table tr[data-found]"))
-        found = [r.get_attribute("data-found")
-                 for r in driver.find_elements(By.CSS_SELECTOR, "#search-table tr[data-found]")]
+        found = [
+            r.get_attribute("data-found") for r in driver.find_elements(By.CSS_SELECTOR, "#search-table tr[data-found]")
+        ]
         href = str(driver.find_element(By.ID, "search-link").get_attribute("href"))
         fragment = urllib.parse.parse_qs(urllib.parse.urlsplit(href).fragment)
         assert fragment == {"search": [signature], "scope": [scope["scope_id"]]} and TOKEN not in href
         driver.get("about:blank")
         driver.get(href)
-        wait(driver, lambda d: [r.get_attribute("data-found")
-                                for r in d.find_elements(By.CSS_SELECTOR, "#search-table tr[data-found]")] == found)
+        wait(
+            driver,
+            lambda d: (
+                [
+                    r.get_attribute("data-found")
+                    for r in d.find_elements(By.CSS_SELECTOR, "#search-table tr[data-found]")
+                ]
+                == found
+            ),
+        )
         assert driver.find_element(By.ID, "search").get_attribute("value") == signature

@@ -36,21 +36,28 @@ class Server:
 
 def _replayed(work: Path) -> Path:
     state = work / "state"
-    subprocess.run([*recurrence_command(), "replay", str(EXAMPLE), "--state", str(state), "--out",
-                    str(work / "ledger.jsonl")], check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [*recurrence_command(), "replay", str(EXAMPLE), "--state", str(state), "--out", str(work / "ledger.jsonl")],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     return state
 
 
 @contextmanager
-def _serving(state: Path, log: Path, *extra: str, env: dict[str, str] | None = None,
-             host: str = "127.0.0.1") -> Iterator[str]:
+def _serving(
+    state: Path, log: Path, *extra: str, env: dict[str, str] | None = None, host: str = "127.0.0.1"
+) -> Iterator[str]:
     """A running ``recurrence serve`` (its output in ``log``); its URL. Stopped by SIGTERM afterwards."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     with log.open("wb") as sink:
         process = subprocess.Popen(
             [*recurrence_command(), "serve", "--state", str(state), "--host", host, "--port", str(port), *extra],
-            stdout=sink, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
         )
     try:
         wait_for(lambda: process.poll() is None and _answers(url), 30, 0.1, "recurrence serve")
@@ -95,7 +102,7 @@ def test_hostile_requests_are_refused_with_a_4xx_and_at_most_a_line_of_log_each_
     assert seen["POST /statistics (token)"] == 405
     print(f"\n[hostile: recurrence serve]\n{report(seen)}")
     time.sleep(0.5)
-    logged = served.log.read_text(errors="replace")[len(before):]
+    logged = served.log.read_text(errors="replace")[len(before) :]
     assert "Traceback" not in logged and "\x1b" not in logged
     lines = [line for line in logged.splitlines() if line.strip()]
     # One line per kind of refusal at most (no token; each kind of unparseable request), however many came.
@@ -134,7 +141,11 @@ def test_a_token_file_works_and_a_bad_token_setting_stops_serve_at_once(tmp_path
         began = time.monotonic()
         result = subprocess.run(
             [*recurrence_command(), "serve", "--state", str(state), "--port", str(free_port()), *extra],
-            check=False, capture_output=True, text=True, timeout=30, env={**os.environ, **env},
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env={**os.environ, **env},
         )
         assert result.returncode == 2, (extra, env, result.stderr)
         assert said in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
@@ -151,8 +162,17 @@ def test_binding_beyond_loopback_without_a_token_warns(tmp_path: Path) -> None:
     from recurrence.processor.web.websecurity import exposure_warning
     from recurrence.processor.web.webtoken import Access
 
-    for host, warns in (("127.0.0.1", False), ("::1", False), ("localhost", False), ("127.0.0.2", False),
-                        ("0.0.0.0", True), ("::", True), ("", True), ("10.1.2.3", True), ("example.org", True)):
+    for host, warns in (
+        ("127.0.0.1", False),
+        ("::1", False),
+        ("localhost", False),
+        ("127.0.0.2", False),
+        ("0.0.0.0", True),
+        ("::", True),
+        ("", True),
+        ("10.1.2.3", True),
+        ("example.org", True),
+    ):
         assert (exposure_warning(host, Access()) is not None) == warns, host
         assert exposure_warning(host, Access(TOKEN)) is None
 
@@ -171,9 +191,16 @@ def test_tokens_are_compared_by_their_digests_in_constant_time(monkeypatch: pyte
 
     monkeypatch.setattr(hmac, "compare_digest", spy)
     access = Access(TOKEN)
-    for header, allowed in ((f"Bearer {TOKEN}", True), (f"bearer  {TOKEN} ", True), (f"Bearer {TOKEN}x", False),
-                            ("Bearer x", False), ("Bearer " + "x" * 10_000, False), (f"Basic {TOKEN}", False),
-                            (None, False), ("", False)):
+    for header, allowed in (
+        (f"Bearer {TOKEN}", True),
+        (f"bearer  {TOKEN} ", True),
+        (f"Bearer {TOKEN}x", False),
+        ("Bearer x", False),
+        ("Bearer " + "x" * 10_000, False),
+        (f"Basic {TOKEN}", False),
+        (None, False),
+        ("", False),
+    ):
         assert access.allows(header) is allowed, header
     # Every request is one comparison of two SHA-256 digests, whatever was sent: no early exit on length.
     assert compared == [(32, 32)] * 8
@@ -257,9 +284,13 @@ def test_the_url_comes_once_the_port_listens_and_never_holds_the_token(source: s
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
     extra, env = (["--http-token-file", str(token_file)], {}) if source == "file" else ([], {TOKEN_ENV: TOKEN})
-    process = subprocess.Popen([*recurrence_command(), "serve", "--state", str(state), "--port", "0", *extra],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, **env})
+    process = subprocess.Popen(
+        [*recurrence_command(), "serve", "--state", str(state), "--port", "0", *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **env},
+    )
     try:
         url_line, token_line = _first_lines(process, 2)
         found = re.fullmatch(r"recurrence serve: (http://127\.0\.0\.1:(\d+)/ui) \(Ctrl-C to stop\)\n", url_line)
@@ -282,11 +313,17 @@ def test_a_taken_port_is_one_line_and_no_url(tmp_path: Path) -> None:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        result = subprocess.run([*recurrence_command(), "serve", "--state", str(state), "--port", str(port)],
-                                capture_output=True, text=True, timeout=60, check=False)
+        result = subprocess.run(
+            [*recurrence_command(), "serve", "--state", str(state), "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
     assert result.returncode == 2 and result.stdout == ""
-    assert result.stderr == (f"recurrence serve: port 127.0.0.1:{port} is in use; choose another --port, "
-                             "or stop the process holding it\n")
+    assert result.stderr == (
+        f"recurrence serve: port 127.0.0.1:{port} is in use; choose another --port, or stop the process holding it\n"
+    )
 
 
 @pytest.mark.browser

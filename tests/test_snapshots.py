@@ -87,8 +87,7 @@ def _fill(store: ChangeSetRocksStore, partition: int, first_offset: int, batches
     rng = random.Random(seed)
     for offset in range(first_offset, first_offset + batches):
         changes: dict[bytes, bytes | None] = {
-            f'["s","scope{rng.randrange(40)}",{rng.randrange(2000)}]'.encode(): rng.randbytes(300)
-            for _ in range(100)
+            f'["s","scope{rng.randrange(40)}",{rng.randrange(2000)}]'.encode(): rng.randbytes(300) for _ in range(100)
         }
         changes[f'["s","scope{rng.randrange(40)}",{rng.randrange(2000)}]'.encode()] = None
         store.apply_changelog(partition, [(offset, b"scope", changeset.encode(changes))])

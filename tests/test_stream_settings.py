@@ -34,8 +34,14 @@ from recurrence.processor.stream.settings import (
     WorkerOptions,
 )
 
-KAFKA_COMMANDS = (["worker"], ["topics", "apply"], ["topics", "show"], ["publish", "j.jsonl"], ["ledger-dump"],
-                  ["status"])
+KAFKA_COMMANDS = (
+    ["worker"],
+    ["topics", "apply"],
+    ["topics", "show"],
+    ["publish", "j.jsonl"],
+    ["ledger-dump"],
+    ["status"],
+)
 
 
 @pytest.fixture(autouse=True)
@@ -88,8 +94,10 @@ def test_flags_override_environment_which_overrides_the_config_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     config = tmp_path / "recurrence.toml"
-    config.write_text('[topics]\npartitions = 12\nreplication = 3\nmin_insync = 2\ntopic_prefix = "file"\n'
-                      '[worker]\nbatch_max = 7\n[kafka]\nbootstrap_servers = "file:9092"\n')
+    config.write_text(
+        '[topics]\npartitions = 12\nreplication = 3\nmin_insync = 2\ntopic_prefix = "file"\n'
+        '[worker]\nbatch_max = 7\n[kafka]\nbootstrap_servers = "file:9092"\n'
+    )
     monkeypatch.setenv("RECURRENCE_CONFIG", str(config))
     settings = load(parse("worker"))
     assert (settings.partitions, settings.replication, settings.min_insync) == (12, 3, 2)
@@ -189,14 +197,21 @@ def test_a_busy_web_port_is_refused_in_one_line() -> None:
 
 @pytest.mark.parametrize(
     "target",
-    ["recurrence.processor.stream.worker.app", "recurrence.processor.stream.worker.app:app",
-     "recurrence.processor.stream.app"],
+    [
+        "recurrence.processor.stream.worker.app",
+        "recurrence.processor.stream.worker.app:app",
+        "recurrence.processor.stream.app",
+    ],
 )
 def test_faust_own_command_line_says_in_one_line_which_command_starts_a_worker(target: str, tmp_path: Path) -> None:
     # No Faust app to load (``recurrence worker`` checks the port and topics first): exit 2, one line, no traceback.
     result = subprocess.run(
         [sys.executable, "-m", "faust", "-A", target, "worker"],
-        capture_output=True, text=True, timeout=60, cwd=tmp_path, check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        check=False,
     )
     assert result.returncode == 2, result.stderr
     assert result.stderr.splitlines() == [
@@ -208,8 +223,13 @@ def test_faust_own_command_line_says_in_one_line_which_command_starts_a_worker(t
 
 def _inputs(**overrides: object) -> ProbeInputs:
     values: dict[str, object] = {
-        "agent_crashed": False, "rebalancing": False, "recovered": True, "partitions": [0, 1],
-        "ready_partitions": [0, 1], "lag": {0: 0, 1: 3}, "max_lag": 10,
+        "agent_crashed": False,
+        "rebalancing": False,
+        "recovered": True,
+        "partitions": [0, 1],
+        "ready_partitions": [0, 1],
+        "lag": {0: 0, 1: 3},
+        "max_lag": 10,
     }
     values.update(overrides)
     return ProbeInputs(**values)  # type: ignore[arg-type]
@@ -228,10 +248,14 @@ def test_liveness_stays_up_while_restoring_and_readiness_waits() -> None:
 
 
 def test_metrics_exposition_parses_and_names_follow_prometheus_conventions() -> None:
-    metrics = Metrics(live=LiveReadings(
-        lag=lambda: {0: 2, 1: 0}, restore=lambda: RestoreProgress({0: 5}, {0: 9}, 1), rebalances=lambda: 2,
-        ready=lambda: True,
-    )).with_process_metrics()
+    metrics = Metrics(
+        live=LiveReadings(
+            lag=lambda: {0: 2, 1: 0},
+            restore=lambda: RestoreProgress({0: 5}, {0: 9}, 1),
+            rebalances=lambda: 2,
+            ready=lambda: True,
+        )
+    ).with_process_metrics()
     metrics.entries = 4
     metrics.records["match"] += 1
     metrics.dead_letters["invalid_json"] += 2
@@ -257,8 +281,11 @@ def test_every_dead_letter_code_is_exported_from_the_start() -> None:
     """A fresh worker exports ``recurrence_dead_letters_total`` for every code at 0, so a rate or an alert on
     the series works before the first dead letter (issue 28)."""
     families = {f.name: f for f in text_string_to_metric_families(Metrics().render().decode())}
-    samples = {s.labels["code"]: s.value for s in families["recurrence_dead_letters"].samples
-               if s.name == "recurrence_dead_letters_total"}
+    samples = {
+        s.labels["code"]: s.value
+        for s in families["recurrence_dead_letters"].samples
+        if s.name == "recurrence_dead_letters_total"
+    }
     assert samples == dict.fromkeys(CODES, 0)
 
 

@@ -124,7 +124,11 @@ def _patterns_run(
     state = Partitions()
     sink = RecordingSink(state.log)
     processor = BatchProcessor(
-        topics=TOPICS, state=state, sink=sink, source=Journal(entries), config=EngineConfig(),
+        topics=TOPICS,
+        state=state,
+        sink=sink,
+        source=Journal(entries),
+        config=EngineConfig(),
         step=PatternStep(TOPICS, min_scopes),
     )
 
@@ -145,9 +149,15 @@ def _surface(patterns: Partitions, min_scopes: int, ready: set[int]) -> ReadSurf
     """The worker's read surface over the patterns table's partitions (one worker owning all of them)."""
     owned = set(range(PARTITIONS))
     return ReadSurface(
-        state=Partitions(), config=EngineConfig(pattern_scopes=min_scopes), metrics=Metrics(),
-        partitions=PARTITIONS, my_url="http://w1", ready_partitions=lambda: owned, owners=lambda: {"http://w1": owned},
-        lag=dict, probe=lambda: pytest.fail("not read"),
+        state=Partitions(),
+        config=EngineConfig(pattern_scopes=min_scopes),
+        metrics=Metrics(),
+        partitions=PARTITIONS,
+        my_url="http://w1",
+        ready_partitions=lambda: owned,
+        owners=lambda: {"http://w1": owned},
+        lag=dict,
+        probe=lambda: pytest.fail("not read"),
         pattern_table=PatternTable(state=patterns, ready_partitions=lambda: ready, owners=lambda: {"http://w1": owned}),
     )
 
@@ -197,7 +207,11 @@ def test_a_foreign_record_on_the_repartition_topic_is_skipped() -> None:
     sink = RecordingSink(state.log)
     entries = [Entry(0, 0, b"not json"), Entry(0, 1, b'{"record": "match"}'), Entry(0, 2, b'{"record": "observation"}')]
     processor = BatchProcessor(
-        topics=TOPICS, state=state, sink=sink, source=Journal(entries), config=EngineConfig(),
+        topics=TOPICS,
+        state=state,
+        sink=sink,
+        source=Journal(entries),
+        config=EngineConfig(),
         step=PatternStep(TOPICS, 3),
     )
     asyncio.run(processor.process(entries))

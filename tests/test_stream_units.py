@@ -128,15 +128,23 @@ class _OrderCheckingSink(RecordingSink):
         self.violations: list[str] = []
 
     async def send(
-        self, topic: str, key: bytes | None, value: bytes, partition: int | None,
-        headers: list[tuple[str, bytes]], source_partition: int,
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes,
+        partition: int | None,
+        headers: list[tuple[str, bytes]],
+        source_partition: int,
     ) -> Awaitable[Any]:
         source = dict(headers).get(SOURCE_HEADER)
         if topic == TOPICS.changelog:
             position = changeset.decode(value).get(POSITION_KEY)
             if position is not None:
-                early = [where for where, delivery in self.outputs
-                         if not delivery.done() and where[0] == source_partition and where[1] < int(position)]
+                early = [
+                    where
+                    for where, delivery in self.outputs
+                    if not delivery.done() and where[0] == source_partition and where[1] < int(position)
+                ]
                 if early:
                     self.violations.append(f"p{source_partition} change set before outputs of {sorted(early)[:3]}")
         delivery = await super().send(topic, key, value, partition, headers, source_partition)
@@ -184,8 +192,13 @@ class _GatedSink(RecordingSink):
         self.gate = asyncio.Event()
 
     async def send(
-        self, topic: str, key: bytes | None, value: bytes, partition: int | None,
-        headers: list[tuple[str, bytes]], source_partition: int,
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes,
+        partition: int | None,
+        headers: list[tuple[str, bytes]],
+        source_partition: int,
     ) -> Awaitable[Any]:
         delivery = await super().send(topic, key, value, partition, headers, source_partition)
         if topic == TOPICS.changelog:
@@ -315,14 +328,26 @@ def test_change_set_round_trip(changes: dict[bytes, bytes | None]) -> None:
 def test_topics_are_co_partitioned_and_only_statistics_and_snapshots_are_compacted() -> None:
     specs = topic_specs(StreamSettings(topic_prefix="p", partitions=6, replication=3, min_insync=2))
     assert {s.role for s in specs} == {
-        "journal", "ledger", "review", "dead-letters", "changelog", "statistics", "repartition", "patterns",
-        "patterns-changelog", "snapshots",
+        "journal",
+        "ledger",
+        "review",
+        "dead-letters",
+        "changelog",
+        "statistics",
+        "repartition",
+        "patterns",
+        "patterns-changelog",
+        "snapshots",
     }
     for spec in specs:
         assert spec.partitions == 6 and spec.replication == 3
         # Records written whole take the largest dead letter of a journal record; changelogs split theirs.
-        records = {"journal": JOURNAL_MAX_RECORD_BYTES, "changelog": None, "patterns-changelog": None,
-                   "snapshots": 8 * 1024 * 1024}.get(spec.role, OUTPUT_MAX_RECORD_BYTES)
+        records = {
+            "journal": JOURNAL_MAX_RECORD_BYTES,
+            "changelog": None,
+            "patterns-changelog": None,
+            "snapshots": 8 * 1024 * 1024,
+        }.get(spec.role, OUTPUT_MAX_RECORD_BYTES)
         sized = {} if records is None else {"max.message.bytes": str(records)}
         if spec.role == "statistics":
             # A table topic: the last value per scope is its statistics.
@@ -333,13 +358,23 @@ def test_topics_are_co_partitioned_and_only_statistics_and_snapshots_are_compact
             assert int(spec.config["retention.ms"]) > 2 * MAX_AGE * 1000
             assert spec.config["max.message.bytes"] == sized["max.message.bytes"]
         else:
-            assert spec.config == {"cleanup.policy": "delete", "retention.ms": "-1", "min.insync.replicas": "2",
-                                   **sized}
+            assert spec.config == {
+                "cleanup.policy": "delete",
+                "retention.ms": "-1",
+                "min.insync.replicas": "2",
+                **sized,
+            }
     # A dead letter's raw text is escaped in JSON: at most six bytes per journal byte, and some framing.
     assert OUTPUT_MAX_RECORD_BYTES > 6 * JOURNAL_MAX_RECORD_BYTES + 64 * 1024
     names = {s.name for s in specs}
-    assert {"p-state-changelog", "p.statistics", "p.patterns", "p-recurred-repartition",
-            "p-patterns-changelog", "p-snapshots"} <= names
+    assert {
+        "p-state-changelog",
+        "p.statistics",
+        "p.patterns",
+        "p-recurred-repartition",
+        "p-patterns-changelog",
+        "p-snapshots",
+    } <= names
 
 
 def test_a_larger_record_limit_is_drift_on_the_journal_only() -> None:
@@ -472,8 +507,13 @@ class _FlushRecordingSink(RecordingSink):
     """Also records flushes, and tells statistics records from other outputs."""
 
     async def send(
-        self, topic: str, key: bytes | None, value: bytes, partition: int | None,
-        headers: list[tuple[str, bytes]], source_partition: int,
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes,
+        partition: int | None,
+        headers: list[tuple[str, bytes]],
+        source_partition: int,
     ) -> Awaitable[Any]:
         if topic != TOPICS.statistics:
             return await super().send(topic, key, value, partition, headers, source_partition)
@@ -605,7 +645,7 @@ def test_a_transactional_batch_sends_its_change_sets_with_its_outputs_and_its_re
         local = [i for i, e in enumerate(log) if e[0] == "local"]
         assert max(_positions(log, ("ack", "changelog"))) < commit < min(local)
         for partition, values in sink.changelog.items():
-            new = [changeset.decode(v) for v in values[changelog_before.get(partition, 0):]]
+            new = [changeset.decode(v) for v in values[changelog_before.get(partition, 0) :]]
             if len(new) == 2:  # the batch's change set, then its record index (the only rows in the second)
                 assert all(key.startswith((b'["rid",', b'["dlc",')) for key in new[1])
                 assert not any(key.startswith((b'["rid",', b'["dlc",')) for key in new[0])
@@ -652,8 +692,13 @@ def test_an_early_flush_waits_while_the_previous_send_is_unacknowledged() -> Non
         await batches.flush()  # a batch's last flush sends even with the second unacknowledged
         producer.sent[1][1].set_result(SimpleNamespace(offset=11))
         producer.sent[2][1].set_result(SimpleNamespace(offset=12))
-        return [sent_while_waiting, len(producer.sent), (await first).offset, (await second).offset,
-                (await third).offset]
+        return [
+            sent_while_waiting,
+            len(producer.sent),
+            (await first).offset,
+            (await second).offset,
+            (await third).offset,
+        ]
 
     assert asyncio.run(run()) == [1, 3, 10, 11, 12]
 
@@ -715,6 +760,11 @@ def test_append_takes_a_record_without_a_coroutine_only_where_send_would_append_
             acknowledged.set_result(SimpleNamespace(offset=100 * n))
         partition = await batches.partition_for(producer, "t", b"scope-1")
         assert [((await d).partition, (await d).offset) for d in (first, second, third, keyed, again)] == [
-            (0, 0), (0, 1), (0, 100), (partition, 200), (partition, 201)]
+            (0, 0),
+            (0, 1),
+            (0, 100),
+            (partition, 200),
+            (partition, 201),
+        ]
 
     asyncio.run(run())

@@ -108,15 +108,22 @@ def test_tune_agrees_with_a_replay_at_every_threshold(
 ) -> None:
     work = tmp_path / f"run-{seed}-{scopes}-{entries}-{experiences}-{garbage}-{conflicts}"
     work.mkdir()
-    spec = JournalSpec(entries=entries, scopes=scopes, seed=seed, garbage_ratio=garbage,
-                       experiences_per_scope=experiences, conflict_ratio=conflicts)
+    spec = JournalSpec(
+        entries=entries,
+        scopes=scopes,
+        seed=seed,
+        garbage_ratio=garbage,
+        experiences_per_scope=experiences,
+        conflict_ratio=conflicts,
+    )
     assert_agrees(write(work / "journal.jsonl", list(generate(spec))), work)
 
 
 def test_a_journal_with_every_kind_of_flag_agrees(tmp_path: Path) -> None:
     # A guard against a vacuous pass: proposals, flags that stayed and flags an avoided ended, at several k.
-    journal = write(tmp_path / "journal.jsonl",
-                    list(generate(JournalSpec(entries=3000, scopes=4, seed=3, experiences_per_scope=4))))
+    journal = write(
+        tmp_path / "journal.jsonl", list(generate(JournalSpec(entries=3000, scopes=4, seed=3, experiences_per_scope=4)))
+    )
     body = assert_agrees(journal, tmp_path, (1, 2, 3, 4))
     for row in body["thresholds"][:3]:
         assert row["review_proposals"] > 0 and row["needing_review"] > 0 and row["flags_then_avoided"] > 0, row
@@ -129,8 +136,9 @@ def _recurrence(journal: Journal, source_id: str) -> None:
 
 
 def _avoided(journal: Journal, source_id: str) -> None:
-    journal.outcome(source_id, status="succeeded", receipt="R12",
-                    observations=[claim(CONDITION)], checks=[check(CUE, "passed")])
+    journal.outcome(
+        source_id, status="succeeded", receipt="R12", observations=[claim(CONDITION)], checks=[check(CUE, "passed")]
+    )
 
 
 def test_streaks_longer_than_the_counters_tell_apart_stay_exact_up_to_their_last_slot(tmp_path: Path) -> None:
@@ -145,15 +153,26 @@ def test_streaks_longer_than_the_counters_tell_apart_stay_exact_up_to_their_last
     top = body["thresholds"][-1]
     assert (top["review_proposals"], top["needing_review"], top["flags"], top["flags_then_avoided"]) == (1, 0, 1, 1)
     second = body["thresholds"][1]
-    assert (second["review_proposals"], second["needing_review"], second["flags"], second["flags_then_avoided"]) \
-        == (2, 1, 2, 1)
+    assert (second["review_proposals"], second["needing_review"], second["flags"], second["flags_then_avoided"]) == (
+        2,
+        1,
+        2,
+        1,
+    )
 
 
 def test_the_state_of_a_replay_keeps_the_same_counters_tune_computes(tmp_path: Path) -> None:
-    journal = write(tmp_path / "journal.jsonl",
-                    list(generate(JournalSpec(entries=1500, scopes=3, seed=5, experiences_per_scope=3))))
-    replay(str(journal), tmp_path / "state", tmp_path / "ledger.jsonl", EngineConfig(review_threshold=4),
-           batch_size=97, jobs=2)
+    journal = write(
+        tmp_path / "journal.jsonl", list(generate(JournalSpec(entries=1500, scopes=3, seed=5, experiences_per_scope=3)))
+    )
+    replay(
+        str(journal),
+        tmp_path / "state",
+        tmp_path / "ledger.jsonl",
+        EngineConfig(review_threshold=4),
+        batch_size=97,
+        jobs=2,
+    )
     store = open_state(tmp_path / "state")
     try:
         state = State(Transaction(store))
@@ -166,19 +185,29 @@ def test_the_state_of_a_replay_keeps_the_same_counters_tune_computes(tmp_path: P
 
 
 def test_tune_state_answers_from_the_counters_without_the_journal(tmp_path: Path) -> None:
-    journal = write(tmp_path / "journal.jsonl",
-                    list(generate(JournalSpec(entries=1500, scopes=3, seed=5, experiences_per_scope=3))))
+    journal = write(
+        tmp_path / "journal.jsonl", list(generate(JournalSpec(entries=1500, scopes=3, seed=5, experiences_per_scope=3)))
+    )
     state, ledger = tmp_path / "state", tmp_path / "ledger.jsonl"
     replay(str(journal), state, ledger, EngineConfig(review_threshold=4), jobs=1)
     # The journal is gone: nothing is replayed, the counters the state kept answer.
     expected = tune(str(journal), (4, 2, 3))[0]
     journal.unlink()
-    result = subprocess.run([*recurrence_command(), "tune", "--state", str(state), "--thresholds", "4,2,3", "--json"],
-                            capture_output=True, check=True, timeout=60)
+    result = subprocess.run(
+        [*recurrence_command(), "tune", "--state", str(state), "--thresholds", "4,2,3", "--json"],
+        capture_output=True,
+        check=True,
+        timeout=60,
+    )
     assert orjson.loads(result.stdout) == expected
     assert b"no journal read" in result.stderr and b"as of journal line 1,500" in result.stderr
-    text = subprocess.run([*recurrence_command(), "tune", "--state", str(state), "--thresholds", "2,3,4,5"],
-                          capture_output=True, text=True, check=True, timeout=60).stdout
+    text = subprocess.run(
+        [*recurrence_command(), "tune", "--state", str(state), "--thresholds", "2,3,4,5"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
     # The state's own threshold is marked, and what changing it takes is said.
     marked = [line.split()[0] for line in text.splitlines() if line.endswith("<- the state")]
     assert marked == ["4"]
@@ -186,8 +215,9 @@ def test_tune_state_answers_from_the_counters_without_the_journal(tmp_path: Path
     assert text == table(tune_state_body(state, (2, 3, 4, 5)), 4, from_state=True)
     # A journal and --state, or neither: one line, exit 2.
     for extra in (["--state", str(state), str(ledger)], []):
-        done = subprocess.run([*recurrence_command(), "tune", *extra], capture_output=True, text=True, timeout=60,
-                              check=False)
+        done = subprocess.run(
+            [*recurrence_command(), "tune", *extra], capture_output=True, text=True, timeout=60, check=False
+        )
         assert done.returncode == 2 and done.stdout == "" and len(done.stderr.splitlines()) == 1, done
 
 
@@ -198,8 +228,19 @@ def tune_state_body(state: Path, thresholds: tuple[int, ...]) -> dict[str, Any]:
 
 
 def test_the_table_marks_the_default_threshold_for_a_journal() -> None:
-    body: dict[str, Any] = {"thresholds": [{"threshold": k, "review_proposals": 0, "needing_review": 0, "flags": 0,
-                            "flags_then_avoided": 0, "by_scope": []} for k in (2, 3, 4)]}
+    body: dict[str, Any] = {
+        "thresholds": [
+            {
+                "threshold": k,
+                "review_proposals": 0,
+                "needing_review": 0,
+                "flags": 0,
+                "flags_then_avoided": 0,
+                "by_scope": [],
+            }
+            for k in (2, 3, 4)
+        ]
+    }
     text = table(body)
     assert [line.split()[0] for line in text.splitlines() if line.endswith("<- default")] == ["3"]
     assert "A replay runs at 3 unless told otherwise" in text
@@ -245,15 +286,34 @@ def test_a_state_written_before_the_counters_goes_on_with_every_group_where_it_s
 
 @pytest.mark.parametrize(
     "text",
-    ["", " ", "2,,3", "a", "0", "-1", "2.5", "1e2", f"{SHADOW_STREAKS + 1}", "\uff13", "2;3",
-     ",".join(["3"] * (SHADOW_STREAKS + 1)), "9" * 5000, "0" * 5000],
+    [
+        "",
+        " ",
+        "2,,3",
+        "a",
+        "0",
+        "-1",
+        "2.5",
+        "1e2",
+        f"{SHADOW_STREAKS + 1}",
+        "\uff13",
+        "2;3",
+        ",".join(["3"] * (SHADOW_STREAKS + 1)),
+        "9" * 5000,
+        "0" * 5000,
+    ],
 )
 def test_bad_thresholds_are_refused_with_one_line(text: str, tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         parse_thresholds(text)
     journal = write(tmp_path / "journal.jsonl", linked_setup().lines())
-    result = subprocess.run([*recurrence_command(), "tune", str(journal), "--thresholds", text],
-                            check=False, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [*recurrence_command(), "tune", str(journal), "--thresholds", text],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2
     assert result.stdout == ""
     assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith("recurrence tune: --thresholds")
@@ -269,14 +329,20 @@ def test_thresholds_keep_the_order_given() -> None:
 def test_tune_prints_the_contract_json_and_writes_nothing(tmp_path: Path) -> None:
     work = tmp_path / "work"
     work.mkdir()
-    journal = write(work / "journal.jsonl",
-                    list(generate(JournalSpec(entries=800, scopes=3, seed=11, experiences_per_scope=3))))
+    journal = write(
+        work / "journal.jsonl", list(generate(JournalSpec(entries=800, scopes=3, seed=11, experiences_per_scope=3)))
+    )
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     before = sorted(os.listdir(work))
-    result = subprocess.run([*recurrence_command(), "tune", str(journal), "--thresholds", "4,2,3", "--json"],
-                            capture_output=True, cwd=work, check=True, timeout=60,
-                            env={**os.environ, "TMPDIR": str(scratch)})
+    result = subprocess.run(
+        [*recurrence_command(), "tune", str(journal), "--thresholds", "4,2,3", "--json"],
+        capture_output=True,
+        cwd=work,
+        check=True,
+        timeout=60,
+        env={**os.environ, "TMPDIR": str(scratch)},
+    )
     # Nothing kept: not beside the journal, not in the scratch place (its state is removed at the end).
     assert sorted(os.listdir(work)) == before
     assert os.listdir(scratch) == []
@@ -289,8 +355,13 @@ def test_tune_prints_the_contract_json_and_writes_nothing(tmp_path: Path) -> Non
     assert body == tune(str(journal), (4, 2, 3))[0]
     assert b"nothing kept" in result.stderr
     # The table: one row per threshold with the four counts and the premature share, in the order given.
-    text = subprocess.run([*recurrence_command(), "tune", str(journal), "--thresholds", "4,2,3"],
-                          capture_output=True, text=True, check=True, timeout=60).stdout
+    text = subprocess.run(
+        [*recurrence_command(), "tune", str(journal), "--thresholds", "4,2,3"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
     assert text == table(body)
     rows = text.splitlines()[1:4]
     for line, row in zip(rows, body["thresholds"], strict=True):
@@ -301,8 +372,13 @@ def test_tune_prints_the_contract_json_and_writes_nothing(tmp_path: Path) -> Non
 
 
 def test_an_unreadable_journal_is_one_line_and_exit_2(tmp_path: Path) -> None:
-    result = subprocess.run([*recurrence_command(), "tune", str(tmp_path / "missing.jsonl")],
-                            check=False, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [*recurrence_command(), "tune", str(tmp_path / "missing.jsonl")],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2 and result.stdout == ""
     assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith("recurrence tune: ")
 
@@ -313,16 +389,20 @@ def test_the_usage_doc_shows_a_real_run(tmp_path: Path) -> None:
     start = usage.index("$ recurrence tune big.jsonl --thresholds 2,3,4,5\n")
     shown = usage[start:].split("\n", 1)[1].split("```", 1)[0]
     spec = JournalSpec(entries=50_000, scopes=50, seed=1, experiences_per_scope=40, recent_window=50)
-    assert "recurrence generate --entries 50000 --scopes 50 --seed 1 --experiences-per-scope 40 --recent-window 50" \
+    assert (
+        "recurrence generate --entries 50000 --scopes 50 --seed 1 --experiences-per-scope 40 --recent-window 50"
         in usage
+    )
     journal = write(tmp_path / "big.jsonl", list(generate(spec)))
     assert shown == table(tune(str(journal), (2, 3, 4, 5))[0])
 
 
 def test_tune_is_the_same_whatever_the_number_of_processes(tmp_path: Path) -> None:
     # --jobs N runs replay's shards in N processes over a partitioned scratch state: only the speed changes.
-    journal = write(tmp_path / "journal.jsonl",
-                    list(generate(JournalSpec(entries=2500, scopes=9, seed=17, experiences_per_scope=4))))
+    journal = write(
+        tmp_path / "journal.jsonl",
+        list(generate(JournalSpec(entries=2500, scopes=9, seed=17, experiences_per_scope=4))),
+    )
     one, summary = tune(str(journal), THRESHOLDS, jobs=1)
     assert summary.run.processes == 1
     for jobs in (2, 3):
@@ -330,9 +410,21 @@ def test_tune_is_the_same_whatever_the_number_of_processes(tmp_path: Path) -> No
         assert summary.run.processes == jobs
         assert many == one
     assert any(row["review_proposals"] for row in one["thresholds"])
-    result = subprocess.run([*recurrence_command(), "tune", str(journal), "--jobs", "2", "--json",
-                             "--thresholds", ",".join(map(str, THRESHOLDS))],
-                            capture_output=True, check=True, timeout=120)
+    result = subprocess.run(
+        [
+            *recurrence_command(),
+            "tune",
+            str(journal),
+            "--jobs",
+            "2",
+            "--json",
+            "--thresholds",
+            ",".join(map(str, THRESHOLDS)),
+        ],
+        capture_output=True,
+        check=True,
+        timeout=120,
+    )
     assert orjson.loads(result.stdout) == one
     assert b"in 2 processes" in result.stderr
 
@@ -341,9 +433,13 @@ def test_a_stopped_tune_says_nothing_was_kept(tmp_path: Path) -> None:
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     # A journal that never ends: tune waits for more lines on its stdin until the signal comes.
-    process = subprocess.Popen([*recurrence_command(), "tune", "-"], stdin=subprocess.PIPE,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               env={**os.environ, "TMPDIR": str(scratch)})
+    process = subprocess.Popen(
+        [*recurrence_command(), "tune", "-"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "TMPDIR": str(scratch)},
+    )
     assert process.stdin is not None
     process.stdin.write(b"".join(line + b"\n" for line in linked_setup().lines()))
     process.stdin.flush()

@@ -135,8 +135,10 @@ def test_migrate_on_the_command_line_then_again(tmp_path: Path) -> None:
     assert sorted(p.name for p in state.iterdir()) == ["main", "partitions"]
     again = cli("migrate", "--state", state)
     assert again.returncode == 0
-    assert again.stderr.decode().strip() == f"recurrence migrate: the state is state format {STATE_FORMAT} already; " \
+    assert (
+        again.stderr.decode().strip() == f"recurrence migrate: the state is state format {STATE_FORMAT} already; "
         "nothing to do"
+    )
 
 
 def test_a_state_of_a_newer_release_is_refused_by_every_command_with_one_line(tmp_path: Path) -> None:

@@ -43,9 +43,11 @@ def _as_on_kafka(records: list[bytes], seed: int) -> list[bytes]:
         record = orjson.loads(value)
         if record["record"] == "dead_letter":
             origin: dict[str, str | int] = {"topic": "t.journal", "partition": 0, "offset": offset}
-            by_scope[record["scope_id"]].append(dead_letter(
-                origin, record["scope_id"], record["position"], record["error"], record["detail"], record["raw"]
-            ).line)
+            by_scope[record["scope_id"]].append(
+                dead_letter(
+                    origin, record["scope_id"], record["position"], record["error"], record["detail"], record["raw"]
+                ).line
+            )
         else:
             by_scope[record.get("scope_id")].append(value)
     queues = [list(q) for q in by_scope.values()]
@@ -93,8 +95,9 @@ def test_a_missing_a_changed_and_a_reordered_record_each_make_their_scope_differ
 def test_a_dead_letter_is_compared_by_everything_but_its_origin_and_id(ledger: list[bytes]) -> None:
     index = next(i for i, r in enumerate(ledger) if orjson.loads(r)["record"] == "dead_letter")
     record = orjson.loads(ledger[index])
-    other = dead_letter({"line": 10**6}, record["scope_id"], record["position"], "position_conflict",
-                        record["detail"], record["raw"]).line
+    other = dead_letter(
+        {"line": 10**6}, record["scope_id"], record["position"], "position_conflict", record["detail"], record["raw"]
+    ).line
     outputs = [*ledger[:index], other, *ledger[index + 1 :]]
     result = compare(ledger=ledger, outputs=outputs)
     (difference,) = result.differing
@@ -108,7 +111,11 @@ def _verify(tmp_path: Path, ledger: bytes, outputs: bytes, *extra: str) -> subpr
     (tmp_path / "dump.jsonl").write_bytes(outputs)
     return subprocess.run(
         [*recurrence_command(), "verify", "--ledger", "ledger.jsonl", "--outputs", "dump.jsonl", *extra],
-        cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
 
 
@@ -138,7 +145,11 @@ def test_outputs_from_stdin(ledger: list[bytes], tmp_path: Path) -> None:
     (tmp_path / "ledger.jsonl").write_bytes(_lines(ledger))
     done = subprocess.run(
         [*recurrence_command(), "verify", "--ledger", "ledger.jsonl", "--outputs", "-"],
-        input=_lines(list(reversed(ledger))), cwd=tmp_path, capture_output=True, timeout=60, check=False,
+        input=_lines(list(reversed(ledger))),
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=60,
+        check=False,
     )
     # Reversed: every scope's order is wrong, so every scope with two or more distinct records differs.
     assert done.returncode == EXIT_DIFFERENT, done.stderr
@@ -152,8 +163,9 @@ def test_outputs_from_stdin(ledger: list[bytes], tmp_path: Path) -> None:
         (b'{"record": "pattern", "signature_key": "k"}\n', "holds 1 pattern records"),
     ],
 )
-def test_what_is_not_a_dump_is_refused_in_one_line(ledger: list[bytes], tmp_path: Path, outputs: bytes,
-                                                   why: str) -> None:
+def test_what_is_not_a_dump_is_refused_in_one_line(
+    ledger: list[bytes], tmp_path: Path, outputs: bytes, why: str
+) -> None:
     done = _verify(tmp_path, _lines(ledger), outputs)
     assert done.returncode == 2, done.stderr
     assert why in done.stderr and len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
@@ -162,11 +174,21 @@ def test_what_is_not_a_dump_is_refused_in_one_line(ledger: list[bytes], tmp_path
 def test_a_missing_file_and_two_stdins_are_refused_in_one_line(tmp_path: Path) -> None:
     missing = subprocess.run(
         [*recurrence_command(), "verify", "--ledger", "nope.jsonl", "--outputs", "-"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False, input="",
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        input="",
     )
     assert missing.returncode == 2 and "cannot read --ledger nope.jsonl" in missing.stderr
     both = subprocess.run(
         [*recurrence_command(), "verify", "--ledger", "-", "--outputs", "-"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False, input="",
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        input="",
     )
     assert both.returncode == 2 and len(both.stderr.strip().splitlines()) == 1

@@ -46,9 +46,21 @@ def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
         # A fresh environment without pip of its own: this interpreter's pip installs into it (--python).
         venv.create(env_dir, clear=True, with_pip=False)
         done = subprocess.run(
-            [sys.executable, "-m", "pip", "--python", str(env_dir / "bin" / "python"), "install", "-q",
-             "--disable-pip-version-check", str(wheel)],
-            capture_output=True, text=True, timeout=900, check=False,
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "--python",
+                str(env_dir / "bin" / "python"),
+                "install",
+                "-q",
+                "--disable-pip-version-check",
+                str(wheel),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
         )
         assert done.returncode == 0, done.stderr[-3000:]
 
@@ -73,10 +85,7 @@ def _run(env_dir: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[st
 
 def test_the_wheel_holds_every_module_of_the_package_and_nothing_else(wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
-    modules = {
-        n.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
-        for n in names if n.endswith(".py")
-    }
+    modules = {n.removesuffix(".py").removesuffix("/__init__").replace("/", ".") for n in names if n.endswith(".py")}
     assert modules == _tree_modules()
     assert not any(n.startswith(("tests/", "bench/", "src/", "processor/", "schemas/", "topics/")) for n in names)
     # Package data comes along the same way: the page and the JSON Schemas.
@@ -105,8 +114,9 @@ def test_the_installed_wheel_imports_every_module(installed: Path, application: 
 
 def test_the_installed_commands_run_the_bundled_example(installed: Path, application: Path) -> None:
     state, ledger = application.parent / "state", application.parent / "ledger.jsonl"
-    replay = _run(installed, application, "recurrence", "replay", str(EXAMPLE), "--state", str(state),
-                  "--out", str(ledger))
+    replay = _run(
+        installed, application, "recurrence", "replay", str(EXAMPLE), "--state", str(state), "--out", str(ledger)
+    )
     assert replay.returncode == 0, replay.stderr[-3000:]
     stats = _run(installed, application, "recurrence", "stats", "--state", str(state))
     assert stats.returncode == 0, stats.stderr[-3000:]
@@ -129,14 +139,19 @@ def test_the_installed_serve_follows_its_state_and_ledger_dump_reads_its_flags(
     from devkit.localrun import free_port, wait_for
 
     state, ledger = application.parent / "state", application.parent / "ledger.jsonl"
-    replay = _run(installed, application, "recurrence", "replay", str(EXAMPLE), "--state", str(state),
-                  "--out", str(ledger))
+    replay = _run(
+        installed, application, "recurrence", "replay", str(EXAMPLE), "--state", str(state), "--out", str(ledger)
+    )
     assert replay.returncode == 0, replay.stderr[-3000:]
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "VIRTUAL_ENV"}}
-    server = subprocess.Popen([str(installed / "bin" / "recurrence"), "serve", "--state", str(state), "--port",
-                               str(port)], cwd=application, env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE)
+    server = subprocess.Popen(
+        [str(installed / "bin" / "recurrence"), "serve", "--state", str(state), "--port", str(port)],
+        cwd=application,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
 
     def get(path: str) -> bytes:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:

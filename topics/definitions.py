@@ -112,39 +112,75 @@ def topic_specs(settings: Layout) -> list[TopicSpec]:
     insync = {"min.insync.replicas": str(settings.min_insync)}
 
     def spec(
-        name: str, role: str, description: str, uses: Mapping[Role, tuple[Operation, ...]],
+        name: str,
+        role: str,
+        description: str,
+        uses: Mapping[Role, tuple[Operation, ...]],
         policy: dict[str, str] = APPEND_ONLY,
     ) -> TopicSpec:
         # The journal's limit is exact: a larger one would admit entries whose dead letters the
         # output topics refuse. Any other topic may take larger records than defined.
         at_least = frozenset() if role == "journal" else frozenset({RECORD_LIMIT} & policy.keys())
-        return TopicSpec(name, role, settings.partitions, settings.replication, {**policy, **insync}, description,
-                         at_least, MappingProxyType(dict(uses)))
+        return TopicSpec(
+            name,
+            role,
+            settings.partitions,
+            settings.replication,
+            {**policy, **insync},
+            description,
+            at_least,
+            MappingProxyType(dict(uses)),
+        )
 
     return [
         # Readers read the journal's and the repartition topic's end offsets (status, --until-caught-up).
-        spec(names.journal, "journal", "Source journal entries, keyed by scope_id, in position order per scope",
-             {"publish": (WRITE,), "worker": (READ,), "read": (DESCRIBE,)}, {**APPEND_ONLY, **JOURNAL_RECORDS}),
+        spec(
+            names.journal,
+            "journal",
+            "Source journal entries, keyed by scope_id, in position order per scope",
+            {"publish": (WRITE,), "worker": (READ,), "read": (DESCRIBE,)},
+            {**APPEND_ONLY, **JOURNAL_RECORDS},
+        ),
         spec(names.ledger, "ledger", "match and observation records, keyed by scope_id", LEDGER_USES, OUTPUT),
         spec(names.review, "review", "review_proposal and admission records, keyed by scope_id", LEDGER_USES, OUTPUT),
-        spec(names.dead_letters, "dead-letters", "dead_letter records (key scope_id when readable)", LEDGER_USES,
-             OUTPUT),
-        spec(names.changelog, "changelog", "engine state: one change set per journal partition per batch",
-             WORKER_STATE),
         spec(
-            names.statistics, "statistics",
-            "each changed scope's RecurrenceStatistics after every batch, keyed by scope_id (last value wins)",
-            PUBLISHED, {**COMPACTED, **OUTPUT_RECORDS},
+            names.dead_letters, "dead-letters", "dead_letter records (key scope_id when readable)", LEDGER_USES, OUTPUT
         ),
-        spec(names.recurred, "repartition", "recurred observations keyed by signature key, for the patterns agent",
-             {"worker": (READ, WRITE), "read": (DESCRIBE,)}, OUTPUT),
-        spec(names.patterns, "patterns", "pattern suggestions (a signature recurring in K scopes), keyed by it",
-             PUBLISHED, OUTPUT),
-        spec(names.patterns_changelog, "patterns-changelog", "patterns agent state: one change set per batch",
-             WORKER_STATE),
         spec(
-            names.snapshots, "snapshots",
+            names.changelog, "changelog", "engine state: one change set per journal partition per batch", WORKER_STATE
+        ),
+        spec(
+            names.statistics,
+            "statistics",
+            "each changed scope's RecurrenceStatistics after every batch, keyed by scope_id (last value wins)",
+            PUBLISHED,
+            {**COMPACTED, **OUTPUT_RECORDS},
+        ),
+        spec(
+            names.recurred,
+            "repartition",
+            "recurred observations keyed by signature key, for the patterns agent",
+            {"worker": (READ, WRITE), "read": (DESCRIBE,)},
+            OUTPUT,
+        ),
+        spec(
+            names.patterns,
+            "patterns",
+            "pattern suggestions (a signature recurring in K scopes), keyed by it",
+            PUBLISHED,
+            OUTPUT,
+        ),
+        spec(
+            names.patterns_changelog,
+            "patterns-changelog",
+            "patterns agent state: one change set per batch",
+            WORKER_STATE,
+        ),
+        spec(
+            names.snapshots,
+            "snapshots",
             "partition snapshots of both tables: chunks then a manifest, keyed <table>/<partition>/...",
-            WORKER_STATE, SNAPSHOTS,
+            WORKER_STATE,
+            SNAPSHOTS,
         ),
     ]

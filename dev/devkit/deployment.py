@@ -76,10 +76,14 @@ class Worker:
             log.flush()
             self.proc = subprocess.Popen(
                 [
-                    *(recurrence_command() if self.release is None else self.release.command()), "worker",
-                    "--datadir", str(self.datadir),
-                    "--web-port", str(self.port),
-                    "--processing-guarantee", self.deployment.guarantee,
+                    *(recurrence_command() if self.release is None else self.release.command()),
+                    "worker",
+                    "--datadir",
+                    str(self.datadir),
+                    "--web-port",
+                    str(self.port),
+                    "--processing-guarantee",
+                    self.deployment.guarantee,
                     *self.extra,
                 ],
                 env=self.deployment.env() if self.release is None else self.release.env(self.deployment.env()),
@@ -260,7 +264,12 @@ class Deployment:
     def run(self, *args: str, check: bool = True, timeout: float = 600.0) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(
             [*recurrence_command(), *args],
-            check=False, env=self.env(), capture_output=True, text=True, timeout=timeout, cwd=self.workdir,
+            check=False,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=self.workdir,
         )
         if check and result.returncode != 0:
             raise AssertionError(f"recurrence {' '.join(args)} exited {result.returncode}:\n{result.stderr[-3000:]}")
@@ -276,7 +285,10 @@ class Deployment:
     def publish_in_background(self, journal: Path) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
             [*recurrence_command(), "publish", str(journal)],
-            env=self.env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=self.workdir,
+            env=self.env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            cwd=self.workdir,
         )
 
     def worker(self, name: str, *extra: str, release: Release | None = None) -> Worker:

@@ -59,11 +59,18 @@ class Release:
         self, *args: str | Path, check: bool = True, env: dict[str, str] | None = None
     ) -> "subprocess.CompletedProcess[str]":
         """The release's CLI with ``args``; ``env``: the environment to start from (this process's)."""
-        done = subprocess.run([*self.command(), *map(str, args)], env=self.env(env), capture_output=True, text=True,
-                              check=False, timeout=600)
+        done = subprocess.run(
+            [*self.command(), *map(str, args)],
+            env=self.env(env),
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=600,
+        )
         if check and done.returncode != 0:
-            raise AssertionError(f"recurrence {self.commit[:12]} {args} exited {done.returncode}: "
-                                 f"{done.stderr[-2000:]}")
+            raise AssertionError(
+                f"recurrence {self.commit[:12]} {args} exited {done.returncode}: {done.stderr[-2000:]}"
+            )
         return done
 
 
@@ -134,8 +141,9 @@ def _lay_out(source: Path, lib: Path) -> None:
     mapping: dict[str, str] = setuptools["package-dir"]
     for package, folder in sorted(mapping.items(), key=lambda item: item[0].count(".")):
         target = lib.joinpath(*package.split("."))
-        shutil.copytree(source / folder, target, dirs_exist_ok=True,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        shutil.copytree(
+            source / folder, target, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+        )
 
 
 def main() -> None:

@@ -175,10 +175,15 @@ class SecureBroker(ScriptBroker):
 
     def kafka_acls(self, *args: str) -> subprocess.CompletedProcess[str]:
         """``kafka-acls ARGS`` (Kafka's AclCommand from the fetched jars)."""
-        libs = Path(self.env.get("KAFKA_LIBS_DIR", str(Path(self.env.get("KAFKA_CACHE_DIR", REPO / ".cache"))
-                                                          / "kafka" / "libs")))
+        libs = Path(
+            self.env.get(
+                "KAFKA_LIBS_DIR", str(Path(self.env.get("KAFKA_CACHE_DIR", REPO / ".cache")) / "kafka" / "libs")
+            )
+        )
         return subprocess.run(
-            ["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-cp", f"{libs}/*", ACL_COMMAND,
-             *args],
-            check=False, capture_output=True, text=True, timeout=120,
+            ["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-cp", f"{libs}/*", ACL_COMMAND, *args],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )

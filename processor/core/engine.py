@@ -166,9 +166,7 @@ class Engine:
             try:
                 raw.decode("utf-8")
             except UnicodeDecodeError:
-                raise _RejectedEntryError(
-                    deadletters.INVALID_ENCODING, "entry is not UTF-8; raw is base64"
-                ) from None
+                raise _RejectedEntryError(deadletters.INVALID_ENCODING, "entry is not UTF-8; raw is base64") from None
         try:
             entry = JOURNAL_ENTRY.validate_json(raw)
         except ValidationError as error:
@@ -195,8 +193,12 @@ class Engine:
             body = entry.source
             ref = (entry.source_ref.source_type, entry.source_ref.source_id)
             body_digest = digest(
-                {"name": body.name, "materialization": body.materialization, "metadata": body.metadata,
-                 "content": body.content}
+                {
+                    "name": body.name,
+                    "materialization": body.materialization,
+                    "metadata": body.metadata,
+                    "content": body.content,
+                }
             )
             identity: object = ref
         elif isinstance(entry, ArtifactEntry):
@@ -328,7 +330,11 @@ class Engine:
         if stored.signature_key is not None:
             assert stored.repair_surface and stored.condition_key and stored.check_key
             head = FailureHead(
-                artifact_id, revision, stored.signature_key, stored.repair_surface, stored.condition_key,
+                artifact_id,
+                revision,
+                stored.signature_key,
+                stored.repair_surface,
+                stored.condition_key,
                 stored.check_key,
             )
         current = self.state.failure_heads(scope_id)

@@ -37,17 +37,23 @@ class EngineConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     review_threshold: int = Field(
-        RECURRENCE_REVIEW_STREAK_THRESHOLD, ge=1, le=1000,
+        RECURRENCE_REVIEW_STREAK_THRESHOLD,
+        ge=1,
+        le=1000,
         description="terminal recurrence streak that proposes a review (RECURRENCE_REVIEW_STREAK_THRESHOLD)",
         json_schema_extra=_setting("RECURRENCE_REVIEW_STREAK_THRESHOLD", "N"),
     )
     pattern_scopes: int = Field(
-        DEFAULT_PATTERN_SCOPES, ge=1, le=MAX_LISTED,
+        DEFAULT_PATTERN_SCOPES,
+        ge=1,
+        le=MAX_LISTED,
         description="suggest a cross-scope pattern when a signature recurs in this many scopes",
         json_schema_extra=_setting("RECURRENCE_PATTERN_SCOPES", "K"),
     )
     top_revisions: int = Field(
-        DEFAULT_TOP_REVISIONS, ge=0, le=10_000,
+        DEFAULT_TOP_REVISIONS,
+        ge=0,
+        le=10_000,
         description="revisions listed per scope in the statistics (top_revisions)",
         json_schema_extra=_setting("RECURRENCE_TOP_REVISIONS", "N"),
     )
@@ -122,7 +128,10 @@ def worker_field(name: str, suffix: str = "") -> Any:
     info = _info(name)
     low, high = bounds(name)
     return Field(
-        info.default, ge=low, le=high, validation_alias=_extra(name)["env"],
+        info.default,
+        ge=low,
+        le=high,
+        validation_alias=_extra(name)["env"],
         description=f"{info.description}{suffix}",
         json_schema_extra={"metavar": _extra(name).get("metavar"), "short": None, "cli": True},
     )

@@ -212,9 +212,7 @@ class OutcomeLedger:
                 if shadow is None:
                     # One copy per Outcome, not per verdict.
                     shadow = state.shadow_for_update(scope_id, meta.recurred + meta.avoided)
-                out.extend(
-                    self._apply_verdict(scope_id, meta, cand, group, shadow, avoided, outcome_ref, position)
-                )
+                out.extend(self._apply_verdict(scope_id, meta, cand, group, shadow, avoided, outcome_ref, position))
         return out, bool(failures)
 
     def _apply_verdict(

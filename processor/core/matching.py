@@ -29,6 +29,7 @@ from .state import ArtifactKey, FailureHeads, artifact_json, compact
 # Resolves a citation to "accepted in this scope at an earlier position".
 CitationResolver = Callable[[HandoffCitation], bool]
 
+
 @dataclass(frozen=True, slots=True)
 class Candidate:
     """A failure-bearing Experience revision in a frozen candidate set."""
@@ -81,8 +82,13 @@ def freeze(mode: str, candidates: Iterable[Candidate]) -> CandidateSet:
     for c in ordered:
         by_key[c.signature_key] = (*by_key.get(c.signature_key, ()), c)
     return CandidateSet(
-        mode, ordered, orjson.Fragment(compact(orjson.dumps(refs_json))), canonical,
-        digest_bytes(canonical), by_key, {},
+        mode,
+        ordered,
+        orjson.Fragment(compact(orjson.dumps(refs_json))),
+        canonical,
+        digest_bytes(canonical),
+        by_key,
+        {},
     )
 
 
@@ -129,7 +135,12 @@ class Item:
     __slots__ = ("_content", "_index", "_kind", "_outcome_ref", "_ref_json", "key", "status")
 
     def __init__(
-        self, outcome_ref: dict[str, str], kind: str, index: int, content: "TaskCheck | WorkClaim", key: str,
+        self,
+        outcome_ref: dict[str, str],
+        kind: str,
+        index: int,
+        content: "TaskCheck | WorkClaim",
+        key: str,
         status: str,
     ) -> None:
         self._outcome_ref = outcome_ref
@@ -219,9 +230,7 @@ def verified_checks(
     ]
 
 
-def verified_observations(
-    outcome: TaskOutcome, outcome_ref: dict[str, str], resolves: CitationResolver
-) -> list[Item]:
+def verified_observations(outcome: TaskOutcome, outcome_ref: dict[str, str], resolves: CitationResolver) -> list[Item]:
     return [
         Item(outcome_ref, "observation", i, claim, normalize(claim.text), "")
         for i, claim in enumerate(outcome.observations)

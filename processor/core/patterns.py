@@ -66,13 +66,25 @@ class Pattern:
             # beyond the list is possible only once the list is full; the flag is then read as both
             # (revisions are at least as many as scopes, so that list is full too).
             scopes, revisions, recurrences, suggested, more = fields
-            return cls(scopes, revisions, recurrences, suggested,
-                       more and len(scopes) >= MAX_LISTED, more and len(revisions) >= MAX_LISTED)
+            return cls(
+                scopes,
+                revisions,
+                recurrences,
+                suggested,
+                more and len(scopes) >= MAX_LISTED,
+                more and len(revisions) >= MAX_LISTED,
+            )
         return cls(*fields)
 
     def copy(self) -> "Pattern":
-        return Pattern(list(self.scopes), [list(r) for r in self.revisions], self.recurrences, self.suggested,
-                       self.more_scopes, self.more_revisions)
+        return Pattern(
+            list(self.scopes),
+            [list(r) for r in self.revisions],
+            self.recurrences,
+            self.suggested,
+            self.more_scopes,
+            self.more_revisions,
+        )
 
 
 def suggestion(signature_key: str, min_scopes: int) -> Emitted:
@@ -145,8 +157,10 @@ def listing(txn: Transaction, min_scopes: int, suggested_only: bool = True) -> l
             "scopes_more_than_listed": p.more_scopes,
             "revisions_more_than_listed": p.more_revisions,
             "scopes": p.scopes,
-            "revisions": [{"scope_id": r[0], "artifact_ref": {"family": r[1], "artifact_id": r[2], "revision": r[3]}}
-                          for r in p.revisions],
+            "revisions": [
+                {"scope_id": r[0], "artifact_ref": {"family": r[1], "artifact_id": r[2], "revision": r[3]}}
+                for r in p.revisions
+            ],
             "recurrences": p.recurrences,
             "suggested": p.suggested,
             "min_scopes": min_scopes,

@@ -54,6 +54,7 @@ DEFAULT_CAPACITY: Final = 100_000
 
 GroupKey = tuple[ArtifactKey, str]
 
+
 @dataclass
 class ScopeRows:
     """The rows of one scope a batch wrote that its statistics depend on."""
@@ -216,9 +217,7 @@ class StatisticsCache:
     def summaries(self) -> list[ScopeSummary]:
         return list(self._summaries.values())
 
-    def statistics(
-        self, state: State, partition: int, scope_id: str, rows: ScopeRows
-    ) -> dict[str, Any] | None:
+    def statistics(self, state: State, partition: int, scope_id: str, rows: ScopeRows) -> dict[str, Any] | None:
         """The scope's statistics after the batch in ``state`` (staged, not yet flushed), as JSON-ready
         data; None for a scope with no accepted entry."""
         meta = state.scope(scope_id)

@@ -89,9 +89,7 @@ class StoredSource(NamedTuple):
     linkable_handoff: ArtifactKey | None = None
 
     def encode(self) -> bytes:
-        return orjson.dumps(
-            [self.position, self.kind, self.digest, self.failure_evidence, self.linkable_handoff]
-        )
+        return orjson.dumps([self.position, self.kind, self.digest, self.failure_evidence, self.linkable_handoff])
 
     @classmethod
     def decode(cls, raw: bytes) -> "StoredSource":
@@ -170,8 +168,10 @@ class FailureHeads:
 
     def encode(self) -> bytes:
         return orjson.dumps(
-            [[h.artifact_id, h.revision, h.signature_key, h.repair_surface, h.condition_key, h.check_key]
-             for h in self.heads]
+            [
+                [h.artifact_id, h.revision, h.signature_key, h.repair_surface, h.condition_key, h.check_key]
+                for h in self.heads
+            ]
         )
 
     @classmethod
@@ -212,8 +212,16 @@ class Group:
 
     def encode(self) -> bytes:
         return orjson.dumps(
-            [self.selected, self.recurred, self.avoided, self.streak, self.streak_sources, self.unknown,
-             self.history, self.crossings]
+            [
+                self.selected,
+                self.recurred,
+                self.avoided,
+                self.streak,
+                self.streak_sources,
+                self.unknown,
+                self.history,
+                self.crossings,
+            ]
         )
 
     @classmethod
@@ -224,8 +232,14 @@ class Group:
         # The lists are shared, not copied: they are never changed in place (``verdict``, ``crossed``
         # and the ledger replace them), so the cached row they came from cannot see a later change.
         return Group(
-            self.selected, self.recurred, self.avoided, self.streak, self.streak_sources, self.unknown,
-            self.history, self.crossings,
+            self.selected,
+            self.recurred,
+            self.avoided,
+            self.streak,
+            self.streak_sources,
+            self.unknown,
+            self.history,
+            self.crossings,
         )
 
     def verdict(self, position: int, event: str) -> None:

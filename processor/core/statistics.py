@@ -69,11 +69,13 @@ def top_revisions(ranked: Iterable[RankKey], top: int) -> list[dict[str, Any]]:
     for negative_streak, family, artifact_id, revision, signature_key in ranked:
         if len(streaks) >= top:
             break
-        streaks.append({
-            "artifact_ref": {"family": family, "artifact_id": artifact_id, "revision": revision},
-            "signature_key": signature_key,
-            "terminal_recurred_streak": -negative_streak,
-        })
+        streaks.append(
+            {
+                "artifact_ref": {"family": family, "artifact_id": artifact_id, "revision": revision},
+                "signature_key": signature_key,
+                "terminal_recurred_streak": -negative_streak,
+            }
+        )
     return streaks
 
 
@@ -125,9 +127,11 @@ def scope_statistics(state: State, scope_id: str, review_threshold: int, top: in
         if is_recurring(group):
             ranked.append(rank(ref, signature_key, group.streak))
     ranked.sort()
-    return validated(statistics_document(
-        scope_id, meta, _unlinked_handoff_citations(state, scope_id), needing_review, top_revisions(ranked, top)
-    ))
+    return validated(
+        statistics_document(
+            scope_id, meta, _unlinked_handoff_citations(state, scope_id), needing_review, top_revisions(ranked, top)
+        )
+    )
 
 
 def validated(document: Mapping[str, Any]) -> ScopeStatistics:

@@ -78,8 +78,12 @@ def scope_counts(shadow: Shadow | None, k: int) -> dict[str, int]:
     needing = _at_least(shadow.streaks, k)
     ended = _at_least(shadow.peaks, k)
     proposals = shadow.eligible[k] if k < len(shadow.eligible) else 0
-    return {"review_proposals": proposals, "needing_review": needing, "flags": needing + ended,
-            "flags_then_avoided": ended}
+    return {
+        "review_proposals": proposals,
+        "needing_review": needing,
+        "flags": needing + ended,
+        "flags_then_avoided": ended,
+    }
 
 
 def complete(shadow: Shadow | None, recurred: int, avoided: int) -> bool:

@@ -82,7 +82,6 @@ class RunSummary(Tally):
             f"{self.describe()}{repeated}{patterns}"
         )
 
-
     def nothing_applied(self) -> str | None:
         """When every entry was dead-lettered (a binary file, the wrong file): what the run ends with, else None.
 
@@ -107,8 +106,13 @@ class Writer:
     """The ledger side of each batch: records in line order, and the main store's rows that go with them."""
 
     def __init__(
-        self, main: StateStore, ledger: "Ledger | DiscardedLedger", config: EngineConfig, summary: RunSummary,
-        ledger_key: bytes, journal_key: bytes,
+        self,
+        main: StateStore,
+        ledger: "Ledger | DiscardedLedger",
+        config: EngineConfig,
+        summary: RunSummary,
+        ledger_key: bytes,
+        journal_key: bytes,
     ) -> None:
         self.main, self.ledger, self.config, self.summary = main, ledger, config, summary
         self.ledger_key, self.journal_key = ledger_key, journal_key
@@ -243,7 +247,10 @@ class Run:
             return
         self._number += 1
         spec = BatchSpec(
-            self._number, self.epoch, (self._start.offset, self._start.line), (checkpoint.offset, checkpoint.line),
+            self._number,
+            self.epoch,
+            (self._start.offset, self._start.line),
+            (checkpoint.offset, checkpoint.line),
             catch_up,
         )
         self._start = checkpoint
@@ -287,4 +294,3 @@ class Run:
             shard.finish(self.committed)
         for shard in self.shards:
             shard.finished()
-

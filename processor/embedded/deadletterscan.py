@@ -52,8 +52,10 @@ class DeadLetterScan:
                 handle.seek(self.scanned)
                 self._read(handle, length - self.scanned, shape)
         except OSError as error:
-            raise UnusableError(f"cannot read the ledger {shown(ledger)}: {error.strerror or error}; serve --out "
-                                "names the ledger the state wrote") from None
+            raise UnusableError(
+                f"cannot read the ledger {shown(ledger)}: {error.strerror or error}; serve --out "
+                "names the ledger the state wrote"
+            ) from None
 
     def _read(self, handle: IO[bytes], budget: int, shape: Shape) -> None:
         tail = b""

@@ -68,6 +68,7 @@ def _split(root: Path, dry_run: bool, count: int, progress_stream: IO[str] | Non
     report = Report(SINGLE_STORE, dry_run)
     progress = Progress(estimated_rows(root), progress_stream, unit="rows")
     try:
+
         def update(rows: int) -> None:
             progress.update(rows, rows)
 

@@ -167,7 +167,10 @@ class _Start:
 
 
 def _resume(
-    main: StateStore, state: "StateDir | MemoryState", reader: JournalReader, summary: RunSummary,
+    main: StateStore,
+    state: "StateDir | MemoryState",
+    reader: JournalReader,
+    summary: RunSummary,
     existing: list[int],
 ) -> _Start:
     raw = main.get(JOURNAL_KEY)
@@ -184,7 +187,8 @@ def _resume(
         if lagging:
             log.warning(
                 "partitions behind the ledger after a crash: reading lines %d..%d again for them",
-                behind[1] + 1, checkpoint.line,
+                behind[1] + 1,
+                checkpoint.line,
             )
         log.info("resumed after line %d (%d bytes already applied)", checkpoint.line, checkpoint.offset)
         return _Start(epoch, checkpoint.line if lagging else 0, False)
@@ -252,8 +256,20 @@ def replay(
     try:
         # The journal is opened first: an unreadable one stops the run before the state is stamped.
         with JournalReader(journal) as reader, _main_store(location) as main:
-            completed = _replay(journal, location, out, config, batch_size, progress_stream, stop, partitions,
-                                reader, main, workers, summary)
+            completed = _replay(
+                journal,
+                location,
+                out,
+                config,
+                batch_size,
+                progress_stream,
+                stop,
+                partitions,
+                reader,
+                main,
+                workers,
+                summary,
+            )
     except Abandon as abandoned:
         for worker in workers:
             worker.abort()
@@ -276,10 +292,18 @@ def _main_store(state: "StateDir | MemoryState") -> Iterator[StateStore]:
 
 
 def _replay(
-    journal: str, state: "StateDir | MemoryState", out: Path | None, config: EngineConfig | None,
+    journal: str,
+    state: "StateDir | MemoryState",
+    out: Path | None,
+    config: EngineConfig | None,
     batch_size: int,
-    progress_stream: IO[str] | None, stop: StopSignals, partitions: int | None, reader: JournalReader,
-    main: StateStore, workers: "list[RemoteShard]", summary: RunSummary,
+    progress_stream: IO[str] | None,
+    stop: StopSignals,
+    partitions: int | None,
+    reader: JournalReader,
+    main: StateStore,
+    workers: "list[RemoteShard]",
+    summary: RunSummary,
 ) -> bool:
     config, ledger, summary.truncated_bytes, count = _open_ledger(main, out, config, journal, partitions)
     with closing(ledger):
@@ -310,8 +334,24 @@ def _replay(
             shards = [LocalShard()]
             owner = [0] * count
         try:
-            return _run(state, config, batch_size, progress_stream, stop, reader, lines, main, ledger, summary,
-                        start, router, shards, owned, owner, existing)
+            return _run(
+                state,
+                config,
+                batch_size,
+                progress_stream,
+                stop,
+                reader,
+                lines,
+                main,
+                ledger,
+                summary,
+                start,
+                router,
+                shards,
+                owned,
+                owner,
+                existing,
+            )
         except BaseException:
             for shard in shards:
                 shard.abort()
@@ -319,10 +359,22 @@ def _replay(
 
 
 def _run(
-    state: "StateDir | MemoryState", config: EngineConfig, batch_size: int, progress_stream: IO[str] | None,
-    stop: StopSignals, reader: JournalReader, lines: Iterator[tuple[int, bytes]], main: StateStore,
-    ledger: "Ledger | DiscardedLedger", summary: RunSummary, start: "_Start", router: Router,
-    shards: list[ShardClient], owned: list[list[int]], owner: list[int], existing: list[int],
+    state: "StateDir | MemoryState",
+    config: EngineConfig,
+    batch_size: int,
+    progress_stream: IO[str] | None,
+    stop: StopSignals,
+    reader: JournalReader,
+    lines: Iterator[tuple[int, bytes]],
+    main: StateStore,
+    ledger: "Ledger | DiscardedLedger",
+    summary: RunSummary,
+    start: "_Start",
+    router: Router,
+    shards: list[ShardClient],
+    owned: list[list[int]],
+    owner: list[int],
+    existing: list[int],
 ) -> bool:
     for shard, parts in zip(shards, owned, strict=True):
         shard.open(state, config, None if isinstance(shard, LocalShard) else parts, existing, start.sync_first)
@@ -334,8 +386,9 @@ def _run(
     def rows() -> dict[bytes, bytes | None]:
         return {EPOCH_KEY: epoch, WRITTEN_KEY: b"%d" % (time.time_ns() // 1_000_000)}
 
-    run = Run(reader, router, shards, owner, writer, summary, progress, batch_size, start.epoch,
-              start.catch_up_through, rows)
+    run = Run(
+        reader, router, shards, owner, writer, summary, progress, batch_size, start.epoch, start.catch_up_through, rows
+    )
     try:
         completed = run.run(lines, stop)
         run.finish()
@@ -351,5 +404,3 @@ def _run(
 
 #: Lines read (apart) to weigh partitions before they are given to worker processes.
 ASSIGN_WINDOW: Final = 5_000
-
-

@@ -222,8 +222,12 @@ class ShardClient(Protocol):
     """What the coordinator needs of a shard, wherever it runs."""
 
     def open(
-        self, state: "StateDir | MemoryState", config: EngineConfig, owned: Sequence[int] | None,
-        existing: Sequence[int], sync_first: bool,
+        self,
+        state: "StateDir | MemoryState",
+        config: EngineConfig,
+        owned: Sequence[int] | None,
+        existing: Sequence[int],
+        sync_first: bool,
     ) -> dict[int, Applied | None]: ...
 
     def submit(self, spec: BatchSpec, lines: Sequence[Line], committed: int | None) -> None: ...
@@ -247,8 +251,12 @@ class LocalShard:
         self._results: dict[int, Results] = {}
 
     def open(
-        self, state: "StateDir | MemoryState", config: EngineConfig, owned: Sequence[int] | None,
-        existing: Sequence[int], sync_first: bool,
+        self,
+        state: "StateDir | MemoryState",
+        config: EngineConfig,
+        owned: Sequence[int] | None,
+        existing: Sequence[int],
+        sync_first: bool,
     ) -> dict[int, Applied | None]:
         self.shard = Shard(state.opener(), existing, owned, config)
         return self.shard.open(sync_first)

@@ -201,7 +201,9 @@ def split(root: Path, count: int, progress: Progress) -> Split:
             for partition, row_key, value in _routed(store, count, result, progress):
                 writer.put(partition, row_key, value)
             main_rows: dict[bytes, bytes] = {
-                PARTITIONS_KEY: b"%d" % count, EPOCH_KEY: b"%d" % _EPOCH, STATE_FORMAT_KEY: b"%d" % STATE_FORMAT,
+                PARTITIONS_KEY: b"%d" % count,
+                EPOCH_KEY: b"%d" % _EPOCH,
+                STATE_FORMAT_KEY: b"%d" % STATE_FORMAT,
             }
             if checkpoint is not None:
                 # Every partition stands at the checkpoint: the next replay need not look at them.

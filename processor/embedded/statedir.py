@@ -59,8 +59,23 @@ MAX_PARTITIONS: Final = 256
 
 #: Main-store rows: the runner's own, written in ledger order by the one process that writes the ledger.
 MAIN_NAMESPACES: Final = frozenset(
-    {"format", "config", "partitions", "epoch", "clean", "written", "ledger", "journal", "ledger_path",
-     "journal_path", "rid", "dlc", "dl", "pat", "state_format"}
+    {
+        "format",
+        "config",
+        "partitions",
+        "epoch",
+        "clean",
+        "written",
+        "ledger",
+        "journal",
+        "ledger_path",
+        "journal_path",
+        "rid",
+        "dlc",
+        "dl",
+        "pat",
+        "state_format",
+    }
 )
 #: Where ``recurrence migrate`` builds a state's new stores before they are moved into place.
 MIGRATING: Final = ".migrating"
@@ -76,6 +91,7 @@ WRITTEN_KEY: Final = b'["written"]'
 CLEAN_KEY: Final = b'["clean"]'
 #: Partition-store row: [epoch, offset, line] -- every journal line of this partition up to there is applied.
 APPLIED_KEY: Final = b'["applied"]'
+
 
 @dataclass(frozen=True, slots=True)
 class Applied:
@@ -188,8 +204,9 @@ class PartitionStores:
         options.set_write_buffer_size(self.WRITE_BUFFER_BYTES)
         # Not durable (no fsync per batch): a partition the crash left behind the ledger is caught up from
         # the journal on the next run (runner.py); only the main store must never fall behind the ledger.
-        return RocksStore.open(partition_path(self.root, partition), read_only=self.read_only, durable=False,
-                               options=options)
+        return RocksStore.open(
+            partition_path(self.root, partition), read_only=self.read_only, durable=False, options=options
+        )
 
 
 def _namespace_and_scope(key: bytes) -> tuple[str, str | None]:

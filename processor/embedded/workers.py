@@ -244,8 +244,12 @@ class RemoteShard:
         return self._status
 
     def open(
-        self, state: "StateDir | MemoryState", config: EngineConfig, owned: Sequence[int] | None,
-        existing: Sequence[int], sync_first: bool,
+        self,
+        state: "StateDir | MemoryState",
+        config: EngineConfig,
+        owned: Sequence[int] | None,
+        existing: Sequence[int],
+        sync_first: bool,
     ) -> dict[int, Applied | None]:
         assert owned is not None and isinstance(state, StateDir), "worker processes need a state directory"
         self._send(("open", state.root, config, list(owned), list(existing), sync_first, self.share))
@@ -327,8 +331,9 @@ def fork_workers(count: int) -> list[RemoteShard]:
             os.close(to_read)
             os.close(from_write)
             ours += [to_write, from_read]
-            workers.append(RemoteShard(started, Connection(to_write, readable=False),
-                                       Connection(from_read, writable=False), index))
+            workers.append(
+                RemoteShard(started, Connection(to_write, readable=False), Connection(from_read, writable=False), index)
+            )
     except BaseException:
         for worker in workers:
             worker.abort()

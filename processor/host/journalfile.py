@@ -51,7 +51,11 @@ class Progress:
     """
 
     def __init__(
-        self, total_bytes: int | None, stream: IO[str] | None = None, start_bytes: int = 0, processes: int = 1,
+        self,
+        total_bytes: int | None,
+        stream: IO[str] | None = None,
+        start_bytes: int = 0,
+        processes: int = 1,
         unit: str = "entries",
     ) -> None:
         """``total_bytes``: what ``done_bytes`` counts up to (``recurrence migrate`` counts rows, in ``unit``)."""

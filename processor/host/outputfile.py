@@ -54,7 +54,7 @@ class WatchedFile:
         self._pending.clear()
         view = memoryview(data)
         while view:
-            view = view[os.write(self._fd, view):]
+            view = view[os.write(self._fd, view) :]
         self._written += len(data)
 
     def check(self) -> None:
@@ -64,12 +64,15 @@ class WatchedFile:
         except FileNotFoundError:
             raise OutputChangedError(f"--out {where} was removed while ledger-dump wrote to it; stopped") from None
         if (named.st_dev, named.st_ino) != self._identity:
-            raise OutputChangedError(f"--out {where} was replaced by another file while ledger-dump wrote to it; "
-                                     "stopped")
+            raise OutputChangedError(
+                f"--out {where} was replaced by another file while ledger-dump wrote to it; stopped"
+            )
         size = os.fstat(self._fd).st_size
         if size < self._written:
-            raise OutputChangedError(f"--out {where} was truncated to {size:,} bytes while ledger-dump had written "
-                                     f"{self._written:,}; stopped (run again with --force to start it over)")
+            raise OutputChangedError(
+                f"--out {where} was truncated to {size:,} bytes while ledger-dump had written "
+                f"{self._written:,}; stopped (run again with --force to start it over)"
+            )
 
     def close(self) -> None:
         os.close(self._fd)
@@ -82,8 +85,9 @@ def _open(path: Path, force: bool, append: bool) -> int:
     try:
         fd = os.open(path, flags, 0o644)
     except FileExistsError:
-        raise SettingsError(f"--out {shown(path)} exists; pass --force to overwrite it, or choose another path") \
-            from None
+        raise SettingsError(
+            f"--out {shown(path)} exists; pass --force to overwrite it, or choose another path"
+        ) from None
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)

@@ -109,8 +109,12 @@ class RocksStore:
         RocksStore.opened_in_process = True
         scratch = Path(tempfile.mkdtemp(prefix="recurrence-follow-"))
         try:
-            db = Rdict(str(path), options=options, column_families={"default": options},
-                       access_type=AccessType.secondary(str(scratch)))
+            db = Rdict(
+                str(path),
+                options=options,
+                column_families={"default": options},
+                access_type=AccessType.secondary(str(scratch)),
+            )
         except Exception as error:  # rocksdict raises plain Exception subclasses
             shutil.rmtree(scratch, ignore_errors=True)
             raise StateDirError(f"cannot open state directory {path}: {error}") from error

@@ -69,8 +69,12 @@ class Acl:
 
     def as_json(self) -> dict[str, str]:
         return {
-            "principal": self.principal, "host": self.host, "resource_type": self.resource_type,
-            "resource_name": self.resource_name, "pattern_type": self.pattern_type, "operation": self.operation,
+            "principal": self.principal,
+            "host": self.host,
+            "resource_type": self.resource_type,
+            "resource_name": self.resource_name,
+            "pattern_type": self.pattern_type,
+            "operation": self.operation,
             "permission": self.permission,
         }
 
@@ -142,8 +146,16 @@ def as_commands(acls: Sequence[Acl], settings: StreamSettings, role: Role, comma
         f"# Run as a super user; {command_config} holds its client settings (security.protocol, sasl.*, "
         "ssl.truststore.*).",
     ]
-    base = ["kafka-acls", "--bootstrap-server", settings.kafka.bootstrap_servers, "--command-config", command_config,
-            "--add", "--allow-principal", principal]
+    base = [
+        "kafka-acls",
+        "--bootstrap-server",
+        settings.kafka.bootstrap_servers,
+        "--command-config",
+        command_config,
+        "--add",
+        "--allow-principal",
+        principal,
+    ]
     flags = {TOPIC: "--topic", GROUP: "--group", TRANSACTIONAL_ID: "--transactional-id"}
     for (kind, name, pattern), operations in grouped(acls):
         words = [*base]
@@ -209,8 +221,14 @@ def _yaml_string(value: str) -> str:
     return orjson.dumps(value).decode()
 
 
-def render(settings: StreamSettings, role: Role, principal: str, form: str, command_config: str = "admin.properties",
-           cluster: str = "") -> bytes:
+def render(
+    settings: StreamSettings,
+    role: Role,
+    principal: str,
+    form: str,
+    command_config: str = "admin.properties",
+    cluster: str = "",
+) -> bytes:
     """The set in one of the three forms: ``text`` (kafka-acls commands), ``json``, ``strimzi``."""
     acls = acl_set(settings, role, principal)
     if form == "json":

@@ -149,8 +149,9 @@ def _cmd_ledger_dump(args: argparse.Namespace) -> int:
         inputs = [settings.topics.journal, *([settings.topics.recurred] if settings.topics.patterns in topics else [])]
         progress = asyncio.run(wait_caught_up(settings.kafka, inputs, settings.group_id, args.max_wait))
         entries = sum(p.end for p in progress.partitions)
-        print(f"recurrence ledger-dump: group {progress.group} caught up ({entries:,} journal entries)",
-              file=sys.stderr)
+        print(
+            f"recurrence ledger-dump: group {progress.group} caught up ({entries:,} journal entries)", file=sys.stderr
+        )
     reader = OutputReader(settings.kafka, topics, dedupe=not args.no_dedupe, start=start, partition=args.partition)
     with output(args.out, args.force, follow=args.follow) as out:
         if args.follow:
@@ -242,9 +243,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 
 
 def _common(p: argparse.ArgumentParser, layout: tuple[str, ...] | None = NAMING) -> None:
-    p.add_argument(
-        "-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="debug logging on stderr"
-    )
+    p.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="debug logging on stderr")
     add_config_argument(p)
     add_model_arguments(p, KafkaConnection, "Kafka connection")
     add_model_arguments(p, TopicLayout, "topics", only=layout)
@@ -285,31 +284,46 @@ def register(commands: Any) -> None:
     )
     g.add_argument("--no-dedupe", action="store_true", help="write every raw record, duplicates included")
     g.add_argument(
-        "--offset", "-o", default="beginning", metavar="beginning|end|N|-N",
+        "--offset",
+        "-o",
+        default="beginning",
+        metavar="beginning|end|N|-N",
         help="where each partition is read from, as kcat -o: beginning (default), end (with --follow: only new "
         "records), an offset N, or -N for the last N records of each partition",
     )
     g.add_argument(
-        "--partition", "-p", type=non_negative_int, metavar="N",
+        "--partition",
+        "-p",
+        type=non_negative_int,
+        metavar="N",
         help="read only partition N of each chosen topic (default all)",
     )
     g.add_argument(
-        "--format", "-F", default=DEFAULT_FORMAT, metavar="FORMAT",
+        "--format",
+        "-F",
+        default=DEFAULT_FORMAT,
+        metavar="FORMAT",
         help="how each record is written, as kcat -f: %%s record, %%S its length, %%k key, %%K key length, "
         "%%t topic, %%p partition, %%o offset, %%T timestamp (ms), %%h headers, %%%% and \\n \\t \\r \\\\ "
         "(default %(default)s: the embedded ledger's bytes)",
     )
     g.add_argument(
-        "--follow", "-f", action="store_true",
+        "--follow",
+        "-f",
+        action="store_true",
         help="after the existing records, keep writing new distinct ones as they arrive until Ctrl-C (exit 0)",
     )
     g.add_argument(
-        "--until-caught-up", action="store_true",
+        "--until-caught-up",
+        action="store_true",
         help="first wait until the worker group's committed journal offsets reach the journal's end offsets "
         "(with --kinds patterns, then the repartition topic's too)",
     )
     g.add_argument(
-        "--max-wait", type=float, default=DEFAULT_MAX_WAIT, metavar="SECONDS",
+        "--max-wait",
+        type=float,
+        default=DEFAULT_MAX_WAIT,
+        metavar="SECONDS",
         help="--until-caught-up gives up after this long with exit 2 (default %(default)g)",
     )
     p.set_defaults(func=_cmd_ledger_dump)
@@ -329,17 +343,30 @@ def register(commands: Any) -> None:
     add_model_arguments(p, WorkerOptions, "worker", only=("processing_guarantee", "create_topics"))
     g = p.add_argument_group("acls")
     g.add_argument("--principal", required=True, metavar="User:NAME", help="who gets the ACLs (User:NAME)")
-    g.add_argument("--role", required=True, choices=ROLES,
-                   help="worker: recurrence worker; publish: recurrence publish; read: ledger-dump, "
-                   "statistics-dump, status")
+    g.add_argument(
+        "--role",
+        required=True,
+        choices=ROLES,
+        help="worker: recurrence worker; publish: recurrence publish; read: ledger-dump, statistics-dump, status",
+    )
     form = g.add_mutually_exclusive_group()
-    form.add_argument("--json", action="store_true",
-                      help="a JSON list of ACLs in Kafka's names (principal, host, resource_type, resource_name, "
-                      "pattern_type, operation, permission) instead of kafka-acls commands")
-    form.add_argument("--strimzi", metavar="CLUSTER",
-                      help="a Strimzi KafkaUser (SCRAM-SHA-512) for the Kafka cluster resource CLUSTER instead")
-    g.add_argument("--command-config", default="admin.properties", metavar="PATH",
-                   help="the super user's client properties file the kafka-acls commands name (default %(default)s)")
+    form.add_argument(
+        "--json",
+        action="store_true",
+        help="a JSON list of ACLs in Kafka's names (principal, host, resource_type, resource_name, "
+        "pattern_type, operation, permission) instead of kafka-acls commands",
+    )
+    form.add_argument(
+        "--strimzi",
+        metavar="CLUSTER",
+        help="a Strimzi KafkaUser (SCRAM-SHA-512) for the Kafka cluster resource CLUSTER instead",
+    )
+    g.add_argument(
+        "--command-config",
+        default="admin.properties",
+        metavar="PATH",
+        help="the super user's client properties file the kafka-acls commands name (default %(default)s)",
+    )
     p.set_defaults(func=_cmd_acls)
 
     p = commands.add_parser(

@@ -102,7 +102,7 @@ def add_config_argument(parser: argparse.ArgumentParser) -> None:
 
 def _flags(args: argparse.Namespace, model: type[SettingsModel]) -> dict[str, Any]:
     prefix = f"{model.section}{_SEP}"
-    return {key[len(prefix):]: value for key, value in vars(args).items() if key.startswith(prefix)}
+    return {key[len(prefix) :]: value for key, value in vars(args).items() if key.startswith(prefix)}
 
 
 def _describe(model: type[SettingsModel], error: ValidationError, source: str) -> str:

@@ -118,18 +118,22 @@ class KafkaConnection(SettingsModel):
     model_config = SettingsConfigDict(env_prefix="KAFKA_")
 
     bootstrap_servers: str = Field(
-        DEFAULT_BOOTSTRAP, min_length=1, description="brokers, host:port[,host:port]",
+        DEFAULT_BOOTSTRAP,
+        min_length=1,
+        description="brokers, host:port[,host:port]",
         json_schema_extra=flag(metavar="HOST:PORT"),
     )
     security_protocol: SecurityProtocol = Field("PLAINTEXT", description="how to talk to the brokers")
     sasl_mechanism: SaslMechanism = Field("PLAIN", description="SASL mechanism for SASL_PLAINTEXT/SASL_SSL")
     sasl_username: str | None = Field(None, description="SASL username", json_schema_extra=flag(metavar="NAME"))
     sasl_password: SecretStr | None = Field(
-        None, description="SASL password (environment or config file only: a flag would show in ps)",
+        None,
+        description="SASL password (environment or config file only: a flag would show in ps)",
         json_schema_extra=flag(cli=False),
     )
     sasl_password_file: Path | None = Field(
-        None, description="file holding the SASL password (instead of KAFKA_SASL_PASSWORD)",
+        None,
+        description="file holding the SASL password (instead of KAFKA_SASL_PASSWORD)",
         json_schema_extra=flag(metavar="PATH"),
     )
     ssl_cafile: Path | None = Field(
@@ -142,7 +146,10 @@ class KafkaConnection(SettingsModel):
         None, description="client key for mutual TLS", json_schema_extra=flag(metavar="PATH")
     )
     timeout: float = Field(
-        5.0, gt=0, le=600, validation_alias="RECURRENCE_TIMEOUT",
+        5.0,
+        gt=0,
+        le=600,
+        validation_alias="RECURRENCE_TIMEOUT",
         description="seconds a command (topics, publish, ledger-dump, status) waits for the broker before giving up",
         json_schema_extra=flag(metavar="SECONDS"),
     )
@@ -178,8 +185,11 @@ class KafkaConnection(SettingsModel):
     def ssl_context(self) -> ssl.SSLContext | None:
         if not self.uses_ssl:
             return None
-        for path, what in ((self.ssl_cafile, "--ssl-cafile"), (self.ssl_certfile, "--ssl-certfile"),
-                           (self.ssl_keyfile, "--ssl-keyfile")):
+        for path, what in (
+            (self.ssl_cafile, "--ssl-cafile"),
+            (self.ssl_certfile, "--ssl-certfile"),
+            (self.ssl_keyfile, "--ssl-keyfile"),
+        ):
             if path is not None:
                 check_regular(path, what)  # OpenSSL would read a FIFO or /dev/zero until it gives up
         context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=self.ssl_cafile)
@@ -208,26 +218,37 @@ class TopicLayout(SettingsModel):
     model_config = SettingsConfigDict(env_prefix="RECURRENCE_")
 
     topic_prefix: str = Field(
-        DEFAULT_PREFIX, min_length=1, pattern=r"^[A-Za-z0-9._-]+$",
+        DEFAULT_PREFIX,
+        min_length=1,
+        pattern=r"^[A-Za-z0-9._-]+$",
         description="topics are <prefix>.journal/.ledger/.review/.dead-letters",
         json_schema_extra=flag(metavar="PREFIX"),
     )
     journal_topic: str | None = Field(
-        None, pattern=r"^[A-Za-z0-9._-]+$", description="journal topic (default <prefix>.journal)",
+        None,
+        pattern=r"^[A-Za-z0-9._-]+$",
+        description="journal topic (default <prefix>.journal)",
         json_schema_extra=flag(metavar="TOPIC"),
     )
     app_id: str | None = Field(
-        None, pattern=r"^[A-Za-z0-9._-]+$", description="consumer group id and changelog prefix (default the prefix)",
+        None,
+        pattern=r"^[A-Za-z0-9._-]+$",
+        description="consumer group id and changelog prefix (default the prefix)",
         json_schema_extra=flag(metavar="ID"),
     )
     partitions: int = Field(
-        DEFAULT_PARTITIONS, ge=1, le=10_000, description="partitions of every topic (fixed once created)",
+        DEFAULT_PARTITIONS,
+        ge=1,
+        le=10_000,
+        description="partitions of every topic (fixed once created)",
         json_schema_extra=flag(metavar="N"),
     )
-    replication: int = Field(1, ge=1, le=100, description="replication factor of every topic",
-                             json_schema_extra=flag(metavar="N"))
-    min_insync: int = Field(1, ge=1, le=100, description="min.insync.replicas of every topic",
-                            json_schema_extra=flag(metavar="N"))
+    replication: int = Field(
+        1, ge=1, le=100, description="replication factor of every topic", json_schema_extra=flag(metavar="N")
+    )
+    min_insync: int = Field(
+        1, ge=1, le=100, description="min.insync.replicas of every topic", json_schema_extra=flag(metavar="N")
+    )
 
     @model_validator(mode="after")
     def _insync_within_replicas(self) -> "TopicLayout":
@@ -251,32 +272,42 @@ class WorkerOptions(SettingsModel):
         description="local state directory, one per worker process (locked: a second worker on it exits 2)",
         json_schema_extra=flag(metavar="PATH"),
     )
-    web_host: str = Field("127.0.0.1", min_length=1, description="web bind address",
-                          json_schema_extra=flag(metavar="HOST"))
-    web_port: Port = Field(DEFAULT_WEB_PORT, description="web port (statistics, probes, metrics)",
-                           json_schema_extra=flag(metavar="PORT"))
+    web_host: str = Field(
+        "127.0.0.1", min_length=1, description="web bind address", json_schema_extra=flag(metavar="HOST")
+    )
+    web_port: Port = Field(
+        DEFAULT_WEB_PORT, description="web port (statistics, probes, metrics)", json_schema_extra=flag(metavar="PORT")
+    )
     web_advertise: str | None = Field(
-        None, description="host other workers forward statistics requests to (default the bind address, or the "
-        "hostname when binding 0.0.0.0)", json_schema_extra=flag(metavar="HOST"),
+        None,
+        description="host other workers forward statistics requests to (default the bind address, or the "
+        "hostname when binding 0.0.0.0)",
+        json_schema_extra=flag(metavar="HOST"),
     )
     # The web port's bearer token (websecurity): every path but the probes and the page's shell asks for it.
     # Every worker of a group has the same one (they forward requests to each other with it).
     http_token: SecretStr | None = Field(
-        None, description="bearer token the web port asks for (environment or config file only: a flag would show "
-        "in ps)", json_schema_extra=flag(cli=False),
+        None,
+        description="bearer token the web port asks for (environment or config file only: a flag would show in ps)",
+        json_schema_extra=flag(cli=False),
     )
     http_token_file: Path | None = Field(
-        None, description="file holding the web port's bearer token (instead of RECURRENCE_HTTP_TOKEN; a mounted "
-        "Kubernetes Secret)", json_schema_extra=flag(metavar="PATH"),
+        None,
+        description="file holding the web port's bearer token (instead of RECURRENCE_HTTP_TOKEN; a mounted "
+        "Kubernetes Secret)",
+        json_schema_extra=flag(metavar="PATH"),
     )
-    standby_replicas: int = Field(1, ge=0, le=10, description="standby copies of each partition's state",
-                                  json_schema_extra=flag(metavar="N"))
+    standby_replicas: int = Field(
+        1, ge=0, le=10, description="standby copies of each partition's state", json_schema_extra=flag(metavar="N")
+    )
     processing_guarantee: Guarantee = Field("at_least_once", description="delivery guarantee (see docs/kafka.md)")
     # Declared once with the embedded runner's flags (engineconfig): same bounds, help and variables.
     review_threshold: int = worker_field("review_threshold", "; fixed per app id")
     pattern_scopes: int = worker_field("pattern_scopes", "; fixed per app id")
     batch_max: int | None = Field(
-        None, ge=1, le=100_000,
+        None,
+        ge=1,
+        le=100_000,
         description=f"journal entries per durable batch (default {BATCH_MAX_AT_LEAST_ONCE} at_least_once, "
         f"{BATCH_MAX_EXACTLY_ONCE} exactly_once)",
         json_schema_extra=flag(metavar="N"),
@@ -284,40 +315,68 @@ class WorkerOptions(SettingsModel):
     # Like a consumer's fetch.min.bytes and fetch.max.wait.ms: only a batch below --batch-min waits
     # (at most --batch-within) for more. Under load a batch holds what arrived while the previous
     # one ran, and waiting would only lengthen every cycle, and with it the latency.
-    batch_min: int = Field(100, ge=1, le=100_000, description="entries below which a batch waits for more",
-                           json_schema_extra=flag(metavar="N"))
-    batch_within: float = Field(0.02, gt=0, le=10,
-                                description="seconds a batch below --batch-min waits for more entries",
-                                json_schema_extra=flag(metavar="SECONDS"))
+    batch_min: int = Field(
+        100,
+        ge=1,
+        le=100_000,
+        description="entries below which a batch waits for more",
+        json_schema_extra=flag(metavar="N"),
+    )
+    batch_within: float = Field(
+        0.02,
+        gt=0,
+        le=10,
+        description="seconds a batch below --batch-min waits for more entries",
+        json_schema_extra=flag(metavar="SECONDS"),
+    )
     # A batch's change set larger than this goes to the changelog as several records (changeset.py):
     # keep it below the changelog topics' max.message.bytes (the broker's default is 1 MiB).
     changelog_record_bytes: int = Field(
-        CHANGELOG_RECORD_BYTES, ge=256, le=1_000_000,
+        CHANGELOG_RECORD_BYTES,
+        ge=256,
+        le=1_000_000,
         description="largest changelog record; a larger change set is split across several",
         json_schema_extra=flag(metavar="BYTES"),
     )
     # Group membership: a dead worker's partitions move after the session timeout; with a
     # stable instance id (static membership) a restarted worker takes them back at once.
-    session_timeout: float = Field(10.0, ge=1, le=1800, description="seconds before a silent worker's partitions move",
-                                   json_schema_extra=flag(metavar="SECONDS"))
+    session_timeout: float = Field(
+        10.0,
+        ge=1,
+        le=1800,
+        description="seconds before a silent worker's partitions move",
+        json_schema_extra=flag(metavar="SECONDS"),
+    )
     instance_id: str | None = Field(
-        None, min_length=1, description="stable id of this worker process (static membership: a restart takes its "
-        "partitions back without a rebalance); unique per worker", json_schema_extra=flag(metavar="ID"),
+        None,
+        min_length=1,
+        description="stable id of this worker process (static membership: a restart takes its "
+        "partitions back without a rebalance); unique per worker",
+        json_schema_extra=flag(metavar="ID"),
     )
     ready_max_lag: int = Field(
-        1000, ge=0, description="/readyz: most journal entries a ready worker may be behind on any partition",
+        1000,
+        ge=0,
+        description="/readyz: most journal entries a ready worker may be behind on any partition",
         json_schema_extra=flag(metavar="N"),
     )
     create_topics: bool = Field(False, description="create missing topics before starting (never alters any)")
     # Snapshots (docs/worker.md): a partition with no local state loads the latest one and replays
     # only the changelog after it. Both 0: none are shipped (a worker still loads existing ones).
     snapshot_interval: float = Field(
-        300.0, ge=0, le=86_400, description="ship a snapshot of each owned partition whose state changed at most "
-        "this many seconds after the last one (0: not by time)", json_schema_extra=flag(metavar="SECONDS"),
+        300.0,
+        ge=0,
+        le=86_400,
+        description="ship a snapshot of each owned partition whose state changed at most "
+        "this many seconds after the last one (0: not by time)",
+        json_schema_extra=flag(metavar="SECONDS"),
     )
     snapshot_batches: int = Field(
-        1000, ge=0, description="also ship one once a partition has this many change sets (batches) past the last "
-        "(0: not by count)", json_schema_extra=flag(metavar="N"),
+        1000,
+        ge=0,
+        description="also ship one once a partition has this many change sets (batches) past the last "
+        "(0: not by count)",
+        json_schema_extra=flag(metavar="N"),
     )
     loglevel: Literal["debug", "info", "warning", "error"] = Field(
         "info", description="worker log level", json_schema_extra=flag(short="-l")

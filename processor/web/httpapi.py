@@ -35,6 +35,7 @@ UI_FILES: Final = {
     "app.css": "text/css; charset=utf-8",
 }
 
+
 def parse_top(query: Mapping[str, str]) -> int:
     raw = query.get("top")
     if raw is None or raw == "":
@@ -120,9 +121,14 @@ def listed_dead_letter(record: Mapping[str, Any]) -> dict[str, Any]:
     """A dead-letter record as the listing shows it: everything but the raw entry past ``RAW_SHOWN``."""
     raw = str(record.get("raw", ""))
     return {
-        "dead_letter_id": record["dead_letter_id"], "origin": record.get("origin") or {},
-        "scope_id": record.get("scope_id"), "position": record.get("position"), "error": record["error"],
-        "detail": record.get("detail", ""), "raw": raw[:RAW_SHOWN], "raw_cut": len(raw) > RAW_SHOWN,
+        "dead_letter_id": record["dead_letter_id"],
+        "origin": record.get("origin") or {},
+        "scope_id": record.get("scope_id"),
+        "position": record.get("position"),
+        "error": record["error"],
+        "detail": record.get("detail", ""),
+        "raw": raw[:RAW_SHOWN],
+        "raw_cut": len(raw) > RAW_SHOWN,
     }
 
 

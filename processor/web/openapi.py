@@ -30,8 +30,15 @@ from ..core.whatif import MAX_THRESHOLD, MAX_THRESHOLDS
 from .httpapi import DEFAULT_LISTED, MAX_LISTED, MAX_TOP, UI_FILES, Server
 
 MODELS: Final[tuple[type[BaseModel], ...]] = (
-    ScopeStatistics, Explanation, DeadLetterCounts, DeadLetterListing, PatternSuggestions, ThresholdWhatIf, ProbeBody,
-    ErrorBody, Progress,
+    ScopeStatistics,
+    Explanation,
+    DeadLetterCounts,
+    DeadLetterListing,
+    PatternSuggestions,
+    ThresholdWhatIf,
+    ProbeBody,
+    ErrorBody,
+    Progress,
 )
 _REF: Final = "#/components/schemas/{model}"
 
@@ -53,7 +60,9 @@ def _text(description: str, media: str = "text/plain") -> dict[str, Any]:
 
 
 TOP: Final = {
-    "name": "top", "in": "query", "required": False,
+    "name": "top",
+    "in": "query",
+    "required": False,
     "description": f"bound on top_revisions (default {DEFAULT_TOP_REVISIONS})",
     "schema": {"type": "integer", "minimum": 0, "maximum": MAX_TOP},
 }
@@ -62,9 +71,11 @@ TOP: Final = {
 _THRESHOLD: Final = f"({MAX_THRESHOLD}|[1-9][0-9]?)"
 assert MAX_THRESHOLD == 100 and MAX_THRESHOLDS == 100, "the pattern below spells both limits"
 THRESHOLDS: Final = {
-    "name": "thresholds", "in": "query", "required": False,
+    "name": "thresholds",
+    "in": "query",
+    "required": False,
     "description": f"review thresholds to compare, comma-separated, 1..{MAX_THRESHOLD}, at most {MAX_THRESHOLDS}, "
-                   "one row each in this order (default: 1..10 and two past the state's own threshold)",
+    "one row each in this order (default: 1..10 and two past the state's own threshold)",
     "schema": {"type": "string", "pattern": f"^{_THRESHOLD}(,{_THRESHOLD}){{0,{MAX_THRESHOLDS - 1}}}$"},
 }
 
@@ -84,54 +95,93 @@ def document(server: Server, routes: Sequence[tuple[str, bool]], token: bool = F
     every operation but the public ones requires the bearer scheme and may answer 401."""
     worker = server == "worker"
     _, defs = models_json_schema([(m, "serialization") for m in MODELS], ref_template=_REF)
-    unavailable = {"503": _error("a partition has no ready owner here (rebalancing, restoring); retry")} \
-        if worker else {}
+    unavailable = (
+        {"503": _error("a partition has no ready owner here (rebalancing, restoring); retry")} if worker else {}
+    )
     probe = {"200": _json(_ref(ProbeBody), "ok"), "503": _json(_ref(ProbeBody), "not ok, with the reasons")}
     # a worker's fan-out parameter (its own call to the other owners)
-    local = [{
-        "name": "local", "in": "query", "required": False,
-        "description": "1: only this worker's partitions (the fan-out's own call)",
-        "schema": {"type": "string", "enum": ["0", "1"]},
-    }] if worker else []
+    local = (
+        [
+            {
+                "name": "local",
+                "in": "query",
+                "required": False,
+                "description": "1: only this worker's partitions (the fan-out's own call)",
+                "schema": {"type": "string", "enum": ["0", "1"]},
+            }
+        ]
+        if worker
+        else []
+    )
     statistics_params = [TOP, *local]
     scope_path = {
-        "name": "scope_id", "in": "path", "required": True,
+        "name": "scope_id",
+        "in": "path",
+        "required": True,
         "schema": {"type": "string", "minLength": 1, "maxLength": MAX_SCOPE_ID_LENGTH, "pattern": "^[^/]+$"},
     }
     explain_params = [
-        {"name": "id", "in": "path", "required": True,
-         "description": "an observation_id, match_digest or dead_letter_id, or family/artifact_id@revision",
-         "schema": {"type": "string", "minLength": 1}},
-        {"name": "scope", "in": "query", "required": False,
-         "description": "only this scope (a worker asks the scope's partition owner directly)",
-         "schema": {"type": "string", "minLength": 1, "maxLength": MAX_SCOPE_ID_LENGTH}},
-        {"name": "format", "in": "query", "required": False,
-         "description": "json or text (default: text, or JSON when Accept asks for it)",
-         "schema": {"type": "string", "enum": ["json", "text"]}},
+        {
+            "name": "id",
+            "in": "path",
+            "required": True,
+            "description": "an observation_id, match_digest or dead_letter_id, or family/artifact_id@revision",
+            "schema": {"type": "string", "minLength": 1},
+        },
+        {
+            "name": "scope",
+            "in": "query",
+            "required": False,
+            "description": "only this scope (a worker asks the scope's partition owner directly)",
+            "schema": {"type": "string", "minLength": 1, "maxLength": MAX_SCOPE_ID_LENGTH},
+        },
+        {
+            "name": "format",
+            "in": "query",
+            "required": False,
+            "description": "json or text (default: text, or JSON when Accept asks for it)",
+            "schema": {"type": "string", "enum": ["json", "text"]},
+        },
     ]
     operations: dict[str, Any] = {
         "/": {"get": {"summary": "the page (a redirect to /ui)", "responses": {"302": {"description": "to /ui"}}}},
         "/statistics": _get(
             "RecurrenceStatistics of every scope, ordered by scope_id",
-            {"200": _json({"type": "array", "items": _ref(ScopeStatistics)}, "every scope"),
-             "400": _error("bad parameter"), **unavailable},
+            {
+                "200": _json({"type": "array", "items": _ref(ScopeStatistics)}, "every scope"),
+                "400": _error("bad parameter"),
+                **unavailable,
+            },
             statistics_params,
         ),
         "/scopes/{scope_id}/statistics": _get(
             "RecurrenceStatistics of one scope",
-            {"200": _json(_ref(ScopeStatistics), "the scope"), "400": _error("bad parameter"),
-             "404": _error("no accepted entry for this scope"), **unavailable},
+            {
+                "200": _json(_ref(ScopeStatistics), "the scope"),
+                "400": _error("bad parameter"),
+                "404": _error("no accepted entry for this scope"),
+                **unavailable,
+            },
             [scope_path, TOP],
         ),
         "/explain/{id}": _get(
             "why was this counted? the evidence chain of a record, or a revision's yield card",
-            {"200": {"description": "the explanation", "content": {
-                "application/json": {"schema": _ref(Explanation)},
-                "text/plain": {"schema": {"type": "string"}}}},
-             "400": _error("bad parameter"), "404": _error("no such record or revision"),
-             "409": _error("what the state indexed is not what the ledger, topic or journal holds (replaced, "
-                           "edited, cut): the state's files must be restored or the state rebuilt"),
-             **unavailable},
+            {
+                "200": {
+                    "description": "the explanation",
+                    "content": {
+                        "application/json": {"schema": _ref(Explanation)},
+                        "text/plain": {"schema": {"type": "string"}},
+                    },
+                },
+                "400": _error("bad parameter"),
+                "404": _error("no such record or revision"),
+                "409": _error(
+                    "what the state indexed is not what the ledger, topic or journal holds (replaced, "
+                    "edited, cut): the state's files must be restored or the state rebuilt"
+                ),
+                **unavailable,
+            },
             explain_params,
         ),
         "/dead-letters": _get(
@@ -141,14 +191,29 @@ def document(server: Server, routes: Sequence[tuple[str, bool]], token: bool = F
         "/dead-letters/{code}": _get(
             "the dead letters of one code in journal order (the raw entry cut to 2,000 characters): "
             "`/explain/{dead_letter_id}` opens one",
-            {"200": _json(_ref(DeadLetterListing), "the first `limit`, and how many more"),
-             "400": _error("bad parameter"), "404": _error("no such code"),
-             "409": _error("the ledger or the topic holding the dead letters cannot be read"), **unavailable},
-            [{"name": "code", "in": "path", "required": True, "description": "a stable dead-letter code",
-              "schema": {"type": "string", "minLength": 1}},
-             {"name": "limit", "in": "query", "required": False,
-              "description": f"at most this many (default {DEFAULT_LISTED})",
-              "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LISTED}}],
+            {
+                "200": _json(_ref(DeadLetterListing), "the first `limit`, and how many more"),
+                "400": _error("bad parameter"),
+                "404": _error("no such code"),
+                "409": _error("the ledger or the topic holding the dead letters cannot be read"),
+                **unavailable,
+            },
+            [
+                {
+                    "name": "code",
+                    "in": "path",
+                    "required": True,
+                    "description": "a stable dead-letter code",
+                    "schema": {"type": "string", "minLength": 1},
+                },
+                {
+                    "name": "limit",
+                    "in": "query",
+                    "required": False,
+                    "description": f"at most this many (default {DEFAULT_LISTED})",
+                    "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LISTED},
+                },
+            ],
         ),
         "/patterns": _get(
             "cross-scope pattern rows (suggested and below the threshold), as `recurrence patterns --all --json`",
@@ -158,14 +223,20 @@ def document(server: Server, routes: Sequence[tuple[str, bool]], token: bool = F
         "/progress": _get(
             "how far the served state is (journal checkpoint and commit time; a worker's partitions, lag and "
             "readiness), with an ETag: If-None-Match answers 304 while it has not moved",
-            {"200": _json(_ref(Progress), "how far"), "304": {"description": "not moved since the tag given"},
-             **unavailable},
+            {
+                "200": _json(_ref(Progress), "how far"),
+                "304": {"description": "not moved since the tag given"},
+                **unavailable,
+            },
         ),
         "/tune": _get(
             "the review-threshold what-if of `recurrence tune --json` for the state served, from the shadow "
             "counters its replay kept (contract section 5)",
-            {"200": _json(_ref(ThresholdWhatIf), "per threshold: the totals and every scope's counts"),
-             "400": _error("bad parameter"), **unavailable},
+            {
+                "200": _json(_ref(ThresholdWhatIf), "per threshold: the totals and every scope's counts"),
+                "400": _error("bad parameter"),
+                **unavailable,
+            },
             [THRESHOLDS, *local],
         ),
         "/livez": _get("liveness probe", probe),
@@ -175,11 +246,24 @@ def document(server: Server, routes: Sequence[tuple[str, bool]], token: bool = F
         "/ui": _get("the statistics page", {"200": _text("HTML", "text/html")}),
         "/ui/{name}": _get(
             "the page's script and style sheet",
-            {"200": {"description": "the file", "content": {
-                "text/javascript": {"schema": {"type": "string"}}, "text/css": {"schema": {"type": "string"}}}},
-             "404": _error("no such file")},
-            [{"name": "name", "in": "path", "required": True,
-              "schema": {"type": "string", "enum": sorted(name for name in UI_FILES if name != "index.html")}}],
+            {
+                "200": {
+                    "description": "the file",
+                    "content": {
+                        "text/javascript": {"schema": {"type": "string"}},
+                        "text/css": {"schema": {"type": "string"}},
+                    },
+                },
+                "404": _error("no such file"),
+            },
+            [
+                {
+                    "name": "name",
+                    "in": "path",
+                    "required": True,
+                    "schema": {"type": "string", "enum": sorted(name for name in UI_FILES if name != "index.html")},
+                }
+            ],
         ),
         "/metrics": _get("Prometheus metrics", {"200": _text("the text exposition format")}),
     }

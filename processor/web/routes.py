@@ -96,6 +96,7 @@ class Surface(Protocol):
 
     def version(self) -> str | None:
         """An entity tag of the state as served (changes with every commit), or None when there is none."""
+
     async def tune(self, thresholds: list[int] | None, ask: Ask) -> dict[str, Any]:
         """The threshold what-if of the state served (None: the page's default thresholds)."""
 

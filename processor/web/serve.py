@@ -65,8 +65,14 @@ class EmbeddedReadSurface:
     # Statistics bodies kept per view, for this many ``top`` values at most.
     CACHED: Final = 8
 
-    def __init__(self, store: StateStore, ledger: Path | None = None, journal: Path | None = None,
-                 mark: StateMark | None = None, following: bool = False) -> None:
+    def __init__(
+        self,
+        store: StateStore,
+        ledger: Path | None = None,
+        journal: Path | None = None,
+        mark: StateMark | None = None,
+        following: bool = False,
+    ) -> None:
         self._ledger, self._journal = ledger, journal
         self.following = following
         self.views = 0
@@ -74,8 +80,11 @@ class EmbeddedReadSurface:
         self._scan = DeadLetterScan()
         self._scan_lock = asyncio.Lock()
         self.replace(store, state_mark(store) if mark is None else mark)
-        self._metrics = registry(StateReadings(
-            lambda: self.mark, self._dead_letter_counts, lambda: self._statistics_for(0), lambda: self.views))
+        self._metrics = registry(
+            StateReadings(
+                lambda: self.mark, self._dead_letter_counts, lambda: self._statistics_for(0), lambda: self.views
+            )
+        )
 
     def replace(self, store: StateStore, mark: StateMark) -> None:
         self.store = store
@@ -128,7 +137,8 @@ class EmbeddedReadSurface:
         async with self._scan_lock:
             ledger, length = self.archive.ledger, self.mark.ledger_bytes
             await asyncio.get_running_loop().run_in_executor(
-                None, self._scan.update, ledger, length, listed_dead_letter)
+                None, self._scan.update, ledger, length, listed_dead_letter
+            )
         return dead_letter_listing(code, self._scan.kept.get(code, []), self._scan.counts.get(code, 0), limit)
 
     async def patterns(self, ask: Ask) -> dict[str, Any]:
@@ -167,7 +177,8 @@ def listening_socket(host: str, port: int) -> socket.socket:
     never a URL followed by aiohttp's error."""
     try:
         family, kind, proto, _, address = socket.getaddrinfo(
-            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
     except socket.gaierror as error:
         raise UnusableError(f"--host {host!r} is not an address of this machine ({error.strerror})") from None
     sock = socket.socket(family, kind, proto)
@@ -178,8 +189,9 @@ def listening_socket(host: str, port: int) -> socket.socket:
     except OSError as error:
         sock.close()
         why = "is in use" if error.errno == errno.EADDRINUSE else f"cannot be bound ({error.strerror})"
-        raise UnusableError(f"port {host}:{port} {why}; choose another --port, or stop the process holding it") \
-            from None
+        raise UnusableError(
+            f"port {host}:{port} {why}; choose another --port, or stop the process holding it"
+        ) from None
     return sock
 
 
@@ -201,8 +213,14 @@ def page_url(host: str, port: int) -> str:
     return f"http://[{shown}]:{port}/ui" if ":" in shown else f"http://{shown}:{port}/ui"
 
 
-def serve(surface: EmbeddedReadSurface, host: str, port: int, access: Access,
-          follower: Follower | None = None, token_source: str = f"the value of {TOKEN_ENV}") -> None:
+def serve(
+    surface: EmbeddedReadSurface,
+    host: str,
+    port: int,
+    access: Access,
+    follower: Follower | None = None,
+    token_source: str = f"the value of {TOKEN_ENV}",
+) -> None:
     """Serve until SIGINT or SIGTERM; with a ``follower``, each new view of the state as it comes.
 
     The page's URL is printed once the port listens (the port bound: ``--port 0`` picks one). With a token
@@ -226,8 +244,10 @@ def serve(surface: EmbeddedReadSurface, host: str, port: int, access: Access,
     where = f"listening on every address, port {bound}; " if _unspecified(host) else ""
     lines = [f"recurrence serve: {url} ({where}Ctrl-C to stop)"]
     if access.required:
-        lines.append(f"recurrence serve: the page asks once per tab for the access token ({token_source}); "
-                     f"to skip the question, open {url}#token=<token>")
+        lines.append(
+            f"recurrence serve: the page asks once per tab for the access token ({token_source}); "
+            f"to skip the question, open {url}#token=<token>"
+        )
 
     def announce(_: str) -> None:  # aiohttp calls it once the socket listens
         print("\n".join(lines), flush=True)

@@ -52,27 +52,35 @@ class StateReadings(Collector):
 
     def collect(self) -> Iterator[Metric]:
         mark = self._mark()
-        yield GaugeMetricFamily("recurrence_journal_lines_applied", "Journal lines the served state applied.",
-                                value=mark.line)
-        yield GaugeMetricFamily("recurrence_journal_bytes_applied", "Journal bytes the served state applied.",
-                                value=mark.offset)
-        yield GaugeMetricFamily("recurrence_ledger_bytes", "Ledger bytes the served state recorded.",
-                                value=mark.ledger_bytes)
+        yield GaugeMetricFamily(
+            "recurrence_journal_lines_applied", "Journal lines the served state applied.", value=mark.line
+        )
+        yield GaugeMetricFamily(
+            "recurrence_journal_bytes_applied", "Journal bytes the served state applied.", value=mark.offset
+        )
+        yield GaugeMetricFamily(
+            "recurrence_ledger_bytes", "Ledger bytes the served state recorded.", value=mark.ledger_bytes
+        )
         if mark.written_ms is not None:
-            yield GaugeMetricFamily("recurrence_state_written_timestamp_seconds",
-                                    "When the served state's last batch was committed (the writer's clock).",
-                                    value=mark.written_ms / 1000)
+            yield GaugeMetricFamily(
+                "recurrence_state_written_timestamp_seconds",
+                "When the served state's last batch was committed (the writer's clock).",
+                value=mark.written_ms / 1000,
+            )
         yield dead_letter_family(self._dead_letters())
         scopes = self._statistics()
         yield GaugeMetricFamily("recurrence_scopes", "Scopes with an accepted entry.", value=len(scopes))
-        totals = GaugeMetricFamily("recurrence_statistics", "RecurrenceStatistics summed over every scope.",
-                                   labels=["field"])
+        totals = GaugeMetricFamily(
+            "recurrence_statistics", "RecurrenceStatistics summed over every scope.", labels=["field"]
+        )
         for field in FIELDS:
             totals.add_metric([field], sum(int(s["recurrence"][field]) for s in scopes))
         yield totals
-        yield CounterMetricFamily("recurrence_state_views_opened",
-                                  "Views of the state opened (one more each time a replay's commits are followed).",
-                                  value=self._views())
+        yield CounterMetricFamily(
+            "recurrence_state_views_opened",
+            "Views of the state opened (one more each time a replay's commits are followed).",
+            value=self._views(),
+        )
 
 
 def registry(readings: StateReadings) -> CollectorRegistry:

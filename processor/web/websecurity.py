@@ -73,15 +73,18 @@ def exposure_warning(host: str, access: Access) -> str | None:
     """The warning to print at start when the port is reachable from elsewhere with no token."""
     if access.required or is_loopback(host):
         return None
-    return (f"warning: serving {host or 'every address'} without a token: anyone who reaches the port reads "
-            f"statistics, explanations and lesson texts; set {TOKEN_ENV} or --http-token-file")
+    return (
+        f"warning: serving {host or 'every address'} without a token: anyone who reaches the port reads "
+        f"statistics, explanations and lesson texts; set {TOKEN_ENV} or --http-token-file"
+    )
 
 
 class QuietLog:
     """Log lines by kind, each kind at most once per ``every`` seconds, with how many were left out."""
 
-    def __init__(self, logger: logging.Logger, every: float = LOG_EVERY,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, logger: logging.Logger, every: float = LOG_EVERY, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.logger, self.every, self.clock = logger, every, clock
         self._last: dict[str, float] = {}
         self._left_out: dict[str, int] = {}
@@ -113,8 +116,9 @@ class _ProtocolErrors(logging.Filter):
         reason = type(error).__name__ if error is not None else "error"
         status = getattr(error, "code", None) or getattr(error, "status", None) or ""
         remote = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
-        self.quiet.warning(f"protocol:{reason}", "refused a request from %s that is not valid HTTP: %s %s",
-                           remote, reason, status)
+        self.quiet.warning(
+            f"protocol:{reason}", "refused a request from %s that is not valid HTTP: %s %s", remote, reason, status
+        )
         return False  # the line above replaces it
 
 
@@ -156,11 +160,13 @@ def guard(access: Access, quiet: QuietLog, route_of: Lookup, paths: list[str]) -
             status = refusal.status if refusal is not None else 404
             if status == 405:
                 allowed = refusal.headers.get("Allow", "GET") if refusal is not None else "GET"
-                return _error(405, f"method {printable(request.method)[:32]} is not served here; only GET",
-                              {"Allow": allowed})
+                return _error(
+                    405, f"method {printable(request.method)[:32]} is not served here; only GET", {"Allow": allowed}
+                )
             return web.Response(
                 body=orjson.dumps({"error": f"no such path: {echoed(request.path)}", "paths": paths}),
-                status=404, content_type=JSON,
+                status=404,
+                content_type=JSON,
             )
         try:
             return await handler(request)

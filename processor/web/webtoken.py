@@ -32,11 +32,14 @@ def check_token(token: str, where: str) -> str:
     if not token:
         raise SettingsError(f"{where} is empty; set a token of at least {MIN_TOKEN_LENGTH} characters, or unset it")
     if not (token.isascii() and token.isprintable() and " " not in token):
-        raise SettingsError(f"{where} holds spaces, control or non-ASCII characters; a token travels in an HTTP "
-                            "header: use letters, digits and punctuation (openssl rand -hex 32)")
+        raise SettingsError(
+            f"{where} holds spaces, control or non-ASCII characters; a token travels in an HTTP "
+            "header: use letters, digits and punctuation (openssl rand -hex 32)"
+        )
     if len(token) < MIN_TOKEN_LENGTH:
-        raise SettingsError(f"{where} is {len(token)} characters long; use at least {MIN_TOKEN_LENGTH} "
-                            "(openssl rand -hex 32)")
+        raise SettingsError(
+            f"{where} is {len(token)} characters long; use at least {MIN_TOKEN_LENGTH} (openssl rand -hex 32)"
+        )
     return token
 
 
@@ -84,5 +87,3 @@ class Access:
     def headers(self) -> dict[str, str]:
         """What a request to another worker carries (they share the token)."""
         return {} if self._token is None else {"Authorization": f"Bearer {self._token}"}
-
-

@@ -9,7 +9,6 @@ Kafka topics as code). One distinct name, so an application with its own
 """
 
 
-
 def __getattr__(name: str) -> str:
     # Looked up on first use: importlib.metadata costs every command ~25 ms of start-up.
     if name != "__version__":

@@ -32,33 +32,48 @@ _DECISION: Final = re.compile(
     r"(?:.*?StandardAcl\(resourceType=(?P<acl_type>\w+), resourceName=(?P<acl_name>[^,]+), "
     r"patternType=(?P<acl_pattern>\w+), principal=[^,]+, host=[^,]+, operation=(?P<acl_operation>\w+))?"
 )
-_RESOURCE_TYPES: Final = {"TOPIC": ResourceType.TOPIC, "GROUP": ResourceType.GROUP,
-                          "TRANSACTIONAL_ID": ResourceType.TRANSACTIONAL_ID, "CLUSTER": ResourceType.BROKER}
+_RESOURCE_TYPES: Final = {
+    "TOPIC": ResourceType.TOPIC,
+    "GROUP": ResourceType.GROUP,
+    "TRANSACTIONAL_ID": ResourceType.TRANSACTIONAL_ID,
+    "CLUSTER": ResourceType.BROKER,
+}
 
 
 def admin(broker: SecureBroker) -> AdminClient:
-    return AdminClient({
-        "bootstrap.servers": broker.bootstrap,
-        "security.protocol": "SASL_SSL",
-        "sasl.mechanism": "SCRAM-SHA-512",
-        "sasl.username": "admin",
-        "sasl.password": broker.password("admin"),
-        "ssl.ca.location": str(broker.ca),
-    })
+    return AdminClient(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": "admin",
+            "sasl.password": broker.password("admin"),
+            "ssl.ca.location": str(broker.ca),
+        }
+    )
 
 
 def binding(acl: Mapping[str, str]) -> AclBinding:
     return AclBinding(
-        _RESOURCE_TYPES[acl["resource_type"]], acl["resource_name"], ResourcePatternType[acl["pattern_type"]],
-        acl["principal"], acl["host"], AclOperation[acl["operation"]], AclPermissionType[acl["permission"]],
+        _RESOURCE_TYPES[acl["resource_type"]],
+        acl["resource_name"],
+        ResourcePatternType[acl["pattern_type"]],
+        acl["principal"],
+        acl["host"],
+        AclOperation[acl["operation"]],
+        AclPermissionType[acl["permission"]],
     )
 
 
 def as_json(found: AclBinding) -> dict[str, str]:
     kind = {v: k for k, v in _RESOURCE_TYPES.items()}[found.restype]
     return {
-        "principal": found.principal, "host": found.host, "resource_type": kind, "resource_name": found.name,
-        "pattern_type": found.resource_pattern_type.name, "operation": found.operation.name,
+        "principal": found.principal,
+        "host": found.host,
+        "resource_type": kind,
+        "resource_name": found.name,
+        "pattern_type": found.resource_pattern_type.name,
+        "operation": found.operation.name,
         "permission": found.permission_type.name,
     }
 
@@ -71,8 +86,9 @@ def apply(broker: SecureBroker, acls: Iterable[Mapping[str, str]]) -> None:
 
 def held(broker: SecureBroker, principal: str) -> list[dict[str, str]]:
     """Every ACL the broker holds for ``principal``, on any resource."""
-    wanted = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, principal, None, AclOperation.ANY,
-                              AclPermissionType.ANY)
+    wanted = AclBindingFilter(
+        ResourceType.ANY, None, ResourcePatternType.ANY, principal, None, AclOperation.ANY, AclPermissionType.ANY
+    )
     client = admin(broker)
     return [as_json(found) for found in client.describe_acls(wanted).result(timeout=_TIMEOUT)]
 
@@ -80,8 +96,13 @@ def held(broker: SecureBroker, principal: str) -> list[dict[str, str]]:
 def revoke(broker: SecureBroker, acl: Mapping[str, str]) -> None:
     client = admin(broker)
     exact = AclBindingFilter(
-        _RESOURCE_TYPES[acl["resource_type"]], acl["resource_name"], ResourcePatternType[acl["pattern_type"]],
-        acl["principal"], acl["host"], AclOperation[acl["operation"]], AclPermissionType[acl["permission"]],
+        _RESOURCE_TYPES[acl["resource_type"]],
+        acl["resource_name"],
+        ResourcePatternType[acl["pattern_type"]],
+        acl["principal"],
+        acl["host"],
+        AclOperation[acl["operation"]],
+        AclPermissionType[acl["permission"]],
     )
     for future in client.delete_acls([exact]).values():
         assert future.result(timeout=_TIMEOUT), f"no ACL deleted for {acl}"
@@ -111,8 +132,13 @@ def used(log: Path, principal: str, since: int = 0) -> set[tuple[str, str, str, 
 
 
 def denied(log: Path, principal: str, since: int = 0) -> list[str]:
-    return sorted({f"{d['operation']} {d['resource']} ({d['request']})"
-                   for d in decisions(log, principal, since) if d["verdict"] == "Denied"})
+    return sorted(
+        {
+            f"{d['operation']} {d['resource']} ({d['request']})"
+            for d in decisions(log, principal, since)
+            if d["verdict"] == "Denied"
+        }
+    )
 
 
 def key(acl: Mapping[str, str]) -> tuple[str, str, str, str]:

@@ -58,11 +58,20 @@ class SecuredDeployment:
     deployment: Deployment
     env: dict[str, str] = field(default_factory=dict)
 
-    def run(self, user: str, *args: str, timeout: float = 300, env: Mapping[str, str] | None = None,
-            ) -> subprocess.CompletedProcess[str]:
+    def run(
+        self,
+        user: str,
+        *args: str,
+        timeout: float = 300,
+        env: Mapping[str, str] | None = None,
+    ) -> subprocess.CompletedProcess[str]:
         """``recurrence ARGS`` as ``user`` (its SCRAM credentials, the CA): never raises on its exit code."""
         return subprocess.run(
-            [*recurrence_command(), *args], check=False, capture_output=True, text=True, timeout=timeout,
+            [*recurrence_command(), *args],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
             cwd=self.deployment.workdir,
             env={**self.deployment.env(), "RECURRENCE_CONFIG": str(self.broker.config(user)), **(env or {})},
         )
@@ -81,8 +90,9 @@ def secured(secure_broker: SecureBroker, tmp_path: Path) -> Iterator[SecuredDepl
 @pytest.fixture
 def replicated(cluster_broker: ClusterBroker, tmp_path: Path) -> Iterator[Deployment]:
     """A deployment on the three nodes: replication 3, ``min.insync.replicas`` 2."""
-    deployment = Deployment(cluster_broker.bootstrap, tmp_path,
-                            extra_env={"RECURRENCE_REPLICATION": "3", "RECURRENCE_MIN_INSYNC": "2"})
+    deployment = Deployment(
+        cluster_broker.bootstrap, tmp_path, extra_env={"RECURRENCE_REPLICATION": "3", "RECURRENCE_MIN_INSYNC": "2"}
+    )
     try:
         yield deployment
     finally:

@@ -12,8 +12,9 @@ from tests.docblocks import Block, run_verbatim, runnable
 @pytest.mark.parametrize("block", runnable("secure"), ids=lambda b: b.where)
 def test_a_runnable_secure_block_runs_as_written(block: Block, secure_broker: SecureBroker, tmp_path: Path) -> None:
     prefix = f"docs{uuid.uuid4().hex[:8]}"
-    output = run_verbatim(block, tmp_path / "scratch", up_line=secure_broker.line,
-                          env={"RECURRENCE_TOPIC_PREFIX": prefix})
+    output = run_verbatim(
+        block, tmp_path / "scratch", up_line=secure_broker.line, env={"RECURRENCE_TOPIC_PREFIX": prefix}
+    )
     # The admin created the topics; the reader, holding no ACL, is told which one and how to get the set.
     assert f"created      {prefix}.journal (journal)" in output
     assert f"--allow-principal User:newcomer --operation Read --topic {prefix}.ledger" in output

@@ -83,8 +83,17 @@ def test_the_whole_path_as_principals_holding_exactly_their_sets(secured: Secure
     status = orjson.loads(ok(secured.run("reader", "status", "--json")).stdout)
     assert status["inputs"][0]["lag"] == 0  # the journal's; the patterns agent may still be behind
     ok(secured.run("reader", "statistics-dump", "--out", str(tmp_path / "statistics.json")))
-    ok(secured.run("reader", "ledger-dump", "--kinds", "patterns", "--until-caught-up", "--out",
-                   str(tmp_path / "patterns.jsonl")))
+    ok(
+        secured.run(
+            "reader",
+            "ledger-dump",
+            "--kinds",
+            "patterns",
+            "--until-caught-up",
+            "--out",
+            str(tmp_path / "patterns.jsonl"),
+        )
+    )
     # The worker reads its output topics back for /explain: one record of each.
     for kind in ("ledger", "review", "dead-letters"):
         one = tmp_path / f"{kind}.jsonl"
@@ -109,14 +118,26 @@ def test_the_whole_path_as_principals_holding_exactly_their_sets(secured: Secure
         assert acladmin.denied(log, principal, since) == [], f"{principal} was refused something its set allows"
         unused = set(map(acladmin.key, acls)) - acladmin.used(log, principal, since)
         assert not unused, f"{principal} holds ACLs that allowed nothing: {sorted(unused)}"
-    print(f"\n[secured] {len(oracle.records)} records equal; ACLs per role: "
-          + ", ".join(f"{p} {len(a)}" for p, a in sets.items()))
+    print(
+        f"\n[secured] {len(oracle.records)} records equal; ACLs per role: "
+        + ", ".join(f"{p} {len(a)}" for p, a in sets.items())
+    )
 
 
 def test_the_text_form_is_what_kafka_acls_grants(secured: SecuredDeployment) -> None:
     """The pasteable commands, run through Kafka's own kafka-acls, grant exactly the JSON set."""
-    text = ok(secured.run("admin", "acls", "--principal", "User:reader2", "--role", "read",
-                          "--command-config", str(secured.broker.admin_properties))).stdout
+    text = ok(
+        secured.run(
+            "admin",
+            "acls",
+            "--principal",
+            "User:reader2",
+            "--role",
+            "read",
+            "--command-config",
+            str(secured.broker.admin_properties),
+        )
+    ).stdout
     commands = [line for line in text.splitlines() if line and not line.startswith("#")]
     assert commands and all(line.startswith("kafka-acls ") for line in commands)
     for command in commands:
@@ -128,8 +149,9 @@ def test_the_text_form_is_what_kafka_acls_grants(secured: SecuredDeployment) -> 
     assert sorted(map(acladmin.key, held)) == sorted(map(acladmin.key, wanted))
 
 
-def diagnosis(secured: SecuredDeployment, user: str, *args: str, env: dict[str, str] | None = None,
-              timeout: float = 5.0) -> str:
+def diagnosis(
+    secured: SecuredDeployment, user: str, *args: str, env: dict[str, str] | None = None, timeout: float = 5.0
+) -> str:
     """The command's one line on stderr, after checking it failed with exit 2, in time, without a traceback."""
     began = time.monotonic()
     result = secured.run(user, *args, env={"RECURRENCE_TIMEOUT": str(timeout), **(env or {})}, timeout=120)
@@ -164,13 +186,20 @@ def test_each_failure_is_told_apart(secured: SecuredDeployment, tmp_path: Path) 
         ("nobody", ("status",), "read", "DESCRIBE", "topics"),
         ("nobody", ("ledger-dump", "--out", str(tmp_path / "x.jsonl")), "read", "DESCRIBE", "topics"),
         ("nobody", ("publish", str(journal)), "publish", "WRITE", f"topic {prefix}.journal"),
-        ("nobody", ("worker", "--datadir", str(tmp_path / "wd"), "--web-port", str(free_port())), "worker",
-         "DESCRIBE", "topics"),
+        (
+            "nobody",
+            ("worker", "--datadir", str(tmp_path / "wd"), "--web-port", str(free_port())),
+            "worker",
+            "DESCRIBE",
+            "topics",
+        ),
     ):
         line = diagnosis(secured, user, *args)
         assert line.startswith(f"recurrence {args[0]}: not authorized: User:{user} may not {operation} {resource}")
-        assert line.endswith(f"'recurrence acls --principal User:{user} --role {role}' prints the ACLs "
-                             f"{ {'read': 'a reader', 'publish': 'a publisher', 'worker': 'a worker'}[role]} needs")
+        assert line.endswith(
+            f"'recurrence acls --principal User:{user} --role {role}' prints the ACLs "
+            f"{ {'read': 'a reader', 'publish': 'a publisher', 'worker': 'a worker'}[role] } needs"
+        )
         seen[f"not authorized ({args[0]})"] = line
     seen["not authorized (topics apply)"] = line = diagnosis(secured, "nobody", "topics", "apply")
     assert "not authorized: User:nobody may not DESCRIBE topics" in line and "super user" in line
@@ -179,14 +208,18 @@ def test_each_failure_is_told_apart(secured: SecuredDeployment, tmp_path: Path) 
     seen["untrusted"] = line = diagnosis(secured, "worker", "status", env={"KAFKA_SSL_CAFILE": other_ca})
     assert line.startswith(f"recurrence status: TLS: the certificate of Kafka at {broker.bootstrap} is not trusted")
     seen["host name"] = line = diagnosis(secured, "worker", "status", env={"KAFKA_BOOTSTRAP_SERVERS": localhost})
-    assert line.startswith(f"recurrence status: TLS: the certificate of Kafka at {localhost} is not valid for the "
-                           "host name 'localhost'")
+    assert line.startswith(
+        f"recurrence status: TLS: the certificate of Kafka at {localhost} is not valid for the host name 'localhost'"
+    )
     seen["client certificate"] = line = diagnosis(
-        secured, "worker", "status",
+        secured,
+        "worker",
+        "status",
         env={"KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{broker.mtls_port}", "KAFKA_SECURITY_PROTOCOL": "SSL"},
     )
-    assert line.startswith(f"recurrence status: TLS: Kafka at 127.0.0.1:{broker.mtls_port} refused the client "
-                           "certificate (none was given")
+    assert line.startswith(
+        f"recurrence status: TLS: Kafka at 127.0.0.1:{broker.mtls_port} refused the client certificate (none was given"
+    )
     seen["protocol"] = line = diagnosis(secured, "worker", "status", env={"KAFKA_SECURITY_PROTOCOL": "PLAINTEXT"})
     assert "hung up at the first request" in line and "set --security-protocol" in line
     seen["unreachable"] = line = diagnosis(secured, "worker", "status", env={"KAFKA_BOOTSTRAP_SERVERS": closed})
@@ -202,10 +235,27 @@ def test_each_failure_is_told_apart(secured: SecuredDeployment, tmp_path: Path) 
 def _other_ca(tmp_path: Path) -> Path:
     """A CA that did not sign the broker's certificate (the operator's wrong bundle)."""
     subprocess.run(
-        ["openssl", "req", "-x509", "-new", "-nodes", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-         "-days", "1", "-keyout", str(tmp_path / "other-ca.key"), "-out", str(tmp_path / "other-ca.pem"),
-         "-subj", "/CN=another CA"],
-        check=True, capture_output=True,
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-new",
+            "-nodes",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-days",
+            "1",
+            "-keyout",
+            str(tmp_path / "other-ca.key"),
+            "-out",
+            str(tmp_path / "other-ca.pem"),
+            "-subj",
+            "/CN=another CA",
+        ],
+        check=True,
+        capture_output=True,
     )
     return tmp_path / "other-ca.pem"
 
@@ -236,8 +286,13 @@ def test_a_worker_whose_acl_is_revoked_stops_with_the_line(
     wait_for(lambda: (worker.applied() or 0) >= 200, 60, what="the first entries applied")
 
     name = deployment.prefix + revoked["suffix"]
-    (target,) = [a for a in acls if a["resource_type"] == revoked["resource_type"] and a["resource_name"] == name
-                 and a["operation"] == revoked["operation"]]
+    (target,) = [
+        a
+        for a in acls
+        if a["resource_type"] == revoked["resource_type"]
+        and a["resource_name"] == name
+        and a["operation"] == revoked["operation"]
+    ]
     acladmin.revoke(secured.broker, target)
     ok(secured.run("admin", "publish", str(second)))
     assert worker.proc is not None

@@ -55,16 +55,18 @@ def test_broker_and_worker_crashes_then_a_rolling_restart(
     lines = list(generate(JournalSpec(entries=CHUNKS * CHUNK, scopes=60, seed=36, garbage_ratio=0.01)))
     chunks = [tmp_path / f"chunk{k}.jsonl" for k in range(CHUNKS)]
     for k, chunk in enumerate(chunks):
-        write_journal(chunk, lines[k * CHUNK:(k + 1) * CHUNK])
+        write_journal(chunk, lines[k * CHUNK : (k + 1) * CHUNK])
 
     def oracle_of(count: int) -> Oracle:
         prefix = tmp_path / f"prefix{count}.jsonl"
-        write_journal(prefix, lines[:count * CHUNK])
+        write_journal(prefix, lines[: count * CHUNK])
         return Oracle.run(prefix, tmp_path)
 
     deployment.apply_topics()
-    workers = [deployment.worker(name, "--instance-id", f"{deployment.prefix}-{name}", "--batch-max", "200").start()
-               for name in ("w1", "w2")]
+    workers = [
+        deployment.worker(name, "--instance-id", f"{deployment.prefix}-{name}", "--batch-max", "200").start()
+        for name in ("w1", "w2")
+    ]
     both_serving(workers, deployment.partitions)
     deployment.publish(chunks[0])
 

@@ -51,8 +51,10 @@ def kafka_bootstrap() -> Iterator[str]:
             return
     if os.environ.get("PYTEST_XDIST_WORKER"):
         # Each process would start (and stop) the broker the others use: the broker belongs to the whole run.
-        pytest.fail("with pytest -n, start the broker first (`make test` does: `export \"$(bash deploy/kafka/kafka.sh "
-                    "up)\"`) or set KAFKA_BOOTSTRAP_SERVERS")
+        pytest.fail(
+            'with pytest -n, start the broker first (`make test` does: `export "$(bash deploy/kafka/kafka.sh '
+            'up)"`) or set KAFKA_BOOTSTRAP_SERVERS'
+        )
     if not KAFKA_SH.exists():
         pytest.fail(f"no broker: set KAFKA_BOOTSTRAP_SERVERS, run Docker, or provide {KAFKA_SH}")
     try:

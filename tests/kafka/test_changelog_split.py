@@ -38,8 +38,17 @@ def test_split_change_sets_stay_under_the_cap_and_restore_whole(
     deployment.apply_topics()
 
     def run(name: str) -> Worker:
-        worker = deployment.worker(name, "--batch-max", "100", "--changelog-record-bytes", str(CAP),
-                                   "--snapshot-interval", "0", "--snapshot-batches", "0")
+        worker = deployment.worker(
+            name,
+            "--batch-max",
+            "100",
+            "--changelog-record-bytes",
+            str(CAP),
+            "--snapshot-interval",
+            "0",
+            "--snapshot-batches",
+            "0",
+        )
         worker.datadir = tmp_path / "w-data"
         return worker.start()
 

@@ -238,7 +238,11 @@ def run_block(block: Block, bootstrap: str, scratch: Path) -> tuple[int, list[tu
     log = scratch / "block.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            ["bash", "-c", "\n".join(script)], cwd=scratch, env=env, stdout=out, stderr=subprocess.STDOUT,
+            ["bash", "-c", "\n".join(script)],
+            cwd=scratch,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         try:

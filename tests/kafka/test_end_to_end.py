@@ -103,7 +103,9 @@ def test_publishing_the_journal_twice_adds_no_distinct_records(deployment: Deplo
 
     deployment.publish(journal)  # the same journal again, a backfill replay
     wait_for(
-        lambda: worker.metrics()["recurrence_entries_processed_total"] >= 2 * entries, 120, 0.1,
+        lambda: worker.metrics()["recurrence_entries_processed_total"] >= 2 * entries,
+        120,
+        0.1,
         "the replayed entries to be processed",
     )
     after = deployment.outputs()
@@ -120,8 +122,10 @@ def test_publishing_the_journal_twice_adds_no_distinct_records(deployment: Deplo
     new_letters = [orjson.loads(r) for r in after if r not in seen]
     assert {r["record"] for r in new_letters} <= {"dead_letter"}
     assert len(new_letters) == sum(1 for r in oracle.records if orjson.loads(r)["record"] == "dead_letter")
-    print(f"\n[replay] {entries} entries published twice: 0 new ledger records, "
-          f"{len(new_letters)} new dead letters, one per republished bad entry")
+    print(
+        f"\n[replay] {entries} entries published twice: 0 new ledger records, "
+        f"{len(new_letters)} new dead letters, one per republished bad entry"
+    )
     check_statistics([worker], oracle, scopes_of(oracle, 3))
 
 
@@ -142,9 +146,7 @@ def test_rebuilding_all_state_from_the_journal_with_a_new_app_id(deployment: Dep
     deployment.run("topics", "apply", "--app-id", app_id)
     rebuilt = deployment.worker("rebuild", "--app-id", app_id).start()
     rebuilt.wait_ready(partitions=deployment.partitions)
-    wait_for(
-        lambda: rebuilt.metrics()["recurrence_entries_processed_total"] >= entries, 120, 0.1, "the rebuild"
-    )
+    wait_for(lambda: rebuilt.metrics()["recurrence_entries_processed_total"] >= entries, 120, 0.1, "the rebuild")
     assert deployment.outputs() == before, "a rebuild produced a record that was not there before"
     check_statistics([rebuilt], oracle, scopes_of(oracle, 3))
 
@@ -171,7 +173,7 @@ def test_the_review_threshold_is_pinned_per_state_on_the_worker_too(deployment: 
     assert "review_threshold=3, not 1" in log_text
 
 
-_EXPLODING = '''
+_EXPLODING = """
 from recurrence.processor.core import ledger
 
 _real = ledger.OutcomeLedger.process
@@ -181,7 +183,7 @@ def _exploding(self, scope_id, meta, ref, *rest):
     if ref[1] == "O12-unknown":
         raise KeyError("SECRET-OUTCOME-TEXT")
     return _real(self, scope_id, meta, ref, *rest)
-'''
+"""
 _INSTALL = "\nledger.OutcomeLedger.process = _exploding\n"
 
 

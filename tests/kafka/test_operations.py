@@ -37,8 +37,11 @@ def test_quick_start_waits_for_the_worker_and_tails_like_kcat(deployment: Deploy
     # /livez answers as soon as the web server is up, whatever the assignment.
     wait_for(lambda: worker.alive() and _status(worker, "/livez") == 200, 60, 0.1, "/livez")
     follow = subprocess.Popen(
-        [*recurrence_command(), "ledger-dump", "--follow"], env=deployment.env(), cwd=deployment.workdir,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        [*recurrence_command(), "ledger-dump", "--follow"],
+        env=deployment.env(),
+        cwd=deployment.workdir,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     try:
         deployment.publish(RFC_EXAMPLE)
@@ -57,8 +60,11 @@ def test_quick_start_waits_for_the_worker_and_tails_like_kcat(deployment: Deploy
         journal, repartition = as_json["inputs"]
         assert (journal["topic"], repartition["topic"]) == (deployment.topics.journal, deployment.topics.recurred)
         assert journal["partitions"] == as_json["partitions"]
-        assert sum(p["end"] for p in repartition["partitions"]) == 2 == sum(p["committed"] or 0
-                                                                             for p in repartition["partitions"])
+        assert (
+            sum(p["end"] for p in repartition["partitions"])
+            == 2
+            == sum(p["committed"] or 0 for p in repartition["partitions"])
+        )
 
     finally:
         time.sleep(2.0)  # the follower polls every 0.5 s
@@ -90,8 +96,11 @@ def _status(worker: object, path: str) -> int:
 def _check_outputs_carry_ids(deployment: Deployment) -> None:
     async def headers() -> list[dict[str, bytes]]:
         consumer = AIOKafkaConsumer(
-            f"{deployment.prefix}.ledger", bootstrap_servers=deployment.bootstrap, auto_offset_reset="earliest",
-            group_id=None, enable_auto_commit=False,
+            f"{deployment.prefix}.ledger",
+            bootstrap_servers=deployment.bootstrap,
+            auto_offset_reset="earliest",
+            group_id=None,
+            enable_auto_commit=False,
         )
         await consumer.start()
         try:
@@ -149,8 +158,15 @@ def test_review_consumer_dedupes_and_commits(deployment: Deployment, tmp_path: P
     deployment.run("ledger-dump", "--until-caught-up", "--max-wait", "120", "--kinds", "review")
     expected = deployment.run("ledger-dump", "--kinds", "reviews").stdout.splitlines()
     assert expected, "the journal should produce admissions"
-    command = [sys.executable, "-m", "recurrence.processor.stream.clients.review_consumer", "--group",
-               f"{deployment.prefix}-review", "--idle-exit", "3"]
+    command = [
+        sys.executable,
+        "-m",
+        "recurrence.processor.stream.clients.review_consumer",
+        "--group",
+        f"{deployment.prefix}-review",
+        "--idle-exit",
+        "3",
+    ]
     first = subprocess.run(command, env=deployment.env(), capture_output=True, text=True, timeout=120, check=False)
     assert first.returncode == 0, first.stderr
     assert sorted(first.stdout.splitlines()) == sorted(expected)
@@ -173,10 +189,13 @@ def test_ledger_dump_reads_from_an_offset_one_partition_and_formats_like_kcat(
     assert default == deployment.run("ledger-dump", "--format", "%s\\n").stdout
     assert sorted(default.splitlines()) == sorted(r.decode() for r in oracle.records)
     # Where every record is: topic, partition, offset, and the record itself (one raw record per line).
-    where = [line.split(" ", 3) for line in
-             deployment.run("ledger-dump", "--no-dedupe", "--format", "%t %p %o %s\\n").stdout.splitlines()]
-    assert sorted(record for *_, record in where) == sorted(deployment.run("ledger-dump", "--no-dedupe").stdout
-                                                            .splitlines())
+    where = [
+        line.split(" ", 3)
+        for line in deployment.run("ledger-dump", "--no-dedupe", "--format", "%t %p %o %s\\n").stdout.splitlines()
+    ]
+    assert sorted(record for *_, record in where) == sorted(
+        deployment.run("ledger-dump", "--no-dedupe").stdout.splitlines()
+    )
     ledger = f"{deployment.prefix}.ledger"
     offsets: dict[tuple[str, int], list[int]] = {(topic, int(part)): [] for topic, part, _, _ in where}
     for topic, part, offset, _ in where:
@@ -190,10 +209,17 @@ def test_ledger_dump_reads_from_an_offset_one_partition_and_formats_like_kcat(
     only_zero = dump("--partition", "0", "--format", "%t %p\\n")
     assert sorted(only_zero) == sorted(f"{t} 0" for (t, p), found in offsets.items() if p == 0 for _ in found)
     assert sorted(int(o) for o in dump("--kinds", "ledger", "--partition", "0", "--format", "%o\\n")) == in_zero
-    assert sorted(int(o) for o in dump("--kinds", "ledger", "--partition", "0", "--offset", "-2",
-                                 "--format", "%o\\n")) == in_zero[-2:]
-    assert sorted(int(o) for o in dump("--kinds", "ledger", "--partition", "0", "--offset", str(in_zero[3]),
-                                       "--format", "%o\\n")) == in_zero[3:]
+    assert (
+        sorted(int(o) for o in dump("--kinds", "ledger", "--partition", "0", "--offset", "-2", "--format", "%o\\n"))
+        == in_zero[-2:]
+    )
+    assert (
+        sorted(
+            int(o)
+            for o in dump("--kinds", "ledger", "--partition", "0", "--offset", str(in_zero[3]), "--format", "%o\\n")
+        )
+        == in_zero[3:]
+    )
     assert dump("--offset", "end") == []
     refused = deployment.run("ledger-dump", "--partition", "99", check=False)
     assert refused.returncode == 2 and "--partition 99" in refused.stderr.strip().splitlines()[-1]

@@ -82,8 +82,10 @@ def test_a_lost_disk_is_restored_from_a_snapshot_and_the_changelog_tail(
     # Only the tail is replayed: run 2's change sets (100 entries), not run 1's (1000, in batches of 10).
     tail = history - after_snapshots  # offsets: under exactly_once commit markers take some
     assert 0 < replayed <= tail < history / 4, (replayed, tail, history)
-    print(f"\n[snapshots {guarantee}] changelog history {history} offsets, tail {tail}, replayed {replayed:.0f} "
-          f"records after loading {_counter(third, 'snapshot_restored_rows'):.0f} rows")
+    print(
+        f"\n[snapshots {guarantee}] changelog history {history} offsets, tail {tail}, replayed {replayed:.0f} "
+        f"records after loading {_counter(third, 'snapshot_restored_rows'):.0f} rows"
+    )
 
     publish_through(2)
     wait_for(lambda: third.lag() == 0, 60, 0.2, "zero lag")

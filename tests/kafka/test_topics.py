@@ -20,10 +20,12 @@ def test_apply_creates_missing_topics_and_reports_drift(deployment: Deployment) 
         admin = AIOKafkaAdminClient(bootstrap_servers=deployment.bootstrap)
         await admin.start()
         try:
-            await admin.create_topics([
-                NewTopic(f"{deployment.prefix}.ledger", 2, 1, topic_configs={"cleanup.policy": "compact"}),
-                NewTopic(f"{deployment.prefix}.statistics", 4, 1, topic_configs={"cleanup.policy": "delete"}),
-            ])
+            await admin.create_topics(
+                [
+                    NewTopic(f"{deployment.prefix}.ledger", 2, 1, topic_configs={"cleanup.policy": "compact"}),
+                    NewTopic(f"{deployment.prefix}.statistics", 4, 1, topic_configs={"cleanup.policy": "delete"}),
+                ]
+            )
         finally:
             await admin.close()
 
@@ -37,10 +39,12 @@ def test_apply_creates_missing_topics_and_reports_drift(deployment: Deployment) 
     assert f"drift        {deployment.prefix}.statistics" in result.stdout
     assert "cleanup.policy=delete, the definition says compact" in result.stdout
     # Made by hand with the broker's default record limit: a limit says how to raise it in place.
-    assert (f"max.message.bytes=1048588, the definition says at least {OUTPUT_MAX_RECORD_BYTES} "
-            "(safe to change in place: kafka-configs.sh --alter --entity-type topics "
-            f"--entity-name {deployment.prefix}.statistics "
-            f"--add-config max.message.bytes={OUTPUT_MAX_RECORD_BYTES})") in result.stdout
+    assert (
+        f"max.message.bytes=1048588, the definition says at least {OUTPUT_MAX_RECORD_BYTES} "
+        "(safe to change in place: kafka-configs.sh --alter --entity-type topics "
+        f"--entity-name {deployment.prefix}.statistics "
+        f"--add-config max.message.bytes={OUTPUT_MAX_RECORD_BYTES})"
+    ) in result.stdout
     assert "nothing was changed" in result.stderr
 
     # Nothing was altered: the same drift again, everything else is fine now.
@@ -50,8 +54,9 @@ def test_apply_creates_missing_topics_and_reports_drift(deployment: Deployment) 
 
     # The worker refuses to start on drift.
     # Its own port: 6066, the default, is the docs' worker's (tests/kafka/test_docs.py), maybe running now.
-    worker = deployment.run("worker", "--datadir", str(deployment.workdir / "w"), "--web-port", str(free_port()),
-                            check=False, timeout=60)
+    worker = deployment.run(
+        "worker", "--datadir", str(deployment.workdir / "w"), "--web-port", str(free_port()), check=False, timeout=60
+    )
     assert worker.returncode == 3
 
 

@@ -27,16 +27,19 @@ def _processed(worker: Worker) -> float:
     return worker.metrics()["recurrence_entries_processed_total"]
 
 
-def test_a_rolling_upgrade_from_the_previous_release_keeps_exactly_once(
-    deployment: Deployment, tmp_path: Path
-) -> None:
+def test_a_rolling_upgrade_from_the_previous_release_keeps_exactly_once(deployment: Deployment, tmp_path: Path) -> None:
     try:
         previous = build(PREVIOUS)
     except ReleaseUnavailableError as missing:
         pytest.skip(f"the previous release cannot be built here: {missing}")
     # The old worker runs the release's own code, not this checkout's.
-    where = subprocess.run([sys.executable, "-c", "import recurrence.processor.cli as m; print(m.__file__)"],
-                           env=previous.env(), capture_output=True, text=True, check=True).stdout
+    where = subprocess.run(
+        [sys.executable, "-c", "import recurrence.processor.cli as m; print(m.__file__)"],
+        env=previous.env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert Path(where.strip()).is_relative_to(previous.lib)
     deployment.guarantee = "exactly_once"
     lines = list(generate(JournalSpec(entries=1800, scopes=24, seed=35, garbage_ratio=0.02)))

@@ -59,8 +59,9 @@ _ORIGIN = re.compile(r"journal line \d+|[\w.-]+\[\d+\]@\d+")
 
 
 class Cluster:
-    def __init__(self, deployment: Deployment, workers: list[Worker], store: StateStore, ledger: Path,
-                 journal: Path) -> None:
+    def __init__(
+        self, deployment: Deployment, workers: list[Worker], store: StateStore, ledger: Path, journal: Path
+    ) -> None:
         self.deployment, self.workers = deployment, workers
         self.explainer = Explainer(State(Transaction(store)), FileArchive(store, ledger, journal))
         self.store = store
@@ -165,7 +166,8 @@ def test_dead_letters_are_explained_and_counted(cluster: Cluster) -> None:
             DeadLetterListing.model_validate(body)
             assert body["total"] == count and body["more"] == 0
             assert sorted((d["scope_id"] or "", d["detail"], d["raw"]) for d in body["dead_letters"]) == sorted(
-                (r["scope_id"] or "", r["detail"], r["raw"][:2000]) for r in embedded)
+                (r["scope_id"] or "", r["detail"], r["raw"][:2000]) for r in embedded
+            )
             origins = [(d["origin"]["partition"], d["origin"]["offset"]) for d in body["dead_letters"]]
             assert origins == sorted(origins)
             assert all(d["origin"]["topic"] == f"{cluster.deployment.prefix}.journal" for d in body["dead_letters"])
@@ -180,9 +182,11 @@ def _embedded_patterns(cluster: Cluster) -> list[dict[str, Any]]:
     want = listing(Transaction(cluster.store), DEFAULT_PATTERN_SCOPES, suggested_only=False)
 
     def served() -> bool:
-        return all(worker.get_json("/patterns") == (200, {"available": True, "note": None,
-                                                          "min_scopes": DEFAULT_PATTERN_SCOPES, "patterns": want})
-                   for worker in cluster.workers)
+        return all(
+            worker.get_json("/patterns")
+            == (200, {"available": True, "note": None, "min_scopes": DEFAULT_PATTERN_SCOPES, "patterns": want})
+            for worker in cluster.workers
+        )
 
     # The patterns agent runs behind the journal agent: its rows arrive after the outputs.
     wait_for(served, 120, 0.5, "/patterns on both workers to equal the embedded listing")
@@ -231,8 +235,12 @@ def test_the_worker_page_shows_what_statistics_say(cluster: Cluster) -> None:
     assert status == 200 and progress["runner"] == "worker"
     assert not shown["worker_hidden"] and progress["partitions"]
     assert shown["partitions"] == {
-        p["partition"]: [str(p["partition"]), f"{p['position']:,}" if p["position"] is not None else "–",
-                         f"{p['lag']:,}" if p["lag"] is not None else "–", "ready" if p["ready"] else "restoring"]
+        p["partition"]: [
+            str(p["partition"]),
+            f"{p['position']:,}" if p["position"] is not None else "–",
+            f"{p['lag']:,}" if p["lag"] is not None else "–",
+            "ready" if p["ready"] else "restoring",
+        ]
         for p in progress["partitions"]
     }
     assert shown["status"].startswith(f"worker {progress['url']}: journal partitions ")
@@ -289,7 +297,7 @@ def test_hostile_requests_to_a_worker_are_refused_with_a_4xx_and_little_log(clus
         seen = check_hostile_requests(worker.url)
     assert seen["GET /explain/experience%2FE7@18446744073709551616 (token)"] == 404
     print(f"\n[hostile: worker]\n{report(seen)}")
-    logged = worker.log_path.read_bytes()[len(before):].decode(errors="replace")
+    logged = worker.log_path.read_bytes()[len(before) :].decode(errors="replace")
     assert "Traceback" not in logged and "\x1b" not in logged
     refusals = [line for line in logged.splitlines() if "recurrence.web" in line]
     assert len(refusals) <= 6, refusals
@@ -327,7 +335,10 @@ def test_ledger_dump_follow_stops_when_its_file_is_cut(cluster: Cluster, tmp_pat
     out = tmp_path / "followed.jsonl"
     process = subprocess.Popen(
         [*recurrence_command(), "ledger-dump", "--follow", "--out", str(out)],
-        env=cluster.deployment.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=cluster.deployment.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         wait_for(lambda: out.exists() and out.stat().st_size > 0, 60, 0.2, "ledger-dump to write the records")

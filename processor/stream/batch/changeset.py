@@ -131,8 +131,7 @@ def encode_records(changes: Mapping[bytes, bytes | None], max_bytes: int = RECOR
     if room < 1:
         raise ValueError(f"a changelog record of at most {max_bytes} bytes leaves no room for a part")
     count = -(-len(whole) // room)
-    return [PART_MAGIC + _PART.pack(index, count) + whole[index * room : (index + 1) * room]
-            for index in range(count)]
+    return [PART_MAGIC + _PART.pack(index, count) + whole[index * room : (index + 1) * room] for index in range(count)]
 
 
 def is_part(value: bytes | None) -> bool:

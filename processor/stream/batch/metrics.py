@@ -151,8 +151,11 @@ class Metrics(Tally):
     def outputs_acked(self, entries: Sequence[Timestamped]) -> None:
         """Every output of these entries is acknowledged: observe each entry's latency once."""
         now = time.time()
-        self.latency.observe_all(max(0.0, now - timestamp) for entry in entries
-                                 if (timestamp := entry.timestamp) is not None and timestamp > 0)
+        self.latency.observe_all(
+            max(0.0, now - timestamp)
+            for entry in entries
+            if (timestamp := entry.timestamp) is not None and timestamp > 0
+        )
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -189,16 +192,21 @@ def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
 
 
 def _snapshot_counters(s: SnapshotCounts) -> Iterator[Metric]:
-    yield _counter("recurrence_snapshots_shipped", "Partition snapshots this worker shipped (manifest written).",
-                   s.shipped)
+    yield _counter(
+        "recurrence_snapshots_shipped", "Partition snapshots this worker shipped (manifest written).", s.shipped
+    )
     yield _counter("recurrence_snapshot_shipped_bytes", "Compressed bytes of the snapshots shipped.", s.shipped_bytes)
-    yield _counter("recurrence_snapshots_restored",
-                   "Partition snapshots loaded for a partition with no local state (before the changelog tail).",
-                   s.restored)
+    yield _counter(
+        "recurrence_snapshots_restored",
+        "Partition snapshots loaded for a partition with no local state (before the changelog tail).",
+        s.restored,
+    )
     yield _counter("recurrence_snapshot_restored_rows", "State rows loaded from snapshots.", s.restored_rows)
-    yield _counter("recurrence_changelog_replayed_records",
-                   "Changelog records applied by recovery and standby replicas (the tail after a snapshot, or all).",
-                   s.replayed())
+    yield _counter(
+        "recurrence_changelog_replayed_records",
+        "Changelog records applied by recovery and standby replicas (the tail after a snapshot, or all).",
+        s.replayed(),
+    )
 
 
 class BatchHistogram(Collector):
@@ -260,30 +268,50 @@ class _WorkerCollector(Collector):
             letters.add_metric([code], m.dead_letters.get(code, 0))
         yield letters
         yield _counter("recurrence_batches", "Batches made durable.", m.batches)
-        yield _counter("recurrence_changelog_records", "Change-set records written to the changelog.",
-                       m.changelog_records)
-        yield _counter("recurrence_changelog_split_records",
-                       "Changelog records that are parts of a change set larger than one record.",
-                       m.changelog_parts)
+        yield _counter(
+            "recurrence_changelog_records", "Change-set records written to the changelog.", m.changelog_records
+        )
+        yield _counter(
+            "recurrence_changelog_split_records",
+            "Changelog records that are parts of a change set larger than one record.",
+            m.changelog_parts,
+        )
         yield _counter("recurrence_state_changes", "State keys written or deleted.", m.state_changes)
-        yield _counter("recurrence_redelivered_skipped",
-                       "Entries delivered again by the stream after they were applied (not run again).",
-                       m.redelivered_skipped)
-        yield _counter("recurrence_stream_gaps_filled",
-                       "Entries the stream did not deliver, read directly from the journal and run.", m.filled)
-        yield _counter("recurrence_statistics_records",
-                       "Statistics-topic records written: one per scope a batch changed.", m.table_records)
+        yield _counter(
+            "recurrence_redelivered_skipped",
+            "Entries delivered again by the stream after they were applied (not run again).",
+            m.redelivered_skipped,
+        )
+        yield _counter(
+            "recurrence_stream_gaps_filled",
+            "Entries the stream did not deliver, read directly from the journal and run.",
+            m.filled,
+        )
+        yield _counter(
+            "recurrence_statistics_records",
+            "Statistics-topic records written: one per scope a batch changed.",
+            m.table_records,
+        )
         if m.patterns is not None:
-            yield _counter("recurrence_pattern_observations",
-                           "Recurred observations the patterns agent ran (repartition topic).", m.patterns.entries)
-            yield _counter("recurrence_pattern_suggestions", "Pattern suggestions written to the patterns topic.",
-                           m.patterns.records.get("pattern", 0))
+            yield _counter(
+                "recurrence_pattern_observations",
+                "Recurred observations the patterns agent ran (repartition topic).",
+                m.patterns.entries,
+            )
+            yield _counter(
+                "recurrence_pattern_suggestions",
+                "Pattern suggestions written to the patterns topic.",
+                m.patterns.records.get("pattern", 0),
+            )
         repaired = m.restore_repaired + (m.patterns.restore_repaired if m.patterns is not None else 0)
-        yield _counter("recurrence_restore_repaired_change_sets",
-                       "Committed change sets missing from a partition's restored state, read back and applied.",
-                       repaired)
-        yield _counter("recurrence_rebalances", "Consumer group rebalances this worker took part in.",
-                       m.live.rebalances())
+        yield _counter(
+            "recurrence_restore_repaired_change_sets",
+            "Committed change sets missing from a partition's restored state, read back and applied.",
+            repaired,
+        )
+        yield _counter(
+            "recurrence_rebalances", "Consumer group rebalances this worker took part in.", m.live.rebalances()
+        )
         yield from _snapshot_counters(m.snapshots)
         yield from self._gauges()
 
@@ -291,7 +319,8 @@ class _WorkerCollector(Collector):
         m = self._m
         lag = m.live.lag()
         positions = GaugeMetricFamily(
-            "recurrence_journal_position", "Next journal offset recorded in the state, by partition.",
+            "recurrence_journal_position",
+            "Next journal offset recorded in the state, by partition.",
             labels=["partition"],
         )
         for partition, offset in sorted(m.positions.items()):
@@ -307,7 +336,8 @@ class _WorkerCollector(Collector):
         yield lags
         restore = m.live.restore()
         restored = GaugeMetricFamily(
-            "recurrence_restore_offset", "Changelog offset the partition's local state is restored to.",
+            "recurrence_restore_offset",
+            "Changelog offset the partition's local state is restored to.",
             labels=["partition"],
         )
         target = GaugeMetricFamily(

@@ -241,7 +241,9 @@ class BatchProcessor:
         if repaired:
             log.warning(
                 "partition %d: %d changelog records up to offset %s were missing after the restore; applied",
-                partition, repaired, now,
+                partition,
+                repaired,
+                now,
             )
             self.metrics.restore_repaired += repaired
         self._checked.add(partition)
@@ -316,13 +318,16 @@ class BatchProcessor:
             if records:
                 log.warning(
                     "partition %d: %d entries up to offset %d were not delivered by the stream; read directly",
-                    partition, len(records), stop - 1,
+                    partition,
+                    len(records),
+                    stop - 1,
                 )
             # Through ``stop`` even when no record was found: on a topic written in transactions (the
             # repartition topic under exactly_once) the last offsets can be commit markers, which hold
             # no record; without this the position would stay below the high watermark and "stall".
-            result = await self._process([Entry(partition, offset, value) for offset, value in records],
-                                         through={partition: stop})
+            result = await self._process(
+                [Entry(partition, offset, value) for offset, value in records], through={partition: stop}
+            )
             result.filled += len(records)
             self.metrics.filled += len(records)
             return result
@@ -337,8 +342,12 @@ class BatchProcessor:
             cache = self._caches[partition] = row_cache()
             self._generations[partition] = generation
             after = None  # (a rebalance waits for every batch in flight: never expected)
-        return Transaction(self.state.partition_state(partition), cache, position_key=POSITION_KEY,
-                           after=None if after is None else after.txn)
+        return Transaction(
+            self.state.partition_state(partition),
+            cache,
+            position_key=POSITION_KEY,
+            after=None if after is None else after.txn,
+        )
 
     def _pin_config(self, txn: Transaction, partition: int) -> None:
         """The header of the partition's state, as per embedded state (``stateheader``): its row layout
@@ -381,7 +390,10 @@ class BatchProcessor:
                     log.log(
                         logging.WARNING if missing else logging.DEBUG,
                         "partition %d: the stream skipped offsets %d..%d (%d entries); read directly",
-                        partition, expected, entry.offset - 1, len(missing),
+                        partition,
+                        expected,
+                        entry.offset - 1,
+                        len(missing),
                     )
                     result.filled += len(missing)
                     plan.extend(Entry(partition, offset, value) for offset, value in missing)
@@ -430,8 +442,10 @@ class BatchProcessor:
             source_partition, offset = entry.partition, entry.offset
             origin: dict[str, str | int] = {"topic": source, "partition": source_partition, "offset": offset}
             for index, record in enumerate(batches[source_partition].run.process(entry.value, origin)):
-                headers = [(SOURCE_HEADER, f"{source_partition}:{offset}:{index}".encode()),
-                           (ID_HEADER, f"{record.record}:{record.record_id}".encode())]
+                headers = [
+                    (SOURCE_HEADER, f"{source_partition}:{offset}:{index}".encode()),
+                    (ID_HEADER, f"{record.record}:{record.record_id}".encode()),
+                ]
                 line = record.line
                 for number, (topic, key) in enumerate(routes(record)):
                     # Unkeyed dead letters stay beside their source partition (same partition counts).
@@ -449,8 +463,11 @@ class BatchProcessor:
         stage["engine"].observe(clock.lap())
         # Table records (the statistics of every scope the batch changed) are outputs too: they go
         # out with the batch's last outputs, and one round trip acknowledges both.
-        changed = {partition: batch for partition, batch in batches.items()
-                   if batch.next_offset != batch.recorded or batch.txn.staged}
+        changed = {
+            partition: batch
+            for partition, batch in batches.items()
+            if batch.next_offset != batch.recorded or batch.txn.staged
+        }
         tables: list[Awaitable[Delivered]] = []
         for partition, batch in changed.items():
             for table in batch.run.finish(batch.txn.staged_keys()):
@@ -475,7 +492,12 @@ class BatchProcessor:
         """
         plan, result, batches, changed = flight.plan, flight.result, flight.batches, flight.changed
         deliveries, emitted, copies, tables, ahead = (
-            flight.deliveries, flight.emitted, flight.copies, flight.tables, flight.ahead)
+            flight.deliveries,
+            flight.emitted,
+            flight.copies,
+            flight.tables,
+            flight.ahead,
+        )
         clock = _Clock()
         stage = self.metrics.stage
         next_offsets = {partition: batch.next_offset for partition, batch in changed.items()}
@@ -505,8 +527,9 @@ class BatchProcessor:
         # (3) the change sets are durable in the changelog before the local database sees them. A change
         # set larger than one record goes out as consecutive parts (``changeset``); the local database
         # records the offset of the last, the one that completes it.
-        pending = [(partition, await self._send_change_set(partition, changes, result))
-                   for partition, changes in change_sets]
+        pending = [
+            (partition, await self._send_change_set(partition, changes, result)) for partition, changes in change_sets
+        ]
         await self.sink.flush()
         for partition, parts in pending:
             last[partition] = (await _all(parts))[-1]

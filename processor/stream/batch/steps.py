@@ -158,7 +158,10 @@ class _PatternRun:
             txn.abort_entry()
             log.warning(
                 "%s partition %s offset %s: skipped, not a recurred observation (%s)",
-                origin.get("topic"), origin.get("partition"), origin.get("offset"), type(error).__name__,
+                origin.get("topic"),
+                origin.get("partition"),
+                origin.get("offset"),
+                type(error).__name__,
             )
             return []
         txn.end_entry()

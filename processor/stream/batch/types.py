@@ -147,8 +147,6 @@ class PartitionedState(Protocol):
         ...
 
 
-
-
 class TableRecord(NamedTuple):
     """A keyed value written after a batch (a table topic: the last value per key is the state)."""
 

@@ -34,8 +34,14 @@ from ..settings import KafkaConnection
 HOSTNAME_MISMATCH: Final = 62
 #: TLS alerts a broker sends about the client's certificate (absent, unknown CA, unusable).
 CLIENT_CERTIFICATE_ALERTS: Final = (
-    "CERTIFICATE_REQUIRED", "BAD_CERTIFICATE", "UNKNOWN_CA", "CERTIFICATE_UNKNOWN", "UNSUPPORTED_CERTIFICATE",
-    "CERTIFICATE_EXPIRED", "CERTIFICATE_REVOKED", "ACCESS_DENIED",
+    "CERTIFICATE_REQUIRED",
+    "BAD_CERTIFICATE",
+    "UNKNOWN_CA",
+    "CERTIFICATE_UNKNOWN",
+    "UNSUPPORTED_CERTIFICATE",
+    "CERTIFICATE_EXPIRED",
+    "CERTIFICATE_REVOKED",
+    "ACCESS_DENIED",
 )
 #: A role's principal as the ``recurrence acls`` hint names it.
 ROLE_NAMES: Final = {"worker": "a worker", "publish": "a publisher", "read": "a reader"}
@@ -56,21 +62,26 @@ class ProtocolMismatchError(BrokerError):
 class NotAuthorizedError(BrokerError):
     """The principal may not perform an operation on a resource (no ACL grants it)."""
 
-    def __init__(self, connection: KafkaConnection, operation: str, resource: str, name: str, code: str,
-                 role: str | None = None) -> None:
+    def __init__(
+        self, connection: KafkaConnection, operation: str, resource: str, name: str, code: str, role: str | None = None
+    ) -> None:
         self.connection, self.operation, self.resource, self.name = connection, operation, resource, name
         self.code, self.role = code, role
         super().__init__(self.line())
 
     def line(self) -> str:
         principal = principal_of(self.connection)
-        head = (f"not authorized: {principal} may not {self.operation} {self.resource} {self.name} on "
-                f"{self.connection.bootstrap_servers} ({self.code})")
+        head = (
+            f"not authorized: {principal} may not {self.operation} {self.resource} {self.name} on "
+            f"{self.connection.bootstrap_servers} ({self.code})"
+        )
         if self.role is None:
             return head + "; grant it, or run this as a principal that may (a super user applies topics)"
         who = principal if principal.startswith("User:") else "User:NAME"
-        return (f"{head}; 'recurrence acls --principal {who} --role {self.role}' prints the ACLs "
-                f"{ROLE_NAMES.get(self.role, self.role)} needs")
+        return (
+            f"{head}; 'recurrence acls --principal {who} --role {self.role}' prints the ACLs "
+            f"{ROLE_NAMES.get(self.role, self.role)} needs"
+        )
 
     def for_role(self, role: str) -> "NotAuthorizedError":
         """The same refusal, naming the ``recurrence acls`` command of the command's role."""
@@ -126,8 +137,10 @@ def _tls(connection: KafkaConnection, where: str, error: ssl.SSLError) -> Broker
             "--ssl-certfile and --ssl-keyfile (KAFKA_SSL_CERTFILE, KAFKA_SSL_KEYFILE) signed by a CA the broker trusts"
         )
     if reason:
-        return TlsError(f"TLS: the handshake with Kafka at {where} failed ({reason.lower()}); check the security "
-                         "settings (--security-protocol, --ssl-cafile)")
+        return TlsError(
+            f"TLS: the handshake with Kafka at {where} failed ({reason.lower()}); check the security "
+            "settings (--security-protocol, --ssl-cafile)"
+        )
     return None
 
 
@@ -175,12 +188,19 @@ async def connection_failure(
             break
         conn = None
         try:
-            conn = await asyncio.wait_for(create_conn(
-                host.strip("[]"), int(port), ssl_context=context, security_protocol=connection.security_protocol,
-                sasl_mechanism=connection.sasl_mechanism, sasl_plain_username=connection.sasl_username,
-                sasl_plain_password=connection.password() if connection.uses_sasl else None,
-                request_timeout_ms=max(1000, int(remaining * 1000)),
-            ), remaining)
+            conn = await asyncio.wait_for(
+                create_conn(
+                    host.strip("[]"),
+                    int(port),
+                    ssl_context=context,
+                    security_protocol=connection.security_protocol,
+                    sasl_mechanism=connection.sasl_mechanism,
+                    sasl_plain_username=connection.sasl_username,
+                    sasl_plain_password=connection.password() if connection.uses_sasl else None,
+                    request_timeout_ms=max(1000, int(remaining * 1000)),
+                ),
+                remaining,
+            )
             left = max(0.1, deadline - asyncio.get_running_loop().time())
             await asyncio.wait_for(conn.send(MetadataRequest([])), left)
         except (OSError, TimeoutError, errors.KafkaError) as error:
@@ -213,10 +233,12 @@ def authorization(
         return NotAuthorizedError(connection, operation or "READ", "group", group, "GROUP_AUTHORIZATION_FAILED")
     if isinstance(error, errors.ClusterAuthorizationFailedError):
         # Kafka 3.0+ asks it of an idempotent producer that may write no topic at all (KIP-679).
-        return NotAuthorizedError(connection, operation or "IDEMPOTENT_WRITE", "cluster", "kafka-cluster",
-                                  "CLUSTER_AUTHORIZATION_FAILED")
+        return NotAuthorizedError(
+            connection, operation or "IDEMPOTENT_WRITE", "cluster", "kafka-cluster", "CLUSTER_AUTHORIZATION_FAILED"
+        )
     if isinstance(error, errors.TransactionalIdAuthorizationFailed):
         transactional_id = str(error.args[0]) if error.args else "?"
-        return NotAuthorizedError(connection, "WRITE", "transactional id", transactional_id,
-                             "TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
+        return NotAuthorizedError(
+            connection, "WRITE", "transactional id", transactional_id, "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+        )
     return None

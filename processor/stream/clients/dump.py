@@ -73,7 +73,10 @@ def topics_for_kinds(names: TopicNames, kinds: str) -> list[str]:
     if not chosen:
         raise SettingsError(f"--kinds names no topic: choose from {', '.join(KIND_ALIASES)}")
     by_kind = {
-        "ledger": names.ledger, "review": names.review, "dead-letters": names.dead_letters, "patterns": names.patterns,
+        "ledger": names.ledger,
+        "review": names.review,
+        "dead-letters": names.dead_letters,
+        "patterns": names.patterns,
     }
     return [by_kind[kind] for kind in KIND_ALIASES if kind in chosen]
 
@@ -162,8 +165,15 @@ class OutputReader:
         self.summary.raw_records += 1
         self.summary.by_topic[tp.topic] = self.summary.by_topic.get(tp.topic, 0) + 1
         order = (*(_source(message.headers) or _NO_SOURCE), self._rank[tp.topic], tp.partition, message.offset)
-        dumped = Dumped(tp.topic, tp.partition, message.offset, message.key, message.value, message.timestamp,
-                        tuple(message.headers or ()))
+        dumped = Dumped(
+            tp.topic,
+            tp.partition,
+            message.offset,
+            message.key,
+            message.value,
+            message.timestamp,
+            tuple(message.headers or ()),
+        )
         return order, record_id(message.value, message.headers), dumped
 
     async def _snapshot(self, consumer: AIOKafkaConsumer, tps: list[TopicPartition]) -> list[tuple[str, Dumped]]:

@@ -82,8 +82,12 @@ MEMBERS: Final = (
     Member("aiokafka:AIOKafkaConsumer", "_fetch_max_wait_ms", THROUGH, "set_fetch_max_wait"),
     # The cause of a failed transaction (an ACL revoked mid-run), which its records only report as InvalidTxnState.
     Member("aiokafka:AIOKafkaProducer", "_txn_manager", THROUGH, "transaction_failure"),
-    Member("aiokafka.producer.transaction_manager:TransactionManager", "_transaction_waiter", THROUGH,
-           "transaction_failure"),
+    Member(
+        "aiokafka.producer.transaction_manager:TransactionManager",
+        "_transaction_waiter",
+        THROUGH,
+        "transaction_failure",
+    ),
     Member(RECOVERY_MODULE, "asyncio", THROUGH, "shorten_recovery_wait"),
     # workerapp: the app's transport, the consumer that hands whole fetches to the agents, and the
     # two exactly_once corrections (high watermarks read fresh; fresh transactional producers).
@@ -102,16 +106,19 @@ MEMBERS: Final = (
     Member(f"{_FAUST_CONSUMER}:Consumer", "_read_offset", THROUGH, "read_offsets"),
     Member(f"{_FAUST_CONSUMER}:Consumer", "_buffered_partitions", THROUGH, "buffered_partitions"),
     Member(f"{_FAUST_KAFKA}:AIOKafkaConsumerThread", "_highwaters", OVERRIDES, f"{_WORKERAPP}:_ConsumerThread"),
-    Member(f"{_FAUST_KAFKA}:AIOKafkaConsumerThread", "_create_worker_consumer", OVERRIDES,
-           f"{_WORKERAPP}:_ConsumerThread"),
+    Member(
+        f"{_FAUST_KAFKA}:AIOKafkaConsumerThread", "_create_worker_consumer", OVERRIDES, f"{_WORKERAPP}:_ConsumerThread"
+    ),
     Member(f"{_FAUST_KAFKA}:AIOKafkaConsumerThread", "_ensure_consumer", THROUGH, "thread_consumer"),
     Member(f"{_FAUST_CONSUMER}:TransactionManager", "on_rebalance", OVERRIDES, f"{_WORKERAPP}:_TransactionManager"),
     Member("faust.tables:TableManager", "on_start", OVERRIDES, f"{_WORKERAPP}:WorkerTableManager"),
     Member("faust.tables:TableManager", "_update_channels", CALLS, f"{_WORKERAPP}:WorkerTableManager"),
     # webserver: Faust's aiohttp driver serving the read surface's routes and none of Faust's blueprints.
     Member("faust:App", "web", OVERRIDES, f"{_WORKERAPP}:WorkerApp"),
-    *(Member("faust.web.drivers.aiohttp:Web", f"{kind}_blueprints", OVERRIDES, "worker.webserver:SurfaceWeb")
-      for kind in ("default", "production", "debug", "optional")),
+    *(
+        Member("faust.web.drivers.aiohttp:Web", f"{kind}_blueprints", OVERRIDES, "worker.webserver:SurfaceWeb")
+        for kind in ("default", "production", "debug", "optional")
+    ),
     # tablestore: the engine state's table, its change-set stores and their RocksDB options.
     Member("faust:Table", "_new_store_by_url", OVERRIDES, f"{_TABLESTORE}:StateTable"),
     Member("faust.stores.rocksdb:Store", "_db_for_partition", OVERRIDES, f"{_TABLESTORE}:ChangeSetRocksStore"),

@@ -116,8 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     except RecurrenceError as error:
         print(f"review_consumer: {error}", file=sys.stderr)
         return error.exit_code
-    print(f"review_consumer: {summary.handled} records handled, {summary.duplicates} duplicates skipped",
-          file=sys.stderr)
+    print(
+        f"review_consumer: {summary.handled} records handled, {summary.duplicates} duplicates skipped", file=sys.stderr
+    )
     return 0
 
 

@@ -113,8 +113,9 @@ class ProgressProbe:
         self.inputs = list(inputs)
         self.group = group
         kwargs = connection.aiokafka_kwargs()
-        self._consumer = AIOKafkaConsumer(**kwargs, group_id=None, enable_auto_commit=False,
-                                          isolation_level="read_committed")
+        self._consumer = AIOKafkaConsumer(
+            **kwargs, group_id=None, enable_auto_commit=False, isolation_level="read_committed"
+        )
         self._admin = AIOKafkaAdminClient(**kwargs, request_timeout_ms=max(1000, int(connection.timeout * 1000)))
         self._tps: dict[str, list[TopicPartition]] = {}
         self._clients = contextlib.AsyncExitStack()

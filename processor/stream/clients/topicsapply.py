@@ -75,8 +75,10 @@ def _describe_drift(spec: TopicSpec, partitions: int, replication: int, configs:
             says = "at least " if name in spec.at_least else ""
             problem = f"{name}={actual}, the definition says {says}{wanted}"
             if name in ALTERABLE_IN_PLACE:  # a limit, not a layout: changing it moves no record
-                problem += (f" (safe to change in place: kafka-configs.sh --alter --entity-type topics "
-                            f"--entity-name {spec.name} --add-config {name}={wanted})")
+                problem += (
+                    f" (safe to change in place: kafka-configs.sh --alter --entity-type topics "
+                    f"--entity-name {spec.name} --add-config {name}={wanted})"
+                )
             problems.append(problem)
     return problems
 
@@ -144,8 +146,11 @@ async def apply_topics(connection: KafkaConnection, specs: Sequence[TopicSpec], 
                 ),
             )
             errors = {e["topic"]: e for e in response.to_object()["topic_errors"]}
-            refused = [name for name, e in errors.items()
-                       if e["error_code"] in (_TOPIC_AUTHORIZATION_FAILED, _CLUSTER_AUTHORIZATION_FAILED)]
+            refused = [
+                name
+                for name, e in errors.items()
+                if e["error_code"] in (_TOPIC_AUTHORIZATION_FAILED, _CLUSTER_AUTHORIZATION_FAILED)
+            ]
             if refused:
                 raise topic_refused(connection, "CREATE", refused, "TOPIC_AUTHORIZATION_FAILED")
             for spec in to_create:
@@ -176,9 +181,7 @@ async def _wait_visible(
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
         found = await _existing(connection, admin, names)
-        if all(
-            name in found and all(p["leader"] >= 0 for p in found[name]["partitions"]) for name in names
-        ):
+        if all(name in found and all(p["leader"] >= 0 for p in found[name]["partitions"]) for name in names):
             return
         if asyncio.get_running_loop().time() > deadline:
             return

@@ -120,7 +120,12 @@ class RecurrenceService:
     """The running worker: its two agents, catching up, snapshots, probes and reports (see ``build_worker``)."""
 
     def __init__(
-        self, app: WorkerApp, engine: Lane, patterns: Lane, snapshots: Snapshots, metrics: Metrics,
+        self,
+        app: WorkerApp,
+        engine: Lane,
+        patterns: Lane,
+        snapshots: Snapshots,
+        metrics: Metrics,
         options: ServiceOptions,
     ) -> None:
         self.app = app
@@ -249,9 +254,14 @@ class RecurrenceService:
             return []  # fetched before a rebalance; the new assignment seeks and the state's position decides
         assigned = {tp.partition for tp in self.app.consumer.assignment() if tp.topic == topic}
         return [
-            Entry(partition, record.offset, record.value if record.value is not None else b"",
-                  record.timestamp / 1000 if record.timestamp is not None else None)
-            for partition, records in fetched.records.items() if partition in assigned
+            Entry(
+                partition,
+                record.offset,
+                record.value if record.value is not None else b"",
+                record.timestamp / 1000 if record.timestamp is not None else None,
+            )
+            for partition, records in fetched.records.items()
+            if partition in assigned
             for record in records
         ]
 

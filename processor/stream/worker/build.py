@@ -104,14 +104,24 @@ def worker_app(settings: StreamSettings) -> WorkerApp:
 def raw_topic(app: WorkerApp, name: str, partitions: int) -> Any:
     """A topic of raw bytes keys and values with the journal's partition count."""
     return app.topic(
-        name, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw", partitions=partitions,
+        name,
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+        partitions=partitions,
     )
 
 
 def state_table(app: WorkerApp, name: str, help_text: str, partitions: int) -> StateTable:
     """A changelog-backed table of change sets (see ``tablestore``), registered with the app."""
     table = StateTable(
-        app, name=name, key_type=bytes, value_type=bytes, partitions=partitions, beacon=app.tables.beacon,
+        app,
+        name=name,
+        key_type=bytes,
+        value_type=bytes,
+        partitions=partitions,
+        beacon=app.tables.beacon,
         help=help_text,
     )
     app.tables.add(table)
@@ -126,16 +136,30 @@ def build_worker(settings: StreamSettings) -> RecurrenceService:
     app = worker_app(settings)
     engine, patterns = build_lanes(app, settings, config, metrics)
     # Snapshots (issue 8: restore bounded by state size; see ``snapshots``).
-    snapshots = Snapshots(KafkaSnapshotLog(settings.kafka, settings.topics.snapshots),
-                          worker.snapshot_interval, worker.snapshot_batches, metrics.snapshots)
+    snapshots = Snapshots(
+        KafkaSnapshotLog(settings.kafka, settings.topics.snapshots),
+        worker.snapshot_interval,
+        worker.snapshot_batches,
+        metrics.snapshots,
+    )
     tables = (engine.table, patterns.table)
     for table in tables:
         table.snapshots = snapshots  # the store loads a snapshot before recovery
     metrics.snapshots.replayed = lambda: sum(int(getattr(t.data, "replayed", 0)) for t in tables)
     service = RecurrenceService(
-        app, engine, patterns, snapshots, metrics,
-        ServiceOptions(settings.group_id, settings.canonical_url, settings.processing_guarantee,
-                       settings.batch_max, worker.ready_max_lag, settings.kafka),
+        app,
+        engine,
+        patterns,
+        snapshots,
+        metrics,
+        ServiceOptions(
+            settings.group_id,
+            settings.canonical_url,
+            settings.processing_guarantee,
+            settings.batch_max,
+            worker.ready_max_lag,
+            settings.kafka,
+        ),
     )
     metrics.live = LiveReadings(
         lag=service.lag,
@@ -144,24 +168,28 @@ def build_worker(settings: StreamSettings) -> RecurrenceService:
         ready=lambda: readiness(service.probe()).ok,
     )
     service.start_on(app)
-    register(app, ReadSurface(
-        state=engine.state(),
-        config=config,
-        metrics=metrics,
-        partitions=settings.partitions,
-        my_url=settings.canonical_url,
-        ready_partitions=engine.cluster.ready_partitions,
-        owners=engine.cluster.owners,
-        lag=service.lag,
-        probe=service.probe,
-        pattern_table=PatternTable(
-            state=patterns.state(),
-            ready_partitions=patterns.cluster.ready_partitions,
-            owners=patterns.cluster.owners,
+    register(
+        app,
+        ReadSurface(
+            state=engine.state(),
+            config=config,
+            metrics=metrics,
+            partitions=settings.partitions,
+            my_url=settings.canonical_url,
+            ready_partitions=engine.cluster.ready_partitions,
+            owners=engine.cluster.owners,
+            lag=service.lag,
+            probe=service.probe,
+            pattern_table=PatternTable(
+                state=patterns.state(),
+                ready_partitions=patterns.cluster.ready_partitions,
+                owners=patterns.cluster.owners,
+            ),
+            connection=settings.kafka,
+            dead_letters_topic=settings.topics.dead_letters,
         ),
-        connection=settings.kafka,
-        dead_letters_topic=settings.topics.dead_letters,
-    ), Access(settings.web_token()))
+        Access(settings.web_token()),
+    )
     return service
 
 
@@ -188,15 +216,39 @@ def build_lanes(app: WorkerApp, settings: StreamSettings, config: EngineConfig, 
     )
     metrics.patterns = Metrics()
     patterns_processor, patterns_readers = batch_processor(
-        settings, config, sinks, names.recurred, names.patterns_changelog, patterns_table, metrics.patterns,
+        settings,
+        config,
+        sinks,
+        names.recurred,
+        names.patterns_changelog,
+        patterns_table,
+        metrics.patterns,
         PatternStep(names, settings.pattern_scopes),
     )
     worker = settings.worker
     return (
-        Lane(AGENT_NAME, names.journal, journal, table, cluster, engine_processor, engine_readers,
-             worker.batch_within, worker.batch_min),
-        Lane(PATTERNS_AGENT_NAME, names.recurred, recurred, patterns_table, patterns_cluster, patterns_processor,
-             patterns_readers, PATTERNS_BATCH_WITHIN, settings.batch_max),
+        Lane(
+            AGENT_NAME,
+            names.journal,
+            journal,
+            table,
+            cluster,
+            engine_processor,
+            engine_readers,
+            worker.batch_within,
+            worker.batch_min,
+        ),
+        Lane(
+            PATTERNS_AGENT_NAME,
+            names.recurred,
+            recurred,
+            patterns_table,
+            patterns_cluster,
+            patterns_processor,
+            patterns_readers,
+            PATTERNS_BATCH_WITHIN,
+            settings.batch_max,
+        ),
     )
 
 
@@ -213,8 +265,14 @@ class SinkFactory:
 
 
 def batch_processor(
-    settings: StreamSettings, config: EngineConfig, sinks: SinkFactory, source: str, changelog: str,
-    table: StateTable, metrics: Metrics, step: PatternStep | None = None,
+    settings: StreamSettings,
+    config: EngineConfig,
+    sinks: SinkFactory,
+    source: str,
+    changelog: str,
+    table: StateTable,
+    metrics: Metrics,
+    step: PatternStep | None = None,
 ) -> tuple[BatchProcessor, tuple[PartitionReader, PartitionReader]]:
     """The batch processor of one consumed topic, and its direct readers of that topic and of the changelog."""
     readers = PartitionReader(settings.kafka, source), PartitionReader(settings.kafka, changelog)

@@ -179,8 +179,11 @@ class FetchChannel:
             try:
                 await commit(offsets)
             except Exception as error:  # a lost commit means redelivery, and redelivered entries are skipped
-                log.warning("%s: offset commit failed (%s); the state's positions are unaffected",
-                            self.topic, type(error).__name__)
+                log.warning(
+                    "%s: offset commit failed (%s); the state's positions are unaffected",
+                    self.topic,
+                    type(error).__name__,
+                )
 
     async def quiesce(self) -> int:
         """Drop the fetches not yet taken, wait for the batches in flight and their commit; how many were dropped."""

@@ -59,8 +59,10 @@ class PartitionReader:
 
     async def fetch(self, partition: int, start: int, stop: int) -> list[tuple[int, bytes]]:
         """Values of the records with ``start <= offset < stop`` (transaction markers leave no record)."""
-        return [(offset, value if value is not None else b"") for offset, _, value in
-                await self.fetch_records(partition, start, stop)]
+        return [
+            (offset, value if value is not None else b"")
+            for offset, _, value in await self.fetch_records(partition, start, stop)
+        ]
 
     async def fetch_records(self, partition: int, start: int, stop: int) -> list[ChangelogRecord]:
         """(offset, key, value) of the records with ``start <= offset < stop``."""

@@ -92,7 +92,12 @@ class _Batches:
         self._remembered_keys = remembered_keys
 
     async def send(
-        self, producer: Any, topic: str, key: bytes | None, value: bytes, partition: int | None,
+        self,
+        producer: Any,
+        topic: str,
+        key: bytes | None,
+        value: bytes,
+        partition: int | None,
         headers: list[tuple[str, bytes]],
     ) -> Awaitable[Delivered]:
         """Append a record to the batch for its partition (a keyed record's, when ``partition`` is None).
@@ -110,7 +115,12 @@ class _Batches:
         return await self._append(producer, topic, partition, key, value, headers)
 
     def append(
-        self, producer: Any, topic: str, key: bytes | None, value: bytes, partition: int | None,
+        self,
+        producer: Any,
+        topic: str,
+        key: bytes | None,
+        value: bytes,
+        partition: int | None,
         headers: list[tuple[str, bytes]],
     ) -> Awaitable[Delivered] | None:
         """``send``'s common case without a coroutine: a batch with room, for a known partition (or a
@@ -139,7 +149,12 @@ class _Batches:
         return chosen
 
     async def _append(
-        self, producer: Any, topic: str, partition: int, key: bytes | None, value: bytes,
+        self,
+        producer: Any,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes,
         headers: list[tuple[str, bytes]],
     ) -> Awaitable[Delivered]:
         """``send`` when the partition has no open batch, or its batch is full (sent, and another opened)."""

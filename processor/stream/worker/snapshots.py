@@ -167,11 +167,19 @@ class Manifest:
     created: float  # unix time
 
     def encode(self) -> bytes:
-        return orjson.dumps({
-            "format": FORMAT, "table": self.table, "partition": self.partition, "snapshot": self.snapshot,
-            "changelog_offset": self.changelog_offset, "rows": self.rows, "raw_bytes": self.raw_bytes,
-            "chunks": [[c.offset, c.sha256] for c in self.chunks], "created": self.created,
-        })
+        return orjson.dumps(
+            {
+                "format": FORMAT,
+                "table": self.table,
+                "partition": self.partition,
+                "snapshot": self.snapshot,
+                "changelog_offset": self.changelog_offset,
+                "rows": self.rows,
+                "raw_bytes": self.raw_bytes,
+                "chunks": [[c.offset, c.sha256] for c in self.chunks],
+                "created": self.created,
+            }
+        )
 
     @classmethod
     def decode(cls, value: bytes) -> "Manifest | None":
@@ -180,8 +188,14 @@ class Manifest:
         if data.get("format") not in _READABLE:
             return None
         return cls(
-            data["table"], data["partition"], data["snapshot"], data["changelog_offset"], data["rows"],
-            data["raw_bytes"], tuple(Chunk(offset, digest) for offset, digest in data["chunks"]), data["created"],
+            data["table"],
+            data["partition"],
+            data["snapshot"],
+            data["changelog_offset"],
+            data["rows"],
+            data["raw_bytes"],
+            tuple(Chunk(offset, digest) for offset, digest in data["chunks"]),
+            data["created"],
         )
 
 
@@ -293,8 +307,11 @@ class Snapshots:
         started = time.perf_counter()
         manifest = await latest_manifest(self.topic, table, partition)
         if manifest is None:
-            log.info("%s partition %d: no local state and no snapshot; recovery replays the whole changelog",
-                     table, partition)
+            log.info(
+                "%s partition %d: no local state and no snapshot; recovery replays the whole changelog",
+                table,
+                partition,
+            )
             return 0
         scratch = path.with_name(path.name + ".restoring")
         shutil.rmtree(scratch, ignore_errors=True)  # a restore killed half-way
@@ -302,8 +319,13 @@ class Snapshots:
             rows = await self._load(store, manifest, scratch)
         except SnapshotUnusableError as error:
             shutil.rmtree(scratch, ignore_errors=True)
-            log.warning("%s partition %d: snapshot %s is unusable (%s); recovery replays the whole changelog",
-                        table, partition, manifest.snapshot, error)
+            log.warning(
+                "%s partition %d: snapshot %s is unusable (%s); recovery replays the whole changelog",
+                table,
+                partition,
+                manifest.snapshot,
+                error,
+            )
             return 0
         os.rename(scratch, path)
         self._known[(table, partition)] = manifest
@@ -312,7 +334,12 @@ class Snapshots:
         log.info(
             "%s partition %d: loaded snapshot %s (%d rows, %d chunks) at changelog offset %d in %.2fs; "
             "recovery replays only the changelog after it",
-            table, partition, manifest.snapshot, rows, len(manifest.chunks), manifest.changelog_offset,
+            table,
+            partition,
+            manifest.snapshot,
+            rows,
+            len(manifest.chunks),
+            manifest.changelog_offset,
             time.perf_counter() - started,
         )
         return rows
@@ -427,27 +454,43 @@ class Snapshots:
             chunks.append(Chunk(await pending[index], digests[index]))
         if stream.offset is None or not owned():
             return None
-        manifest = Manifest(table, partition, snapshot, int(stream.offset), stream.rows, stream.raw_bytes,
-                            tuple(chunks), time.time())
+        manifest = Manifest(
+            table, partition, snapshot, int(stream.offset), stream.rows, stream.raw_bytes, tuple(chunks), time.time()
+        )
         encoded = manifest.encode()
         if len(encoded) > MAX_RECORD_BYTES:  # ~100k chunks (~50 GB of rows): the topic would refuse it
-            log.warning("%s partition %d: snapshot %s has %d chunks, a manifest of %d bytes (at most %d); "
-                        "not completed: recovery replays the changelog", table, partition, snapshot,
-                        len(chunks), len(encoded), MAX_RECORD_BYTES)
+            log.warning(
+                "%s partition %d: snapshot %s has %d chunks, a manifest of %d bytes (at most %d); "
+                "not completed: recovery replays the changelog",
+                table,
+                partition,
+                snapshot,
+                len(chunks),
+                len(encoded),
+                MAX_RECORD_BYTES,
+            )
             return None
         await (await self.topic.send(manifest_key(table, partition), encoded, partition))
         previous = self._known.get(key)
         self._known[key] = manifest
         if previous is not None and previous.snapshot != snapshot:
             # The snapshot this one replaces goes away at the next compaction.
-            gone = [await self.topic.send(chunk_key(table, partition, previous.snapshot, index), None, partition)
-                    for index in range(len(previous.chunks))]
+            gone = [
+                await self.topic.send(chunk_key(table, partition, previous.snapshot, index), None, partition)
+                for index in range(len(previous.chunks))
+            ]
             await asyncio.gather(*gone)
         self.counts.shipped += 1
         self.counts.shipped_bytes += sent_bytes
         log.info(
             "%s partition %d: shipped snapshot %s at changelog offset %d: %d rows, %d chunks, %d bytes in %.2fs",
-            table, partition, snapshot, manifest.changelog_offset, manifest.rows, len(chunks), sent_bytes,
+            table,
+            partition,
+            snapshot,
+            manifest.changelog_offset,
+            manifest.rows,
+            len(chunks),
+            sent_bytes,
             time.perf_counter() - started,
         )
         return manifest

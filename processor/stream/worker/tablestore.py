@@ -75,7 +75,9 @@ def _joined(
     if assembler.orphaned > orphaned:
         log.warning(
             "changelog partition %d: dropped %d parts of a change set whose other parts were never written "
-            "(a crash mid-write; its batch ran again)", partition, assembler.orphaned - orphaned,
+            "(a crash mid-write; its batch ran again)",
+            partition,
+            assembler.orphaned - orphaned,
         )
 
 
@@ -304,4 +306,3 @@ class StateTable(faust.Table[bytes, bytes]):
             loop=self.loop,
             options=self.options,
         )
-

@@ -329,9 +329,7 @@ class ReadSurface:
         parts = [] if found is None else [found]
         remote = [url for url in owners if not _same(url, self.my_url) and owners[url]]
         path = f"/explain/{quote(identity, safe='')}"
-        answers = await asyncio.gather(
-            *(self.peers.get(url, path, {"format": "json", "local": "1"}) for url in remote)
-        )
+        answers = await asyncio.gather(*(self.peers.get(url, path, {"format": "json", "local": "1"}) for url in remote))
         for status, body in answers:
             if status == 200 and isinstance(body, dict):
                 if not is_revision:
@@ -405,6 +403,7 @@ class ReadSurface:
 
     def version(self) -> str | None:
         return None  # partitions move independently: /progress is tagged by its body
+
     async def tune(self, thresholds: list[int] | None, ask: Ask) -> dict[str, Any]:
         configured = self.config.review_threshold
         wanted = thresholds or chart_thresholds(configured)

@@ -173,8 +173,9 @@ class _Consumer(faust_aiokafka.Consumer):
                             await self.wait_first(callback(self._to_message(tp, record)), self.suspend_flow.wait())
                             offsets_read[tp] = record.offset
                 for topic, by_partition in batches.items():
-                    await self.wait_first(channels[topic].put(Fetched(generation, by_partition)),
-                                          self.suspend_flow.wait())
+                    await self.wait_first(
+                        channels[topic].put(Fetched(generation, by_partition)), self.suspend_flow.wait()
+                    )
         except self.consumer_stopped_errors:
             if self.transport.app.should_stop:
                 self.log.info("Broker stopped consumer, shutting down...")
