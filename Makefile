@@ -28,6 +28,8 @@ $(STAMP): pyproject.toml dev/pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required")'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -q --upgrade pip
+	@# Up to 1.0.0 the distribution was named recurrence: a venv from then holds its stale editable install.
+	@$(PY) -m pip uninstall -q -y recurrence >/dev/null 2>&1 || true
 	@$(PY) -m pip install -q -e '.[test]'
 	@# The tests' and benchmarks' shared kit (dev/devkit): in the venv, never in the product's wheel.
 	@$(PY) -m pip install -q -e dev
@@ -64,7 +66,7 @@ test-fast: $(STAMP)
 	$(PY) -m pytest -m "not kafka and not cluster and not browser and not wheel" -n 2
 
 schemas: $(STAMP)
-	$(PY) -m recurrence.schemas.export
+	$(PY) -m recurrence_ledger.schemas.export
 
 bench: $(STAMP)
 	@$(PY) -c 'import matplotlib' 2>/dev/null || $(PY) -m pip install -q -e '.[bench]'

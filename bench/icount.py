@@ -72,7 +72,7 @@ def replay_count(journal: Path, workdir: Path) -> int:
         [
             PYTHON,
             "-m",
-            "recurrence.processor.cli",
+            "recurrence_ledger.processor.cli",
             "replay",
             str(journal),
             "--state",

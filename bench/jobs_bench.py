@@ -41,11 +41,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from recurrence.processor.core.partitioning import Router, assign, scope_key
-from recurrence.processor.embedded.runner import assignment_weights
-from recurrence.processor.embedded.statedir import DEFAULT_PARTITIONS
+from recurrence_ledger.processor.core.partitioning import Router, assign, scope_key
+from recurrence_ledger.processor.embedded.runner import assignment_weights
+from recurrence_ledger.processor.embedded.statedir import DEFAULT_PARTITIONS
 
-COMMAND = [sys.executable, "-m", "recurrence.processor.cli", "replay"]
+COMMAND = [sys.executable, "-m", "recurrence_ledger.processor.cli", "replay"]
 
 
 @dataclass

@@ -50,10 +50,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from devkit.deployment import Deployment, Worker, owned_partitions
 from devkit.localrun import LocalBroker, wait_for
 from devkit.oracle import embedded_ledger
-from recurrence.processor.core.partitioning import scope_key
-from recurrence.processor.stream.batch.types import SOURCE_HEADER
-from recurrence.processor.synthetic import JournalSpec, write
-from recurrence.processor.verify import compare as verify
+from recurrence_ledger.processor.core.partitioning import scope_key
+from recurrence_ledger.processor.stream.batch.types import SOURCE_HEADER
+from recurrence_ledger.processor.synthetic import JournalSpec, write
+from recurrence_ledger.processor.verify import compare as verify
 
 ROOT = Path(__file__).resolve().parent.parent
 PUBLISH_LINGER_MS = 5

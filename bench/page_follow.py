@@ -50,7 +50,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
 from devkit.localrun import free_port, recurrence_command, wait_for
-from recurrence.processor.synthetic import JournalSpec, write
+from recurrence_ledger.processor.synthetic import JournalSpec, write
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "page_follow.json"

@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from recurrence.processor.core.partitioning import partition_for
+from recurrence_ledger.processor.core.partitioning import partition_for
 
 
 def scope_counts(lines: Iterable[bytes]) -> Counter[str | None]:

@@ -51,7 +51,9 @@ WINDOW = 10_000
 
 
 def recurrence(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([PYTHON, "-m", "recurrence.processor.cli", *args], check=True, capture_output=True, **kwargs)
+    return subprocess.run(
+        [PYTHON, "-m", "recurrence_ledger.processor.cli", *args], check=True, capture_output=True, **kwargs
+    )
 
 
 def generate(path: Path, entries: int, seed: int, mixed: bool) -> Path:
@@ -60,7 +62,7 @@ def generate(path: Path, entries: int, seed: int, mixed: bool) -> Path:
         args = ["generate", "--entries", str(entries), "--scopes", str(SCOPES), "--seed", str(seed)]
         args += ["--experiences-per-scope", str(EXPERIENCES_PER_SCOPE), "--recent-window", str(RECENT_WINDOW), *extra]
         with path.open("wb") as out:
-            subprocess.run([PYTHON, "-m", "recurrence.processor.cli", *args], check=True, stdout=out)
+            subprocess.run([PYTHON, "-m", "recurrence_ledger.processor.cli", *args], check=True, stdout=out)
     return path
 
 
@@ -121,7 +123,7 @@ def replay_once(journal: Path, workdir: Path, tag: str) -> tuple[float, float, P
     subprocess.run(["rm", "-rf", str(state), str(ledger)], check=True)
     seconds, rss, stderr = timed_child(
         module(
-            "recurrence.processor.cli",
+            "recurrence_ledger.processor.cli",
             "replay",
             str(journal),
             "--state",
@@ -203,7 +205,9 @@ def curve(journal: Path, workdir: Path, checkpoints: list[int]) -> dict[str, Any
     """
     state, ledger = workdir / "state-curve", workdir / "ledger-curve.jsonl"
     subprocess.run(["rm", "-rf", str(state), str(ledger)], check=True)
-    argv = module("recurrence.processor.cli", "replay", "-", "--state", str(state), "--out", str(ledger), "--jobs", "1")
+    argv = module(
+        "recurrence_ledger.processor.cli", "replay", "-", "--state", str(state), "--out", str(ledger), "--jobs", "1"
+    )
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     assert proc.stdin is not None
     stamps: dict[int, tuple[float, float]] = {}

@@ -63,7 +63,7 @@ from rocksdict import AccessType, Options, Rdict
 
 from devkit.deployment import Deployment
 from devkit.localrun import LocalBroker, wait_for
-from recurrence.processor.synthetic import JournalSpec, write
+from recurrence_ledger.processor.synthetic import JournalSpec, write
 
 ROOT = Path(__file__).resolve().parent.parent
 PARTITIONS = 4

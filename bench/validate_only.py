@@ -15,8 +15,8 @@ import time
 import orjson
 from pydantic import ValidationError
 
-from recurrence.schemas.journal import JOURNAL_ENTRY, SourceEntry
-from recurrence.schemas.powercontext import HandoffReceipt, TaskOutcome
+from recurrence_ledger.schemas.journal import JOURNAL_ENTRY, SourceEntry
+from recurrence_ledger.schemas.powercontext import HandoffReceipt, TaskOutcome
 
 _CONTENT = {"task-outcome": TaskOutcome, "handoff-receipt": HandoffReceipt}
 

@@ -25,8 +25,8 @@ from typing import Any
 
 import orjson
 
-from recurrence.processor.cli import main as cli
-from recurrence.processor.core import engine
+from recurrence_ledger.processor.cli import main as cli
+from recurrence_ledger.processor.core import engine
 
 
 class _Timed:

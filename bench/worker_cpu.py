@@ -40,7 +40,7 @@ from proccpu import cpu_seconds
 import devkit.deployment as deployment_module
 from devkit.deployment import Deployment
 from devkit.localrun import LocalBroker, recurrence_command
-from recurrence.processor.synthetic import JournalSpec, write
+from recurrence_ledger.processor.synthetic import JournalSpec, write
 
 #: Where a sample's CPU went, first match wins: (part, frame substrings, any of which marks the sample).
 #: Checked from the innermost frame outwards per part, parts in this order.

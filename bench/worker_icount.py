@@ -36,15 +36,15 @@ from typing import Any
 
 from aiokafka.producer.message_accumulator import BatchBuilder
 
-from recurrence.processor.core.engineconfig import EngineConfig
-from recurrence.processor.core.partitioning import partition_for, scope_key
-from recurrence.processor.host.gcpolicy import freeze_startup_objects
-from recurrence.processor.store.rocksdb import RocksStore
-from recurrence.processor.stream.batch import processing
-from recurrence.processor.stream.batch.processing import BatchProcessor
-from recurrence.processor.stream.batch.types import Entry
-from recurrence.processor.stream.settings import StreamSettings
-from recurrence.processor.stream.worker.sink import FaustSink
+from recurrence_ledger.processor.core.engineconfig import EngineConfig
+from recurrence_ledger.processor.core.partitioning import partition_for, scope_key
+from recurrence_ledger.processor.host.gcpolicy import freeze_startup_objects
+from recurrence_ledger.processor.store.rocksdb import RocksStore
+from recurrence_ledger.processor.stream.batch import processing
+from recurrence_ledger.processor.stream.batch.processing import BatchProcessor
+from recurrence_ledger.processor.stream.batch.types import Entry
+from recurrence_ledger.processor.stream.settings import StreamSettings
+from recurrence_ledger.processor.stream.worker.sink import FaustSink
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))

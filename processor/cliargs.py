@@ -1,6 +1,6 @@
 """Argument types and exit codes shared by every ``recurrence`` subcommand.
 
-The exit codes are the ones ``recurrence.processor.exceptions`` defines (one
+The exit codes are the ones ``recurrence_ledger.processor.exceptions`` defines (one
 source); they are re-exported here for the subcommands that return a code
 directly.
 """

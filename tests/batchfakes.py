@@ -10,12 +10,12 @@ from collections.abc import Awaitable, Sequence
 from types import SimpleNamespace
 from typing import Any
 
-from recurrence.processor.core.partitioning import partition_for, scope_key
-from recurrence.processor.store.base import Transaction
-from recurrence.processor.store.memory import MemoryStore
-from recurrence.processor.stream.batch.types import ChangelogRecord, Entry
-from recurrence.processor.stream.settings import StreamSettings
-from recurrence.processor.synthetic import JournalSpec, generate
+from recurrence_ledger.processor.core.partitioning import partition_for, scope_key
+from recurrence_ledger.processor.store.base import Transaction
+from recurrence_ledger.processor.store.memory import MemoryStore
+from recurrence_ledger.processor.stream.batch.types import ChangelogRecord, Entry
+from recurrence_ledger.processor.stream.settings import StreamSettings
+from recurrence_ledger.processor.synthetic import JournalSpec, generate
 
 TOPICS = StreamSettings(topic_prefix="unit").topics
 

@@ -9,14 +9,14 @@ from typing import Any
 
 import orjson
 
-from recurrence.processor.core.engine import Engine
-from recurrence.processor.core.engineconfig import EngineConfig
-from recurrence.processor.core.records import Emitted
-from recurrence.processor.core.state import row_cache
-from recurrence.processor.store.base import StateStore, Transaction
-from recurrence.processor.store.memory import MemoryStore
-from recurrence.schemas.canonical import dumps
-from recurrence.schemas.records import OutputRecord
+from recurrence_ledger.processor.core.engine import Engine
+from recurrence_ledger.processor.core.engineconfig import EngineConfig
+from recurrence_ledger.processor.core.records import Emitted
+from recurrence_ledger.processor.core.state import row_cache
+from recurrence_ledger.processor.store.base import StateStore, Transaction
+from recurrence_ledger.processor.store.memory import MemoryStore
+from recurrence_ledger.schemas.canonical import dumps
+from recurrence_ledger.schemas.records import OutputRecord
 
 SCOPE = "team-a"
 CUE = "Generated sources are in sync"  # failure_block()'s default cue and check_subject

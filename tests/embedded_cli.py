@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from recurrence.processor.embedded.reading import open_state, statistics
-from recurrence.processor.synthetic import JournalSpec, write
+from recurrence_ledger.processor.embedded.reading import open_state, statistics
+from recurrence_ledger.processor.synthetic import JournalSpec, write
 
 Target = Literal["fsync", "flush", "process", "commit", "shard", "rename", "apply", "unlink"]
 When = Literal["before", "after"]
@@ -77,21 +77,21 @@ if _HOOKS:
     if "fsync" in targets:
         _wrap(os, "fsync", "fsync")
     if "flush" in targets:
-        from recurrence.processor.store.base import Transaction
+        from recurrence_ledger.processor.store.base import Transaction
         _wrap(Transaction, "flush", "flush")
     if "process" in targets:
-        from recurrence.processor.core.engine import Engine
+        from recurrence_ledger.processor.core.engine import Engine
         _wrap(Engine, "process", "process")
     if "commit" in targets:  # the main store's commit of a batch (the coordinator)
-        from recurrence.processor.embedded.coordinator import Writer
+        from recurrence_ledger.processor.embedded.coordinator import Writer
         _wrap(Writer, "commit", "commit")
     if "shard" in targets:  # a shard flushing committed batches into its partitions
-        from recurrence.processor.embedded.shard import Shard
+        from recurrence_ledger.processor.embedded.shard import Shard
         _wrap(Shard, "commit", "shard")
     if "rename" in targets:  # recurrence migrate moving the new stores into place
         _wrap(os, "rename", "rename")
     if "apply" in targets:  # a write batch into any RocksDB store
-        from recurrence.processor.store.rocksdb import RocksStore
+        from recurrence_ledger.processor.store.rocksdb import RocksStore
         _wrap(RocksStore, "apply", "apply")
     if "unlink" in targets:  # a file removed (recurrence migrate removing the single store's files)
         _wrap(os, "unlink", "unlink")
@@ -142,7 +142,7 @@ def cli(
     preexec_fn: Callable[[], Any] | None = None,
     timeout: float = 120,
 ) -> "subprocess.CompletedProcess[bytes]":
-    command: list[str | bytes] = [sys.executable, "-m", "recurrence.processor.cli"]
+    command: list[str | bytes] = [sys.executable, "-m", "recurrence_ledger.processor.cli"]
     command += [a if isinstance(a, bytes) else str(a) for a in args]
     return subprocess.run(
         command, capture_output=True, input=input, env=env, preexec_fn=preexec_fn, timeout=timeout, check=False

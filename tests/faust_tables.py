@@ -5,7 +5,7 @@ from typing import Any
 
 import faust
 
-from recurrence.processor.stream.worker.tablestore import OFFSET_KEY, StateTable
+from recurrence_ledger.processor.stream.worker.tablestore import OFFSET_KEY, StateTable
 
 BACKENDS = ["rocksdb://", "memory://"]
 

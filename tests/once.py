@@ -61,4 +61,4 @@ def built_wheel(factory: pytest.TempPathFactory) -> Path:
         (out / BUILD_LOG).write_text(built.stdout + built.stderr)
         assert built.returncode == 0, built.stderr[-3000:]
 
-    return next(built_once(factory, "wheel", build).glob("recurrence-*.whl"))
+    return next(built_once(factory, "wheel", build).glob("recurrence_ledger-*.whl"))

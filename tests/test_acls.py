@@ -15,10 +15,10 @@ import pytest
 from faust.transport.consumer import TransactionManager
 
 from devkit.localrun import recurrence_command
-from recurrence.processor.exceptions import EXIT_UNUSABLE
-from recurrence.processor.stream.acls import TRANSACTIONAL_ID_SEPARATOR, acl_set, as_json, render
-from recurrence.processor.stream.settings import StreamSettings
-from recurrence.topics.definitions import ROLES, Role, topic_specs
+from recurrence_ledger.processor.exceptions import EXIT_UNUSABLE
+from recurrence_ledger.processor.stream.acls import TRANSACTIONAL_ID_SEPARATOR, acl_set, as_json, render
+from recurrence_ledger.processor.stream.settings import StreamSettings
+from recurrence_ledger.topics.definitions import ROLES, Role, topic_specs
 
 LAYOUTS = [
     StreamSettings(),

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from recurrence.processor.core.admission import (
+from recurrence_ledger.processor.core.admission import (
     RULE_CUE,
     RULE_FAILING_OBSERVATION,
     RULE_NEAR_TWIN,
@@ -21,10 +21,14 @@ from recurrence.processor.core.admission import (
     RULE_VERIFICATION,
     RULE_WELL_FORMED,
 )
-from recurrence.schemas.base import ArtifactRef
-from recurrence.schemas.constants import MAX_CANDIDATE_EVIDENCE, MAX_FAILURE_CUE_LENGTH, NEAR_DUPLICATE_BIGRAM_OVERLAP
-from recurrence.schemas.normalize import bigram_overlap, bigrams, normalize
-from recurrence.schemas.records import AdmissionRecord, DeadLetterRecord, OutputRecord
+from recurrence_ledger.schemas.base import ArtifactRef
+from recurrence_ledger.schemas.constants import (
+    MAX_CANDIDATE_EVIDENCE,
+    MAX_FAILURE_CUE_LENGTH,
+    NEAR_DUPLICATE_BIGRAM_OVERLAP,
+)
+from recurrence_ledger.schemas.normalize import bigram_overlap, bigrams, normalize
+from recurrence_ledger.schemas.records import AdmissionRecord, DeadLetterRecord, OutputRecord
 from tests.builders import (
     CUE,
     SCOPE,

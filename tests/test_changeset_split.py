@@ -22,12 +22,12 @@ from hypothesis import strategies as st
 
 from devkit.deployment import write_journal
 from devkit.oracle import Oracle
-from recurrence.processor.core.engineconfig import EngineConfig
-from recurrence.processor.core.formats import CHANGESET_FORMAT
-from recurrence.processor.stream.batch import changeset
-from recurrence.processor.stream.batch.processing import BatchProcessor
-from recurrence.processor.stream.batch.types import SOURCE_HEADER, ChangelogRecord
-from recurrence.processor.verify import compare
+from recurrence_ledger.processor.core.engineconfig import EngineConfig
+from recurrence_ledger.processor.core.formats import CHANGESET_FORMAT
+from recurrence_ledger.processor.stream.batch import changeset
+from recurrence_ledger.processor.stream.batch.processing import BatchProcessor
+from recurrence_ledger.processor.stream.batch.types import SOURCE_HEADER, ChangelogRecord
+from recurrence_ledger.processor.verify import compare
 
 from .batchfakes import TOPICS, Journal, Partitions, RecordingSink, entries_of, journal_lines
 from .faust_tables import BACKENDS, state_table_data, table_rows

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from recurrence import __version__
-from recurrence.processor.cli import build_parser, main
-from recurrence.processor.core.formats import OLDEST_STATE_FORMAT, ROW_LAYOUT, STATE_FORMAT
-from recurrence.processor.exceptions import (
+from recurrence_ledger import __version__
+from recurrence_ledger.processor.cli import build_parser, main
+from recurrence_ledger.processor.core.formats import OLDEST_STATE_FORMAT, ROW_LAYOUT, STATE_FORMAT
+from recurrence_ledger.processor.exceptions import (
     ConfigMismatchError,
     Interrupted,
     LedgerMismatchError,
@@ -21,7 +21,7 @@ from recurrence.processor.exceptions import (
     TransactionStateError,
     exit_code,
 )
-from recurrence.processor.synthetic import RECENT_REVISIONS, JournalSpec, generate, write
+from recurrence_ledger.processor.synthetic import RECENT_REVISIONS, JournalSpec, generate, write
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "rfc-minimum.jsonl"
@@ -30,7 +30,7 @@ EXPECTED = json.loads((ROOT / "examples" / "rfc-minimum.expected-stats.json").re
 
 def stats(state: Path, *extra: str) -> Any:
     done = subprocess.run(
-        [sys.executable, "-m", "recurrence.processor.cli", "stats", "--state", str(state), *extra],
+        [sys.executable, "-m", "recurrence_ledger.processor.cli", "stats", "--state", str(state), *extra],
         capture_output=True,
         check=True,
         text=True,
@@ -45,7 +45,7 @@ def replay(
         [
             sys.executable,
             "-m",
-            "recurrence.processor.cli",
+            "recurrence_ledger.processor.cli",
             "replay",
             str(journal),
             "--state",
@@ -110,7 +110,7 @@ def test_stats_scope_and_top(tmp_path: Path) -> None:
             [
                 sys.executable,
                 "-m",
-                "recurrence.processor.cli",
+                "recurrence_ledger.processor.cli",
                 "stats",
                 "--state",
                 str(tmp_path / "s"),
@@ -167,7 +167,16 @@ def test_stats_json_on_a_terminal_names_the_table(tmp_path: Path) -> None:
     write(JournalSpec(entries=300, scopes=3, seed=5), str(journal))
     assert replay(journal, tmp_path / "s", tmp_path / "l.jsonl").returncode == 0
     # --top 0: a short answer, well within what the terminal holds unread
-    command = [sys.executable, "-m", "recurrence.processor.cli", "stats", "--state", str(tmp_path / "s"), "--top", "0"]
+    command = [
+        sys.executable,
+        "-m",
+        "recurrence_ledger.processor.cli",
+        "stats",
+        "--state",
+        str(tmp_path / "s"),
+        "--top",
+        "0",
+    ]
     piped = subprocess.run(command, capture_output=True, text=True, check=True)
     assert piped.stderr == ""  # what a suite reads: the JSON alone
     leader, follower = pty.openpty()
@@ -180,7 +189,7 @@ def test_stats_json_on_a_terminal_names_the_table(tmp_path: Path) -> None:
 
 
 def test_the_unknown_share_is_flagged_by_one_rule() -> None:
-    from recurrence.processor.statstable import unknown_flagged
+    from recurrence_ledger.processor.statstable import unknown_flagged
 
     assert not unknown_flagged({"selected": 0, "unknown": 0})
     assert not unknown_flagged({"selected": 19, "unknown": 19})  # too few selections to say anything
@@ -188,7 +197,7 @@ def test_the_unknown_share_is_flagged_by_one_rule() -> None:
     assert unknown_flagged({"selected": 20, "unknown": 10})
     assert unknown_flagged({"selected": 2000, "unknown": 1900})
     # The page flags by the same two numbers (its own copy, in the script).
-    from recurrence.processor.statstable import UNKNOWN_FLAG_MIN_SELECTED, UNKNOWN_FLAG_SHARE
+    from recurrence_ledger.processor.statstable import UNKNOWN_FLAG_MIN_SELECTED, UNKNOWN_FLAG_SHARE
 
     script = (ROOT / "processor" / "web" / "ui" / "app.js").read_text()
     assert f"const UNKNOWN_FLAG_SHARE = {UNKNOWN_FLAG_SHARE};" in script
@@ -239,7 +248,16 @@ def test_dead_letters_do_not_fail_the_run(tmp_path: Path) -> None:
 def test_generate_is_seeded_and_replayable(tmp_path: Path) -> None:
     def generated(seed: int) -> bytes:
         return subprocess.run(
-            [sys.executable, "-m", "recurrence.processor.cli", "generate", "--entries", "300", "--seed", str(seed)],
+            [
+                sys.executable,
+                "-m",
+                "recurrence_ledger.processor.cli",
+                "generate",
+                "--entries",
+                "300",
+                "--seed",
+                str(seed),
+            ],
             capture_output=True,
             check=True,
         ).stdout
@@ -271,7 +289,12 @@ def test_verbose_is_accepted_before_or_after_the_subcommand(tmp_path: Path, wher
     journal.write_bytes(b"{broken\n")
     args = ["replay", str(journal), "--state", str(tmp_path / "s"), "--out", str(tmp_path / "l.jsonl")]
     done = subprocess.run(
-        [sys.executable, "-m", "recurrence.processor.cli", *(["-v", *args] if where == "before" else [*args, "-v"])],
+        [
+            sys.executable,
+            "-m",
+            "recurrence_ledger.processor.cli",
+            *(["-v", *args] if where == "before" else [*args, "-v"]),
+        ],
         capture_output=True,
         check=False,
     )
@@ -298,7 +321,7 @@ def test_generate_experiences_per_scope_bounds_the_working_set() -> None:
         [
             sys.executable,
             "-m",
-            "recurrence.processor.cli",
+            "recurrence_ledger.processor.cli",
             "generate",
             "--entries",
             "400",
@@ -328,7 +351,7 @@ def test_generate_recent_window_cites_only_recent_entries() -> None:
         [
             sys.executable,
             "-m",
-            "recurrence.processor.cli",
+            "recurrence_ledger.processor.cli",
             "generate",
             "--entries",
             "3000",

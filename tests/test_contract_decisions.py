@@ -3,8 +3,8 @@
 import hashlib
 import json
 
-from recurrence.processor.core.engineconfig import EngineConfig
-from recurrence.schemas.records import DeadLetterRecord, MatchRecord, ObservationRecord
+from recurrence_ledger.processor.core.engineconfig import EngineConfig
+from recurrence_ledger.schemas.records import DeadLetterRecord, MatchRecord, ObservationRecord
 from tests.builders import (
     CONDITION,
     CUE,

@@ -14,9 +14,9 @@ import pytest
 import yaml
 
 from devkit.localrun import recurrence_command
-from recurrence.processor.stream.acls import acl_set
-from recurrence.processor.stream.settings import StreamSettings
-from recurrence.topics.definitions import Role
+from recurrence_ledger.processor.stream.acls import acl_set
+from recurrence_ledger.processor.stream.settings import StreamSettings
+from recurrence_ledger.topics.definitions import Role
 from tests.tools import K8S_SCHEMAS, REPO, tool
 
 K8S = REPO / "deploy" / "k8s" / "recurrence.yaml"

@@ -91,7 +91,7 @@ def test_every_link_and_path_points_into_the_repository(doc: Path) -> None:
 
 
 def test_the_settings_table_names_every_environment_variable() -> None:
-    from recurrence.processor.stream.settings import KafkaConnection, TopicLayout, WorkerOptions
+    from recurrence_ledger.processor.stream.settings import KafkaConnection, TopicLayout, WorkerOptions
 
     text = (REPO / "docs" / "kafka.md").read_text()
     for model in (KafkaConnection, TopicLayout, WorkerOptions):

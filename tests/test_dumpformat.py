@@ -2,8 +2,8 @@
 
 import pytest
 
-from recurrence.processor.exceptions import SettingsError
-from recurrence.processor.stream.clients.dumpformat import (
+from recurrence_ledger.processor.exceptions import SettingsError
+from recurrence_ledger.processor.stream.clients.dumpformat import (
     DEFAULT_FORMAT,
     Dumped,
     StartOffset,

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from recurrence.processor.cli import main
-from recurrence.processor.embedded.statedir import LEDGER_KEY, main_path
-from recurrence.processor.store.rocksdb import RocksStore
+from recurrence_ledger.processor.cli import main
+from recurrence_ledger.processor.embedded.statedir import LEDGER_KEY, main_path
+from recurrence_ledger.processor.store.rocksdb import RocksStore
 from tests.embedded_cli import journal
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "rfc-minimum.jsonl"

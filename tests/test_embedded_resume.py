@@ -13,9 +13,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from recurrence.processor.cli import main
-from recurrence.processor.host import journalfile
-from recurrence.processor.host.journalfile import Checkpoint, JournalReader
+from recurrence_ledger.processor.cli import main
+from recurrence_ledger.processor.host import journalfile
+from recurrence_ledger.processor.host.journalfile import Checkpoint, JournalReader
 from tests.builders import Journal, check
 from tests.embedded_cli import dead_letters, head, journal, replay
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from recurrence.processor.exceptions import EXIT_INTERRUPTED, EXIT_TERMINATED
+from recurrence_ledger.processor.exceptions import EXIT_INTERRUPTED, EXIT_TERMINATED
 from tests.embedded_cli import Hook, head, hook_env, journal, one_line, replay
 
 BATCH = "100"
@@ -102,7 +102,7 @@ def test_a_second_signal_while_committing_leaves_a_tail_the_rerun_cuts(clean: Cl
 def test_a_signal_while_waiting_for_stdin_stops_at_once(clean: Clean, tmp_path: Path) -> None:
     state, out = tmp_path / "state", tmp_path / "ledger.jsonl"
     lines = clean.journal.read_bytes().splitlines(keepends=True)
-    command = [sys.executable, "-m", "recurrence.processor.cli", "replay", "-", "--state", str(state)]
+    command = [sys.executable, "-m", "recurrence_ledger.processor.cli", "replay", "-", "--state", str(state)]
     process = subprocess.Popen(
         [*command, "--out", str(out), "--batch", "1"], stdin=subprocess.PIPE, stderr=subprocess.PIPE
     )
@@ -144,7 +144,8 @@ def test_a_pipe_given_as_a_path_is_read_as_a_stream(clean: Clean, tmp_path: Path
     """``replay <(cat j)``: /dev/fd/N is not a regular file; no size, no seek, resume by discarding."""
     state, out = tmp_path / "state", tmp_path / "ledger.jsonl"
     command = (
-        f"{shlex.quote(sys.executable)} -m recurrence.processor.cli replay <(cat {shlex.quote(str(clean.journal))}) "
+        f"{shlex.quote(sys.executable)} -m recurrence_ledger.processor.cli "
+        f"replay <(cat {shlex.quote(str(clean.journal))}) "
         f"--state {shlex.quote(str(state))} --out {shlex.quote(str(out))}"
     )
     first = subprocess.run(["bash", "-c", command], capture_output=True, check=False)

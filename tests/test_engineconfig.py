@@ -14,13 +14,13 @@ from pathlib import Path
 import orjson
 import pytest
 
-from recurrence.processor.core import engineconfig
-from recurrence.processor.core.engineconfig import EngineConfig
-from recurrence.processor.core.stateheader import CONFIG_KEY, FORMAT_KEY, ROW_LAYOUT, check_pinned, config_of
-from recurrence.processor.exceptions import ConfigMismatchError, SettingsError, StateDirError
-from recurrence.processor.store.memory import MemoryStore
-from recurrence.processor.stream.batch.processing import BatchProcessor
-from recurrence.processor.stream.settings import WorkerOptions
+from recurrence_ledger.processor.core import engineconfig
+from recurrence_ledger.processor.core.engineconfig import EngineConfig
+from recurrence_ledger.processor.core.stateheader import CONFIG_KEY, FORMAT_KEY, ROW_LAYOUT, check_pinned, config_of
+from recurrence_ledger.processor.exceptions import ConfigMismatchError, SettingsError, StateDirError
+from recurrence_ledger.processor.store.memory import MemoryStore
+from recurrence_ledger.processor.stream.batch.processing import BatchProcessor
+from recurrence_ledger.processor.stream.settings import WorkerOptions
 
 from .batchfakes import TOPICS, Journal, Partitions, RecordingSink, entries_of, journal_lines
 from .embedded_cli import one_line, replay, stats

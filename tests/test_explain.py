@@ -6,9 +6,9 @@ from typing import Any
 import orjson
 import pytest
 
-from recurrence.processor.core.state import State
-from recurrence.processor.explain import Explainer, NotFoundError, render, sparkline
-from recurrence.processor.store.base import Transaction
+from recurrence_ledger.processor.core.state import State
+from recurrence_ledger.processor.explain import Explainer, NotFoundError, render, sparkline
+from recurrence_ledger.processor.store.base import Transaction
 from tests.builders import CONDITION, CUE, Journal, Runner, check, claim, failure_block, linked_setup
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "rfc-minimum.jsonl"
@@ -172,7 +172,10 @@ def test_explain_and_patterns_on_the_command_line(tmp_path: Path) -> None:
 
     def cli(*args: str) -> "subprocess.CompletedProcess[str]":
         return subprocess.run(
-            [sys.executable, "-m", "recurrence.processor.cli", *args], capture_output=True, text=True, check=False
+            [sys.executable, "-m", "recurrence_ledger.processor.cli", *args],
+            capture_output=True,
+            text=True,
+            check=False,
         )
 
     assert cli("replay", str(EXAMPLE), "--state", str(state), "--out", str(out)).returncode == 0

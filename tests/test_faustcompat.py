@@ -25,12 +25,12 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import TopicAuthorizationFailedError
 
-import recurrence.processor
-from recurrence.processor.stream.clients import faustcompat
-from recurrence.processor.stream.clients.faustcompat import CALLS, MEMBERS, OVERRIDES, REPLACES, THROUGH, Member
-from recurrence.processor.stream.worker import workerapp
-from recurrence.processor.stream.worker.app import stalled
-from recurrence.processor.stream.worker.tablestore import StateTable
+import recurrence_ledger.processor
+from recurrence_ledger.processor.stream.clients import faustcompat
+from recurrence_ledger.processor.stream.clients.faustcompat import CALLS, MEMBERS, OVERRIDES, REPLACES, THROUGH, Member
+from recurrence_ledger.processor.stream.worker import workerapp
+from recurrence_ledger.processor.stream.worker.app import stalled
+from recurrence_ledger.processor.stream.worker.tablestore import StateTable
 
 ROOT = Path(__file__).resolve().parent.parent
 LIBRARIES = ("faust", "mode", "aiokafka")
@@ -43,10 +43,10 @@ def app(tmp_path: Path) -> faust.App:
 
 
 def _resolve(path: str) -> Any:
-    """A "module:Class" (or "module") path of the library, or of the product under recurrence.processor.stream."""
+    """A "module:Class" (or "module") path of the library, or of the product's stream wing."""
     module, _, qualname = path.partition(":")
     if module.split(".")[0] not in LIBRARIES:
-        module = f"recurrence.processor.stream.{module}"
+        module = f"recurrence_ledger.processor.stream.{module}"
     found: Any = importlib.import_module(module)
     for part in filter(None, qualname.split(".")):
         found = getattr(found, part)
@@ -200,7 +200,7 @@ def _is_library(cls: type) -> bool:
 
 def _product_subclasses() -> list[type]:
     found: set[type] = set()
-    for info in pkgutil.walk_packages(recurrence.processor.__path__, "recurrence.processor."):
+    for info in pkgutil.walk_packages(recurrence_ledger.processor.__path__, "recurrence_ledger.processor."):
         module = importlib.import_module(info.name)
         for _, cls in inspect.getmembers(module, inspect.isclass):
             if cls.__module__ == module.__name__ and any(_is_library(base) for base in cls.__mro__[1:]):
@@ -252,7 +252,7 @@ def _dunder(name: str) -> bool:
 def _uses(cls: type) -> set[tuple[str, str]]:
     """(how, name) for what ``cls`` relies on of its library bases, read from its source."""
     node = _class_tree(cls)
-    product_bases = [_class_tree(b) for b in cls.__mro__ if b.__module__.startswith("recurrence.processor.")]
+    product_bases = [_class_tree(b) for b in cls.__mro__ if b.__module__.startswith("recurrence_ledger.processor.")]
     own = set().union(*(_body_names(b) | _set_on_self(b) for b in product_bases))
     overridden = {
         name
@@ -274,7 +274,7 @@ def _uses(cls: type) -> set[tuple[str, str]]:
 
 
 def _qualified(cls: type) -> str:
-    return f"{cls.__module__.removeprefix('recurrence.processor.stream.')}:{cls.__qualname__}"
+    return f"{cls.__module__.removeprefix('recurrence_ledger.processor.stream.')}:{cls.__qualname__}"
 
 
 def test_the_list_names_every_override_and_private_call_of_the_product_and_nothing_more() -> None:

@@ -4,7 +4,7 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any
 
-from recurrence.processor.stream.worker.fetches import FetchChannel, Fetched
+from recurrence_ledger.processor.stream.worker.fetches import FetchChannel, Fetched
 
 
 def _fetch(generation: int, **partitions: range) -> Fetched:

@@ -17,14 +17,21 @@ from pathlib import Path
 import pytest
 
 from devkit.localrun import recurrence_command
-from recurrence.processor.embedded.reading import open_state, statistics
-from recurrence.processor.embedded.runner import replay
-from recurrence.processor.embedded.statedir import MemoryState, main_path, open_view
-from recurrence.processor.exceptions import StateDirError
-from recurrence.processor.store.base import StateStore
-from recurrence.processor.store.rocksdb import RocksStore
-from recurrence.processor.synthetic import JournalSpec, generate
-from recurrence.processor.web.follow import Follower, StateMark, files_signature, follow, follow_state, state_mark
+from recurrence_ledger.processor.embedded.reading import open_state, statistics
+from recurrence_ledger.processor.embedded.runner import replay
+from recurrence_ledger.processor.embedded.statedir import MemoryState, main_path, open_view
+from recurrence_ledger.processor.exceptions import StateDirError
+from recurrence_ledger.processor.store.base import StateStore
+from recurrence_ledger.processor.store.rocksdb import RocksStore
+from recurrence_ledger.processor.synthetic import JournalSpec, generate
+from recurrence_ledger.processor.web.follow import (
+    Follower,
+    StateMark,
+    files_signature,
+    follow,
+    follow_state,
+    state_mark,
+)
 
 
 def _journal(path: Path, entries: int, seed: int = 3) -> list[bytes]:
@@ -262,7 +269,7 @@ def test_a_missing_state_is_refused(tmp_path: Path) -> None:
 
 
 def test_while_the_files_keep_changing_views_open_at_the_pace_and_at_once_when_they_stop() -> None:
-    from recurrence.processor.store.memory import MemoryStore
+    from recurrence_ledger.processor.store.memory import MemoryStore
 
     moving = [True]
     looks = [0]

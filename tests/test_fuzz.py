@@ -38,11 +38,11 @@ import orjson
 import pytest
 from pydantic import ValidationError
 
-from recurrence.processor.cli import main
-from recurrence.processor.embedded.reading import open_state, statistics
-from recurrence.processor.synthetic import JournalSpec, generate
-from recurrence.schemas.canonical import canonical_json
-from recurrence.schemas.journal import JOURNAL_ENTRY
+from recurrence_ledger.processor.cli import main
+from recurrence_ledger.processor.embedded.reading import open_state, statistics
+from recurrence_ledger.processor.synthetic import JournalSpec, generate
+from recurrence_ledger.schemas.canonical import canonical_json
+from recurrence_ledger.schemas.journal import JOURNAL_ENTRY
 
 CASES = 30
 CLEAN_ENTRIES = 150
@@ -250,7 +250,7 @@ def _fuzz_reads(rng: random.Random, ledger: list[bytes], workdir: Path, capsys: 
     """Fuzzed ids to ``explain`` and fuzzed paths to ``serve``: exit 0 or one line and 2; no 5xx, ever."""
     from aiohttp.test_utils import TestClient, TestServer
 
-    from recurrence.processor.web.serve import EmbeddedReadSurface, application
+    from recurrence_ledger.processor.web.serve import EmbeddedReadSurface, application
 
     ids = [_mutated_id(rng, rng.choice(_ids(ledger))) for _ in range(6)]
     state = workdir / "state"

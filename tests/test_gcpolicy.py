@@ -2,7 +2,11 @@
 
 import gc
 
-from recurrence.processor.host.gcpolicy import FullCollections, freeze_startup_objects, full_collections_between_batches
+from recurrence_ledger.processor.host.gcpolicy import (
+    FullCollections,
+    freeze_startup_objects,
+    full_collections_between_batches,
+)
 
 
 def _full_collections() -> int:

@@ -21,9 +21,9 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from devkit.localrun import recurrence_command
-from recurrence.processor.embedded.ledgerfile import TAIL_BYTES
-from recurrence.processor.embedded.reading import open_state
-from recurrence.processor.synthetic import JournalSpec, generate
+from recurrence_ledger.processor.embedded.ledgerfile import TAIL_BYTES
+from recurrence_ledger.processor.embedded.reading import open_state
+from recurrence_ledger.processor.synthetic import JournalSpec, generate
 from tests.tools import REPO
 
 # The product's new modules are imported by the tests that use them, so the commands' tests also run (and
@@ -138,7 +138,7 @@ def test_serve_answers_409_where_the_cli_exits_2(big: tuple[Path, Path, Path], t
     cut = tmp_path / "cut.jsonl"
     cut.write_bytes(data[:1000])
     refused(run("serve", "--state", str(state), "--out", str(cut), "--port", "1"), "fewer than")
-    from recurrence.processor.web.serve import EmbeddedReadSurface, application
+    from recurrence_ledger.processor.web.serve import EmbeddedReadSurface, application
 
     store = open_state(state)
     try:
@@ -260,7 +260,7 @@ def test_terminal_text_never_carries_a_control_character_from_the_journal(tmp_pa
     refused(missing, "\\x1b[31m")
     assert not TERMINAL_CONTROLS.search(missing.stderr)
     # The same text over HTTP (``text/plain``, what curl prints to a terminal), and the refusals' JSON.
-    from recurrence.processor.web.serve import EmbeddedReadSurface, application
+    from recurrence_ledger.processor.web.serve import EmbeddedReadSurface, application
 
     store = open_state(state)
     try:
@@ -296,7 +296,7 @@ def _ask_text(app: web.Application, paths: list[str]) -> list[tuple[int, str]]:
 
 
 def test_printable_escapes_every_control_and_keeps_the_rest() -> None:
-    from recurrence.processor.host.printable import printable, printable_json
+    from recurrence_ledger.processor.host.printable import printable, printable_json
 
     shown = printable("a\x1b[31mb\x07\r\n\x7f\x9b\u202e\u2028é✓\\")
     assert shown == "a\\x1b[31mb\\x07\\x0d\\x0a\\x7f\\x9b\\u202e\\u2028é✓\\"
@@ -308,7 +308,7 @@ def test_printable_escapes_every_control_and_keeps_the_rest() -> None:
 def test_log_arguments_are_escaped(caplog: pytest.LogCaptureFixture) -> None:
     import logging
 
-    from recurrence.processor.host.printable import escape_log_arguments
+    from recurrence_ledger.processor.host.printable import escape_log_arguments
 
     escape_log_arguments()
     with caplog.at_level(logging.WARNING):
@@ -318,7 +318,7 @@ def test_log_arguments_are_escaped(caplog: pytest.LogCaptureFixture) -> None:
 
 
 def test_ledger_dump_out_is_never_overwritten_without_force_and_a_followed_file_is_watched(tmp_path: Path) -> None:
-    from recurrence.processor.host.outputfile import OutputChangedError, output
+    from recurrence_ledger.processor.host.outputfile import OutputChangedError, output
 
     existing = tmp_path / "dump.jsonl"
     existing.write_bytes(b"keep\n")
@@ -348,14 +348,15 @@ def test_ledger_dump_out_is_never_overwritten_without_force_and_a_followed_file_
 
 
 def test_a_second_worker_on_a_data_folder_exits_2_at_once_naming_the_holder(tmp_path: Path) -> None:
-    from recurrence.processor.host.folderlock import LOCK_NAME, lock_folder
+    from recurrence_ledger.processor.host.folderlock import LOCK_NAME, lock_folder
 
     folder = tmp_path / "w1"
     holder = subprocess.Popen(
         [
             sys.executable,
             "-c",
-            "import sys, time; from pathlib import Path; from recurrence.processor.host.folderlock import lock_folder; "
+            "import sys, time; from pathlib import Path; "
+            "from recurrence_ledger.processor.host.folderlock import lock_folder; "
             f"lock_folder(Path({str(folder)!r})); print('held', flush=True); time.sleep(60)",
         ],
         stdout=subprocess.PIPE,

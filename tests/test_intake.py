@@ -4,10 +4,10 @@ import orjson
 import pytest
 from pydantic import ValidationError
 
-from recurrence.processor.core import deadletters
-from recurrence.processor.synthetic import JournalSpec, generate
-from recurrence.schemas.journal import JOURNAL_ENTRY
-from recurrence.schemas.records import DeadLetterRecord
+from recurrence_ledger.processor.core import deadletters
+from recurrence_ledger.processor.synthetic import JournalSpec, generate
+from recurrence_ledger.schemas.journal import JOURNAL_ENTRY
+from recurrence_ledger.schemas.records import DeadLetterRecord
 from tests.builders import SCOPE, Journal, Runner, failure_block, kinds, linked_setup, run
 
 

@@ -18,13 +18,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from recurrence.processor.core.partitioning import Router, assign, murmur2, partition_for
-from recurrence.processor.embedded.reading import open_state
-from recurrence.processor.embedded.runner import replay as replay_in_process
-from recurrence.processor.embedded.statedir import MemoryState, StateView
-from recurrence.processor.store.rocksdb import RocksStore
-from recurrence.processor.synthetic import JournalSpec, generate
-from recurrence.schemas.journal import JOURNAL_ENTRY
+from recurrence_ledger.processor.core.partitioning import Router, assign, murmur2, partition_for
+from recurrence_ledger.processor.embedded.reading import open_state
+from recurrence_ledger.processor.embedded.runner import replay as replay_in_process
+from recurrence_ledger.processor.embedded.statedir import MemoryState, StateView
+from recurrence_ledger.processor.store.rocksdb import RocksStore
+from recurrence_ledger.processor.synthetic import JournalSpec, generate
+from recurrence_ledger.schemas.journal import JOURNAL_ENTRY
 
 from .embedded_cli import Hook, cli, hook_env, one_line, replay, stats
 

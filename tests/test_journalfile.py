@@ -3,7 +3,7 @@
 import io
 from pathlib import Path
 
-from recurrence.processor.host.journalfile import JournalReader, Progress
+from recurrence_ledger.processor.host.journalfile import JournalReader, Progress
 
 
 class _Terminal(io.StringIO):

@@ -19,12 +19,16 @@ from pathlib import Path
 from typing import Final
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = {"processor": "recurrence.processor", "schemas": "recurrence.schemas", "topics": "recurrence.topics"}
-P: Final = "recurrence.processor"
+PACKAGES = {
+    "processor": "recurrence_ledger.processor",
+    "schemas": "recurrence_ledger.schemas",
+    "topics": "recurrence_ledger.topics",
+}
+P: Final = "recurrence_ledger.processor"
 
 WINGS: Final = (
-    ("recurrence.schemas",),
-    ("recurrence.topics",),
+    ("recurrence_ledger.schemas",),
+    ("recurrence_ledger.topics",),
     (f"{P}.exceptions",),
     (f"{P}.store",),
     (f"{P}.core",),
@@ -66,7 +70,7 @@ IMPURE: Final = (
     f"{P}.stream",
     f"{P}.web",
     f"{P}.cli",
-    "recurrence.topics",
+    "recurrence_ledger.topics",
 )
 #: The store interface the core runs against, beside the core itself.
 PURE_STORE: Final = (f"{P}.store.base", f"{P}.store.memory")
@@ -173,11 +177,11 @@ def _borrowing() -> Iterator[str]:
         if _within(name, (f"{P}.web", f"{P}.embedded", f"{P}.explain")):
             # ``recurrence serve`` runs where no broker and no Faust are: aiohttp and the state only.
             yield from (f"{name} reaches {i}" for i in _reaches(name, (*KAFKA_CLIENTS, STREAM)))
-        if _within(name, ("recurrence.schemas", "recurrence.topics")):
+        if _within(name, ("recurrence_ledger.schemas", "recurrence_ledger.topics")):
             yield from (
                 f"{name} reaches {i}"
                 for i in _reaches(
-                    name, (P,) + (("recurrence.topics",) if name.startswith("recurrence.schemas") else ())
+                    name, (P,) + (("recurrence_ledger.topics",) if name.startswith("recurrence_ledger.schemas") else ())
                 )
             )
         # devkit is not in the wheel: a product module that needed it would fail where it is installed.
@@ -248,7 +252,7 @@ def test_the_rules_see_the_house() -> None:
     # Guards against a vacuous pass: every module is in a wing, the core reaches the schemas and pydantic,
     # and a known upward import would be caught.
     assert [n for n in MODULES if n.startswith(P + ".") and _wing(n) is None] == []
-    assert _reaches(f"{P}.core.engine", ("recurrence.schemas", "pydantic"))
+    assert _reaches(f"{P}.core.engine", ("recurrence_ledger.schemas", "pydantic"))
     assert _reaches(f"{P}.embedded.runner", ("rocksdict",))
     assert _wing(f"{P}.core.engine") is not None and _wing(f"{P}.cli") == len(WINGS) - 1
     assert any(_within(i, (f"{P}.core",)) for i in _imports(f"{P}.embedded.runner"))

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from devkit.fixtures import FIXTURES, fresh_run, unpack
-from recurrence.processor.embedded.reading import open_state, statistics
-from recurrence.processor.embedded.runner import replay
+from recurrence_ledger.processor.embedded.reading import open_state, statistics
+from recurrence_ledger.processor.embedded.runner import replay
 
 from .embedded_cli import Hook, Target, When, call_counts, cli, hook_env
 

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from recurrence.schemas.normalize import bigram_overlap, bigrams, is_blank, normalize
+from recurrence_ledger.schemas.normalize import bigram_overlap, bigrams, is_blank, normalize
 
 
 @pytest.mark.parametrize(

@@ -43,7 +43,7 @@ def test_an_application_with_its_own_schemas_topics_and_processor_runs_recurrenc
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "recurrence.processor.cli", *args],
+            [sys.executable, "-m", "recurrence_ledger.processor.cli", *args],
             cwd=elsewhere,
             env=env,
             capture_output=True,

@@ -19,7 +19,7 @@ import orjson
 import pytest
 
 from devkit.localrun import free_port, recurrence_command, wait_for
-from recurrence.processor.synthetic import JournalSpec, generate
+from recurrence_ledger.processor.synthetic import JournalSpec, generate
 from tests.browser import (
     SCREENSHOTS,
     chromium,

@@ -7,7 +7,7 @@ from types import ModuleType
 
 import orjson
 
-from recurrence.processor.core.partitioning import partition_for
+from recurrence_ledger.processor.core.partitioning import partition_for
 
 ROOT = Path(__file__).resolve().parent.parent
 

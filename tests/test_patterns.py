@@ -6,11 +6,11 @@ from pathlib import Path
 import orjson
 import pytest
 
-from recurrence.processor.core.engineconfig import MAX_LISTED
-from recurrence.processor.core.patterns import Pattern, PatternTracker, listing
-from recurrence.processor.store.base import Transaction
-from recurrence.processor.store.memory import MemoryStore
-from recurrence.schemas.canonical import digest
+from recurrence_ledger.processor.core.engineconfig import MAX_LISTED
+from recurrence_ledger.processor.core.patterns import Pattern, PatternTracker, listing
+from recurrence_ledger.processor.store.base import Transaction
+from recurrence_ledger.processor.store.memory import MemoryStore
+from recurrence_ledger.schemas.canonical import digest
 
 
 def recurred(scope: str, key: str, artifact: str = "E1", revision: int = 1) -> dict[str, object]:
@@ -94,8 +94,8 @@ def test_a_row_written_with_one_overflow_flag_reads_as_before() -> None:
 
 
 def test_the_text_form_summarizes_long_lists(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from recurrence.processor.cli import main
-    from recurrence.processor.store.rocksdb import RocksStore
+    from recurrence_ledger.processor.cli import main
+    from recurrence_ledger.processor.store.rocksdb import RocksStore
 
     state = tmp_path / "state"
     store = RocksStore.open(state)
@@ -115,9 +115,9 @@ def test_the_text_form_summarizes_long_lists(tmp_path: Path, capsys: pytest.Capt
 
 
 def test_the_embedded_runner_tracks_patterns_from_the_ledger(tmp_path: Path) -> None:
-    from recurrence.processor.embedded.runner import replay
-    from recurrence.processor.embedded.statedir import MemoryState
-    from recurrence.processor.synthetic import JournalSpec, write
+    from recurrence_ledger.processor.embedded.runner import replay
+    from recurrence_ledger.processor.embedded.statedir import MemoryState
+    from recurrence_ledger.processor.synthetic import JournalSpec, write
 
     journal, out = Path(tmp_path) / "j.jsonl", Path(tmp_path) / "l.jsonl"
     write(JournalSpec(entries=3000, scopes=10, seed=8), str(journal))

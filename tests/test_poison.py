@@ -6,9 +6,9 @@ from typing import Any
 import orjson
 import pytest
 
-from recurrence.processor.core import deadletters, ledger
-from recurrence.schemas.canonical import canonical_json, digest, dumps
-from recurrence.schemas.records import DeadLetterRecord
+from recurrence_ledger.processor.core import deadletters, ledger
+from recurrence_ledger.schemas.canonical import canonical_json, digest, dumps
+from recurrence_ledger.schemas.records import DeadLetterRecord
 from tests.builders import CUE, SCOPE, Journal, Runner, check, failure_block, kinds, linked_setup, run
 
 HUGE = 2**64 + 7

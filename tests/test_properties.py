@@ -8,10 +8,10 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from recurrence.processor.embedded.reading import open_state
-from recurrence.processor.embedded.runner import replay
-from recurrence.processor.store.memory import MemoryStore
-from recurrence.processor.synthetic import JournalSpec, generate
+from recurrence_ledger.processor.embedded.reading import open_state
+from recurrence_ledger.processor.embedded.runner import replay
+from recurrence_ledger.processor.store.memory import MemoryStore
+from recurrence_ledger.processor.synthetic import JournalSpec, generate
 from tests.builders import Runner
 
 SETTINGS = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

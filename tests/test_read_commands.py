@@ -7,7 +7,7 @@ from typing import Final
 
 import pytest
 
-from recurrence.processor.cli import main
+from recurrence_ledger.processor.cli import main
 from tests.tools import REPO
 
 EXAMPLE: Final = REPO / "examples" / "rfc-minimum.jsonl"

@@ -5,13 +5,13 @@ from pathlib import Path
 
 import orjson
 
-from recurrence.processor.core.recordindex import dead_letter_counts, index_record, record_key
-from recurrence.processor.core.records import Emitted
-from recurrence.processor.embedded.runner import replay
-from recurrence.processor.embedded.statedir import MemoryState
-from recurrence.processor.store.base import Transaction
-from recurrence.processor.store.memory import MemoryStore
-from recurrence.processor.synthetic import JournalSpec, generate
+from recurrence_ledger.processor.core.recordindex import dead_letter_counts, index_record, record_key
+from recurrence_ledger.processor.core.records import Emitted
+from recurrence_ledger.processor.embedded.runner import replay
+from recurrence_ledger.processor.embedded.statedir import MemoryState
+from recurrence_ledger.processor.store.base import Transaction
+from recurrence_ledger.processor.store.memory import MemoryStore
+from recurrence_ledger.processor.synthetic import JournalSpec, generate
 
 
 def _dead_letter(ident: str, code: str) -> Emitted:

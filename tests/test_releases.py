@@ -7,7 +7,7 @@ from pathlib import Path
 
 from devkit.fixtures import FIXTURES
 from devkit.releases import PREVIOUS
-from recurrence.processor.core.formats import FORMATS
+from recurrence_ledger.processor.core.formats import FORMATS
 
 from .embedded_cli import cli
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from recurrence.processor.core.engineconfig import EngineConfig
-from recurrence.schemas.base import ArtifactRef, SourceRef
-from recurrence.schemas.records import ObservationRecord, OutputRecord, ReviewProposalRecord
+from recurrence_ledger.processor.core.engineconfig import EngineConfig
+from recurrence_ledger.schemas.base import ArtifactRef, SourceRef
+from recurrence_ledger.schemas.records import ObservationRecord, OutputRecord, ReviewProposalRecord
 from tests.builders import (
     CONDITION,
     CUE,

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from recurrence.processor.store.memory import MemoryStore
-from recurrence.processor.stream.settings import StreamSettings
-from recurrence.processor.stream.worker.build import create_app
-from recurrence.processor.web.httpapi import Server
-from recurrence.processor.web.openapi import document
-from recurrence.processor.web.routes import ROUTE_KEY, Route, routes_of
-from recurrence.processor.web.serve import EmbeddedReadSurface, application
+from recurrence_ledger.processor.store.memory import MemoryStore
+from recurrence_ledger.processor.stream.settings import StreamSettings
+from recurrence_ledger.processor.stream.worker.build import create_app
+from recurrence_ledger.processor.web.httpapi import Server
+from recurrence_ledger.processor.web.openapi import document
+from recurrence_ledger.processor.web.routes import ROUTE_KEY, Route, routes_of
+from recurrence_ledger.processor.web.serve import EmbeddedReadSurface, application
 
 
 def _served(app: web.Application) -> list[tuple[str, Route | None]]:
@@ -48,8 +48,8 @@ def test_the_worker_maps_refusals_as_serve_does(tmp_path: Path, monkeypatch: pyt
 
     from aiohttp.test_utils import TestClient, TestServer
 
-    from recurrence.processor.explain import ArchiveMismatchError
-    from recurrence.processor.stream.worker.views import ReadSurface
+    from recurrence_ledger.processor.explain import ArchiveMismatchError
+    from recurrence_ledger.processor.stream.worker.views import ReadSurface
 
     async def mismatch(self: ReadSurface, identity: str, scope_id: str | None, ask: object) -> dict[str, object]:
         raise ArchiveMismatchError("where the state indexed record x the ledger holds record y")

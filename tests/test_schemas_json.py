@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from recurrence.schemas.export import OUT_DIR, SCHEMAS, render
+from recurrence_ledger.schemas.export import OUT_DIR, SCHEMAS, render
 
 
 @pytest.mark.parametrize("name", sorted(SCHEMAS))

@@ -18,16 +18,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from recurrence.processor.core.engine import Engine
-from recurrence.processor.core.engineconfig import EngineConfig
-from recurrence.processor.core.scopesummary import ScopeRows, StatisticsCache, changed_rows
-from recurrence.processor.core.state import State, StoredArtifact, row_cache
-from recurrence.processor.core.statistics import scope_statistics, validated
-from recurrence.processor.store.base import Transaction
-from recurrence.processor.store.memory import MemoryStore
-from recurrence.processor.synthetic import JournalSpec, generate
-from recurrence.schemas.constants import EXPERIENCE_FAMILY, HANDOFF_FAMILY
-from recurrence.schemas.statistics import ScopeStatistics
+from recurrence_ledger.processor.core.engine import Engine
+from recurrence_ledger.processor.core.engineconfig import EngineConfig
+from recurrence_ledger.processor.core.scopesummary import ScopeRows, StatisticsCache, changed_rows
+from recurrence_ledger.processor.core.state import State, StoredArtifact, row_cache
+from recurrence_ledger.processor.core.statistics import scope_statistics, validated
+from recurrence_ledger.processor.store.base import Transaction
+from recurrence_ledger.processor.store.memory import MemoryStore
+from recurrence_ledger.processor.synthetic import JournalSpec, generate
+from recurrence_ledger.schemas.constants import EXPERIENCE_FAMILY, HANDOFF_FAMILY
+from recurrence_ledger.schemas.statistics import ScopeStatistics
 from tests.builders import Journal, check, claim, failure_block
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -22,14 +22,14 @@ import orjson
 import pytest
 
 from devkit.localrun import free_port, recurrence_command, wait_for
-from recurrence.processor.core.deadletters import CODES
-from recurrence.processor.embedded.reading import open_state
-from recurrence.processor.synthetic import JournalSpec, generate
-from recurrence.processor.web.follow import state_mark
-from recurrence.processor.web.routes import Ask
-from recurrence.processor.web.serve import EmbeddedReadSurface, application
-from recurrence.processor.web.webtoken import TOKEN_ENV
-from recurrence.schemas.readsurface import (
+from recurrence_ledger.processor.core.deadletters import CODES
+from recurrence_ledger.processor.embedded.reading import open_state
+from recurrence_ledger.processor.synthetic import JournalSpec, generate
+from recurrence_ledger.processor.web.follow import state_mark
+from recurrence_ledger.processor.web.routes import Ask
+from recurrence_ledger.processor.web.serve import EmbeddedReadSurface, application
+from recurrence_ledger.processor.web.webtoken import TOKEN_ENV
+from recurrence_ledger.schemas.readsurface import (
     DeadLetterCounts,
     DeadLetterListing,
     Explanation,
@@ -37,7 +37,7 @@ from recurrence.schemas.readsurface import (
     Progress,
     ThresholdWhatIf,
 )
-from recurrence.schemas.statistics import RecurrenceStatistics
+from recurrence_ledger.schemas.statistics import RecurrenceStatistics
 from tests.apicheck import app_failures, failures
 from tests.browser import (
     SCREENSHOTS,
@@ -211,8 +211,8 @@ def test_the_dead_letters_of_a_code_are_the_ledgers_in_order(served: Served) -> 
 
 
 def test_the_dead_letter_scan_reads_only_what_the_ledger_grew_by(tmp_path: Path) -> None:
-    from recurrence.processor.embedded.deadletterscan import DeadLetterScan
-    from recurrence.processor.web.httpapi import listed_dead_letter
+    from recurrence_ledger.processor.embedded.deadletterscan import DeadLetterScan
+    from recurrence_ledger.processor.web.httpapi import listed_dead_letter
 
     def dead(line: int, code: str) -> bytes:
         return (
@@ -434,7 +434,7 @@ def test_the_page_names_every_count_of_the_statistics_model() -> None:
 def test_the_page_lists_dead_letters_and_patterns_and_opens_one(served: Served) -> None:
     from selenium.webdriver.common.by import By
 
-    from recurrence.processor.statstable import unknown_flagged
+    from recurrence_ledger.processor.statstable import unknown_flagged
     from tests.browser import chromium, open_explanation, open_page, wait
 
     counts = orjson.loads(served.get("/dead-letters")[2])["by_code"]

@@ -159,8 +159,8 @@ def test_binding_beyond_loopback_without_a_token_warns(tmp_path: Path) -> None:
         with _serving(state, log, env=env, host="0.0.0.0"):
             pass
         assert ("warning: serving 0.0.0.0 without a token" in log.read_text()) == warned
-    from recurrence.processor.web.websecurity import exposure_warning
-    from recurrence.processor.web.webtoken import Access
+    from recurrence_ledger.processor.web.websecurity import exposure_warning
+    from recurrence_ledger.processor.web.webtoken import Access
 
     for host, warns in (
         ("127.0.0.1", False),
@@ -180,7 +180,7 @@ def test_binding_beyond_loopback_without_a_token_warns(tmp_path: Path) -> None:
 def test_tokens_are_compared_by_their_digests_in_constant_time(monkeypatch: pytest.MonkeyPatch) -> None:
     import hmac
 
-    from recurrence.processor.web.webtoken import Access
+    from recurrence_ledger.processor.web.webtoken import Access
 
     compared: list[tuple[int, int]] = []
     real = hmac.compare_digest
@@ -208,8 +208,8 @@ def test_tokens_are_compared_by_their_digests_in_constant_time(monkeypatch: pyte
 
 
 def test_load_token_reads_the_file_first_then_the_environment(tmp_path: Path) -> None:
-    from recurrence.processor.exceptions import SettingsError
-    from recurrence.processor.web.webtoken import load_token
+    from recurrence_ledger.processor.exceptions import SettingsError
+    from recurrence_ledger.processor.web.webtoken import load_token
 
     token_file = tmp_path / "token"
     token_file.write_bytes(b"from-the-file-0123456789\n")
@@ -227,7 +227,7 @@ def test_load_token_reads_the_file_first_then_the_environment(tmp_path: Path) ->
 def test_a_repeated_warning_is_logged_once_per_interval_with_how_many_were_left_out() -> None:
     import logging
 
-    from recurrence.processor.web.websecurity import QuietLog
+    from recurrence_ledger.processor.web.websecurity import QuietLog
 
     records: list[str] = []
 
@@ -250,9 +250,9 @@ def test_a_repeated_warning_is_logged_once_per_interval_with_how_many_were_left_
 def test_the_api_check_finds_a_server_that_does_not_ask_for_its_token(tmp_path: Path) -> None:
     """schemathesis' run with the token set also sends each protected operation without it: a server that
     declares the token but lets anyone read is a failure (so the clean runs in test_serve.py mean something)."""
-    from recurrence.processor.embedded.reading import open_state
-    from recurrence.processor.web.serve import EmbeddedReadSurface, application
-    from recurrence.processor.web.webtoken import Access
+    from recurrence_ledger.processor.embedded.reading import open_state
+    from recurrence_ledger.processor.web.serve import EmbeddedReadSurface, application
+    from recurrence_ledger.processor.web.webtoken import Access
     from tests.apicheck import app_failures
 
     class Lax(Access):

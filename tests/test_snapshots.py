@@ -16,9 +16,9 @@ import faust
 import pytest
 from faust.types import TP
 
-from recurrence.processor.stream.batch import changeset
-from recurrence.processor.stream.batch.types import ChangelogRecord
-from recurrence.processor.stream.worker.snapshots import (
+from recurrence_ledger.processor.stream.batch import changeset
+from recurrence_ledger.processor.stream.batch.types import ChangelogRecord
+from recurrence_ledger.processor.stream.worker.snapshots import (
     CHUNK_BYTES,
     MAX_AGE,
     MAX_RECORD_BYTES,
@@ -28,7 +28,7 @@ from recurrence.processor.stream.worker.snapshots import (
     latest_manifest,
     manifest_key,
 )
-from recurrence.processor.stream.worker.tablestore import ChangeSetRocksStore, KeptRocksDBOptions, StateTable
+from recurrence_ledger.processor.stream.worker.tablestore import ChangeSetRocksStore, KeptRocksDBOptions, StateTable
 
 from .rocksdb_options import latest_options
 

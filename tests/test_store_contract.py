@@ -19,10 +19,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rocksdict import Rdict
 
-from recurrence.processor.exceptions import PositionRegressionError, TransactionStateError
-from recurrence.processor.store.base import RowCache, StateStore, Transaction
-from recurrence.processor.store.memory import MemoryStore
-from recurrence.processor.store.rocksdb import RocksStore, rocks_options
+from recurrence_ledger.processor.exceptions import PositionRegressionError, TransactionStateError
+from recurrence_ledger.processor.store.base import RowCache, StateStore, Transaction
+from recurrence_ledger.processor.store.memory import MemoryStore
+from recurrence_ledger.processor.store.rocksdb import RocksStore, rocks_options
 
 from .rocksdb_options import latest_options
 
@@ -341,7 +341,7 @@ def test_transaction_prefix_scans_merge_staged_rows_in_order() -> None:
 
 def test_a_group_changed_by_an_aborted_entry_leaves_the_cached_row_as_committed() -> None:
     """Group.copy shares its lists: safe only because the engine replaces them, never changes them."""
-    from recurrence.processor.core.state import State
+    from recurrence_ledger.processor.core.state import State
 
     base, cache = MemoryStore(), RowCache(100)
     ref = ("experience", "E1", 1)

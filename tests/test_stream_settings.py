@@ -15,16 +15,16 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from recurrence.processor.cli import build_parser, main
-from recurrence.processor.core.deadletters import CODES
-from recurrence.processor.exceptions import SettingsError, UnusableError
-from recurrence.processor.stream.batch.metrics import LiveReadings, Metrics, RestoreProgress
-from recurrence.processor.stream.batch.probes import ProbeInputs, liveness, readiness
-from recurrence.processor.stream.batch.types import Entry
-from recurrence.processor.stream.cli import check_web_port
-from recurrence.processor.stream.clients.dump import topics_for_kinds
-from recurrence.processor.stream.cliflags import load
-from recurrence.processor.stream.settings import (
+from recurrence_ledger.processor.cli import build_parser, main
+from recurrence_ledger.processor.core.deadletters import CODES
+from recurrence_ledger.processor.exceptions import SettingsError, UnusableError
+from recurrence_ledger.processor.stream.batch.metrics import LiveReadings, Metrics, RestoreProgress
+from recurrence_ledger.processor.stream.batch.probes import ProbeInputs, liveness, readiness
+from recurrence_ledger.processor.stream.batch.types import Entry
+from recurrence_ledger.processor.stream.cli import check_web_port
+from recurrence_ledger.processor.stream.clients.dump import topics_for_kinds
+from recurrence_ledger.processor.stream.cliflags import load
+from recurrence_ledger.processor.stream.settings import (
     BATCH_MAX_AT_LEAST_ONCE,
     BATCH_MAX_EXACTLY_ONCE,
     Forward,
@@ -198,9 +198,9 @@ def test_a_busy_web_port_is_refused_in_one_line() -> None:
 @pytest.mark.parametrize(
     "target",
     [
-        "recurrence.processor.stream.worker.app",
-        "recurrence.processor.stream.worker.app:app",
-        "recurrence.processor.stream.app",
+        "recurrence_ledger.processor.stream.worker.app",
+        "recurrence_ledger.processor.stream.worker.app:app",
+        "recurrence_ledger.processor.stream.app",
     ],
 )
 def test_faust_own_command_line_says_in_one_line_which_command_starts_a_worker(target: str, tmp_path: Path) -> None:
@@ -300,7 +300,9 @@ def test_promtool_accepts_the_exposition(tmp_path: Path) -> None:
 
 
 def test_stream_cli_help_runs_without_faust_imported() -> None:
-    code = "import sys; from recurrence.processor.cli import build_parser as b; b(); print('faust' in sys.modules)"
+    code = (
+        "import sys; from recurrence_ledger.processor.cli import build_parser as b; b(); print('faust' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 

@@ -18,19 +18,19 @@ import pytest
 
 from devkit.deployment import write_journal
 from devkit.oracle import Oracle
-from recurrence.processor.core.engineconfig import EngineConfig
-from recurrence.processor.core.partitioning import partition_for
-from recurrence.processor.core.patterns import listing, suggestion
-from recurrence.processor.embedded.runner import replay
-from recurrence.processor.embedded.statedir import MemoryState
-from recurrence.processor.store.base import Transaction
-from recurrence.processor.stream.batch.metrics import Metrics
-from recurrence.processor.stream.batch.processing import BatchProcessor
-from recurrence.processor.stream.batch.steps import PatternStep
-from recurrence.processor.stream.batch.types import ID_HEADER, Entry
-from recurrence.processor.stream.worker.views import NotReadyError, PatternTable, ReadSurface
-from recurrence.processor.synthetic import JournalSpec, generate
-from recurrence.schemas.constants import DEFAULT_PATTERN_SCOPES
+from recurrence_ledger.processor.core.engineconfig import EngineConfig
+from recurrence_ledger.processor.core.partitioning import partition_for
+from recurrence_ledger.processor.core.patterns import listing, suggestion
+from recurrence_ledger.processor.embedded.runner import replay
+from recurrence_ledger.processor.embedded.statedir import MemoryState
+from recurrence_ledger.processor.store.base import Transaction
+from recurrence_ledger.processor.stream.batch.metrics import Metrics
+from recurrence_ledger.processor.stream.batch.processing import BatchProcessor
+from recurrence_ledger.processor.stream.batch.steps import PatternStep
+from recurrence_ledger.processor.stream.batch.types import ID_HEADER, Entry
+from recurrence_ledger.processor.stream.worker.views import NotReadyError, PatternTable, ReadSurface
+from recurrence_ledger.processor.synthetic import JournalSpec, generate
+from recurrence_ledger.schemas.constants import DEFAULT_PATTERN_SCOPES
 
 from .batchfakes import TOPICS, Journal, Partitions, RecordingSink, entries_of
 

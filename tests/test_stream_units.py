@@ -20,21 +20,21 @@ from hypothesis import strategies as st
 
 from devkit.deployment import write_journal
 from devkit.oracle import Oracle
-from recurrence.processor.core.engineconfig import EngineConfig
-from recurrence.processor.core.partitioning import partition_for
-from recurrence.processor.core.recordindex import dead_letter_counts, record_key
-from recurrence.processor.store.base import Transaction
-from recurrence.processor.store.memory import MemoryStore
-from recurrence.processor.stream.batch import changeset
-from recurrence.processor.stream.batch.processing import PIPELINE_DEPTH, POSITION_KEY, BatchProcessor
-from recurrence.processor.stream.batch.types import ID_HEADER, SOURCE_HEADER, ChangelogRecord, Entry
-from recurrence.processor.stream.clients.dump import record_id
-from recurrence.processor.stream.clients.topicsapply import _describe_drift
-from recurrence.processor.stream.settings import StreamSettings
-from recurrence.processor.stream.worker.sink import _Batches
-from recurrence.processor.stream.worker.snapshots import MAX_AGE
-from recurrence.processor.verify import compare
-from recurrence.topics.definitions import JOURNAL_MAX_RECORD_BYTES, OUTPUT_MAX_RECORD_BYTES, topic_specs
+from recurrence_ledger.processor.core.engineconfig import EngineConfig
+from recurrence_ledger.processor.core.partitioning import partition_for
+from recurrence_ledger.processor.core.recordindex import dead_letter_counts, record_key
+from recurrence_ledger.processor.store.base import Transaction
+from recurrence_ledger.processor.store.memory import MemoryStore
+from recurrence_ledger.processor.stream.batch import changeset
+from recurrence_ledger.processor.stream.batch.processing import PIPELINE_DEPTH, POSITION_KEY, BatchProcessor
+from recurrence_ledger.processor.stream.batch.types import ID_HEADER, SOURCE_HEADER, ChangelogRecord, Entry
+from recurrence_ledger.processor.stream.clients.dump import record_id
+from recurrence_ledger.processor.stream.clients.topicsapply import _describe_drift
+from recurrence_ledger.processor.stream.settings import StreamSettings
+from recurrence_ledger.processor.stream.worker.sink import _Batches
+from recurrence_ledger.processor.stream.worker.snapshots import MAX_AGE
+from recurrence_ledger.processor.verify import compare
+from recurrence_ledger.topics.definitions import JOURNAL_MAX_RECORD_BYTES, OUTPUT_MAX_RECORD_BYTES, topic_specs
 
 from .batchfakes import TOPICS, Journal, Partitions, RecordingSink, entries_of, journal_lines
 
@@ -538,7 +538,7 @@ def _positions(log: list[tuple[str, Any]], event: tuple[str, Any]) -> list[int]:
 def test_outputs_leave_during_a_batch_and_are_durable_before_its_change_sets(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from recurrence.processor.stream.batch import processing
+    from recurrence_ledger.processor.stream.batch import processing
 
     monkeypatch.setattr(processing, "EARLY_FLUSH_SECONDS", 0.0)  # an early flush before every entry
     lines = journal_lines(300, seed=17)
@@ -591,7 +591,7 @@ class _ChainSink(RecordingSink):
 def test_each_early_flush_point_gives_the_producers_several_loop_turns(monkeypatch: pytest.MonkeyPatch) -> None:
     # The engine holds the event loop between flush points; a chain of coordinator requests begun
     # with the batch must not need one flush point per step (it was still running at the batch's end).
-    from recurrence.processor.stream.batch import processing
+    from recurrence_ledger.processor.stream.batch import processing
 
     monkeypatch.setattr(processing, "EARLY_FLUSH_SECONDS", 0.0)  # a flush point before every entry
     entries = entries_of(journal_lines(40, seed=29))

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from recurrence.processor.store.base import RowCache, Transaction
-from recurrence.processor.stream.batch import changeset
-from recurrence.processor.stream.worker.tablestore import OFFSET_KEY
+from recurrence_ledger.processor.store.base import RowCache, Transaction
+from recurrence_ledger.processor.stream.batch import changeset
+from recurrence_ledger.processor.stream.worker.tablestore import OFFSET_KEY
 
 from .faust_tables import BACKENDS, state_table_data, table_rows
 

@@ -22,16 +22,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from devkit.localrun import recurrence_command
-from recurrence.processor.core.engineconfig import EngineConfig
-from recurrence.processor.core.state import SHADOW_STREAKS, State
-from recurrence.processor.core.whatif import parse_thresholds, scope_shadows, what_if
-from recurrence.processor.embedded.reading import open_state, statistics
-from recurrence.processor.embedded.runner import replay
-from recurrence.processor.embedded.statedir import MemoryState
-from recurrence.processor.store.base import Transaction
-from recurrence.processor.store.memory import MemoryStore
-from recurrence.processor.synthetic import JournalSpec, generate
-from recurrence.processor.tune import table, tune
+from recurrence_ledger.processor.core.engineconfig import EngineConfig
+from recurrence_ledger.processor.core.state import SHADOW_STREAKS, State
+from recurrence_ledger.processor.core.whatif import parse_thresholds, scope_shadows, what_if
+from recurrence_ledger.processor.embedded.reading import open_state, statistics
+from recurrence_ledger.processor.embedded.runner import replay
+from recurrence_ledger.processor.embedded.statedir import MemoryState
+from recurrence_ledger.processor.store.base import Transaction
+from recurrence_ledger.processor.store.memory import MemoryStore
+from recurrence_ledger.processor.synthetic import JournalSpec, generate
+from recurrence_ledger.processor.tune import table, tune
 from tests.builders import CONDITION, CUE, Journal, Runner, check, claim, linked_setup
 
 THRESHOLDS = (1, 2, 3, 4, 5, 6)
@@ -222,7 +222,7 @@ def test_tune_state_answers_from_the_counters_without_the_journal(tmp_path: Path
 
 
 def tune_state_body(state: Path, thresholds: tuple[int, ...]) -> dict[str, Any]:
-    from recurrence.processor.tune import state_what_if
+    from recurrence_ledger.processor.tune import state_what_if
 
     return state_what_if(state, thresholds)[0]
 

@@ -15,17 +15,17 @@ from typing import Any
 import pytest
 
 from devkit.fixtures import FIXTURES, fresh_run, journal_lines, unpack
-from recurrence.processor.core.engineconfig import EngineConfig
-from recurrence.processor.core.formats import STATE_FORMAT
-from recurrence.processor.core.patterns import listing
-from recurrence.processor.embedded.migration import migrate
-from recurrence.processor.embedded.reading import open_state, statistics
-from recurrence.processor.embedded.runner import replay
-from recurrence.processor.embedded.statedir import MIGRATING, main_path
-from recurrence.processor.embedded.stateformat import STATE_FORMAT_KEY
-from recurrence.processor.exceptions import StateDirError
-from recurrence.processor.store.base import StateStore, Transaction
-from recurrence.processor.store.rocksdb import RocksStore
+from recurrence_ledger.processor.core.engineconfig import EngineConfig
+from recurrence_ledger.processor.core.formats import STATE_FORMAT
+from recurrence_ledger.processor.core.patterns import listing
+from recurrence_ledger.processor.embedded.migration import migrate
+from recurrence_ledger.processor.embedded.reading import open_state, statistics
+from recurrence_ledger.processor.embedded.runner import replay
+from recurrence_ledger.processor.embedded.statedir import MIGRATING, main_path
+from recurrence_ledger.processor.embedded.stateformat import STATE_FORMAT_KEY
+from recurrence_ledger.processor.exceptions import StateDirError
+from recurrence_ledger.processor.store.base import StateStore, Transaction
+from recurrence_ledger.processor.store.rocksdb import RocksStore
 
 from .embedded_cli import cli, one_line
 

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from recurrence.schemas.base import ArtifactRef, SourceRef
-from recurrence.schemas.canonical import digest
-from recurrence.schemas.records import MatchRecord, ObservationRecord, TaskOutcomeItemRef
+from recurrence_ledger.schemas.base import ArtifactRef, SourceRef
+from recurrence_ledger.schemas.canonical import digest
+from recurrence_ledger.schemas.records import MatchRecord, ObservationRecord, TaskOutcomeItemRef
 from tests.builders import CONDITION, CUE, check, claim, linked_setup, run
 
 

@@ -16,9 +16,9 @@ import pytest
 from devkit.deployment import write_journal
 from devkit.localrun import recurrence_command
 from devkit.oracle import Oracle
-from recurrence.processor.core.records import dead_letter
-from recurrence.processor.synthetic import JournalSpec, generate
-from recurrence.processor.verify import compare, distinct, record_id
+from recurrence_ledger.processor.core.records import dead_letter
+from recurrence_ledger.processor.synthetic import JournalSpec, generate
+from recurrence_ledger.processor.verify import compare, distinct, record_id
 
 EXIT_DIFFERENT = 4
 

@@ -31,8 +31,8 @@ def _tree_modules() -> set[str]:
     for folder in SHIPPED:
         for path in (REPO / folder).rglob("*.py"):
             parts = path.relative_to(REPO).with_suffix("").parts
-            names.add(".".join(["recurrence", *(p for p in parts if p != "__init__")]))
-    return names | {"recurrence"}
+            names.add(".".join(["recurrence_ledger", *(p for p in parts if p != "__init__")]))
+    return names | {"recurrence_ledger"}
 
 
 @pytest.fixture(scope="session")
@@ -90,18 +90,19 @@ def test_the_wheel_holds_every_module_of_the_package_and_nothing_else(wheel: Pat
     assert not any(n.startswith(("tests/", "bench/", "src/", "processor/", "schemas/", "topics/")) for n in names)
     # Package data comes along the same way: the page and the JSON Schemas.
     data = {n for n in names if not n.endswith(".py")}
-    assert {f"recurrence/processor/web/ui/{f}" for f in ("index.html", "app.js", "app.css")} <= data
+    assert {f"recurrence_ledger/processor/web/ui/{f}" for f in ("index.html", "app.js", "app.css")} <= data
     schemas = {p.name for p in (REPO / "schemas" / "json").glob("*.json")}
-    assert schemas and {f"recurrence/schemas/json/{s}" for s in schemas} <= data
-    assert "recurrence/py.typed" in data
+    assert schemas and {f"recurrence_ledger/schemas/json/{s}" for s in schemas} <= data
+    assert "recurrence_ledger/py.typed" in data
 
 
 def test_the_installed_wheel_imports_every_module(installed: Path, application: Path) -> None:
     script = (
-        "import importlib, json, pkgutil, recurrence, schemas, topics\n"
-        "names = ['recurrence'] + [m.name for m in pkgutil.walk_packages(recurrence.__path__, 'recurrence.')]\n"
+        "import importlib, json, pkgutil, recurrence_ledger, schemas, topics\n"
+        "package = recurrence_ledger\n"
+        "names = [package.__name__] + [m.name for m in pkgutil.walk_packages(package.__path__, 'recurrence_ledger.')]\n"
         "for name in names: importlib.import_module(name)\n"
-        "print(json.dumps({'modules': names, 'file': recurrence.__file__,"
+        "print(json.dumps({'modules': names, 'file': recurrence_ledger.__file__,"
         " 'own': [schemas.OWNER, topics.OWNER]}))\n"
     )
     done = _run(installed, application, "python", "-c", script)

@@ -5,8 +5,8 @@ import os
 
 import mode.services
 
-from recurrence.processor.stream.worker import app as worker_app
-from recurrence.processor.stream.worker.frameworklog import FrameworkAtDebug, quiet_framework
+from recurrence_ledger.processor.stream.worker import app as worker_app
+from recurrence_ledger.processor.stream.worker.frameworklog import FrameworkAtDebug, quiet_framework
 
 
 def _record(name: str, level: int, pathname: str) -> logging.LogRecord:
@@ -20,7 +20,7 @@ def test_the_frameworks_records_below_warning_are_for_debug() -> None:
     # Faust's and aiokafka's own loggers, and mode's service lines logged under the worker's module names.
     assert not keep.filter(_record("faust.tables.recovery", logging.INFO, "/anywhere.py"))
     assert not keep.filter(_record("aiokafka.consumer", logging.INFO, "/anywhere.py"))
-    assert not keep.filter(_record("recurrence.processor.stream.worker.workerapp", logging.INFO, services))
+    assert not keep.filter(_record("recurrence_ledger.processor.stream.worker.workerapp", logging.INFO, services))
     # Warnings and errors always; the worker's own lines always.
     assert keep.filter(_record("faust.app.base", logging.WARNING, services))
     assert keep.filter(_record("aiokafka.consumer", logging.ERROR, "/anywhere.py"))

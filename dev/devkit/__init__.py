@@ -6,7 +6,7 @@
   test or a benchmark asks of them (readiness, positions, lag of every input, outputs);
 - ``oracle``: the embedded runner over the same journal, the reference both compare with.
 
-Comparing the two runners is the product's own rule (``recurrence.processor.verify``,
+Comparing the two runners is the product's own rule (``recurrence_ledger.processor.verify``,
 ``recurrence verify``); this package only drives the processes. Installed by ``make venv``
 from ``dev/pyproject.toml`` (editable), never part of the product's wheel; tests also find it
 through ``pythonpath`` in the root ``pyproject.toml``.

@@ -11,7 +11,7 @@ the durable journal positions in its state (``positions``, ``wait_applied``),
 ``/metrics``. What it asks of the deployment: the lag of every input of the
 group (``progress``, ``wait_drained``: the journal and the patterns agent's
 repartition topic, from the committed offsets), and the output topics read back
-(``outputs``, ``wait_for_outputs``, compared with ``recurrence.processor.verify``).
+(``outputs``, ``wait_for_outputs``, compared with ``recurrence_ledger.processor.verify``).
 """
 
 import asyncio
@@ -32,12 +32,12 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from recurrence.processor.stream.clients.dump import DumpSummary, read_records
-from recurrence.processor.stream.clients.faustcompat import kafka_client
-from recurrence.processor.stream.clients.status import GroupProgress, group_progress
-from recurrence.processor.stream.settings import KafkaConnection
-from recurrence.processor.verify import Comparison, compare
-from recurrence.topics.names import TopicNames, topic_names
+from recurrence_ledger.processor.stream.clients.dump import DumpSummary, read_records
+from recurrence_ledger.processor.stream.clients.faustcompat import kafka_client
+from recurrence_ledger.processor.stream.clients.status import GroupProgress, group_progress
+from recurrence_ledger.processor.stream.settings import KafkaConnection
+from recurrence_ledger.processor.verify import Comparison, compare
+from recurrence_ledger.topics.names import TopicNames, topic_names
 
 from .localrun import free_port, recurrence_command, wait_for
 from .oracle import Oracle

@@ -21,11 +21,11 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from recurrence.processor.core.formats import STATE_FORMAT
-from recurrence.processor.embedded.runner import replay
-from recurrence.processor.embedded.statedir import MemoryState, is_single_store, main_path
-from recurrence.processor.embedded.stateformat import SINGLE_STORE, stamped_format
-from recurrence.processor.store.rocksdb import RocksStore
+from recurrence_ledger.processor.core.formats import STATE_FORMAT
+from recurrence_ledger.processor.embedded.runner import replay
+from recurrence_ledger.processor.embedded.statedir import MemoryState, is_single_store, main_path
+from recurrence_ledger.processor.embedded.stateformat import SINGLE_STORE, stamped_format
+from recurrence_ledger.processor.store.rocksdb import RocksStore
 
 from .localrun import REPO
 from .releases import PREVIOUS, ReleaseUnavailableError, build

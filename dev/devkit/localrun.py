@@ -23,7 +23,7 @@ KAFKA_SH = REPO / "deploy" / "kafka" / "kafka.sh"
 
 def recurrence_command() -> list[str]:
     script = Path(sys.executable).parent / "recurrence"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "recurrence.processor.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "recurrence_ledger.processor.cli"]
 
 
 def free_port() -> int:

@@ -2,7 +2,7 @@
 
 ``Oracle.run`` replays in this process over a memory store (the tests: its ledger and its
 statistics); ``embedded_ledger`` runs ``recurrence replay`` as a user does and times it (the
-benchmarks' reference rate). Either ledger goes to ``recurrence.processor.verify.compare``.
+benchmarks' reference rate). Either ledger goes to ``recurrence_ledger.processor.verify.compare``.
 """
 
 import subprocess
@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from recurrence.processor.embedded.reading import statistics
-from recurrence.processor.embedded.runner import replay
-from recurrence.processor.embedded.statedir import MemoryState
-from recurrence.processor.store.base import StateStore
-from recurrence.processor.verify import Grouped, by_scope
+from recurrence_ledger.processor.embedded.reading import statistics
+from recurrence_ledger.processor.embedded.runner import replay
+from recurrence_ledger.processor.embedded.statedir import MemoryState
+from recurrence_ledger.processor.store.base import StateStore
+from recurrence_ledger.processor.verify import Grouped, by_scope
 
 from .localrun import recurrence_command
 

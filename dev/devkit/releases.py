@@ -46,8 +46,13 @@ class Release:
         """The version its pyproject declares (an early release run from its tree has no metadata)."""
         return (self.path / ".version").read_text().strip()
 
+    @property
+    def package(self) -> str:
+        """Its import name: ``recurrence`` up to 1.0.0, ``recurrence_ledger`` since (docs/decisions.md)."""
+        return "recurrence_ledger" if (self.lib / "recurrence_ledger").is_dir() else "recurrence"
+
     def command(self) -> list[str]:
-        return [sys.executable, "-m", "recurrence.processor.cli"]
+        return [sys.executable, "-m", f"{self.package}.processor.cli"]
 
     def env(self, base: dict[str, str] | None = None) -> dict[str, str]:
         """``base`` (this process's environment by default) with the release first on the import path."""
@@ -114,7 +119,7 @@ def build(ref: str) -> Release:
             tar.extractall(source, filter="tar")
         pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
         subprocess.run([*pip, "wheel", "--no-deps", str(source), "-w", str(work / "wheel")], check=True)
-        wheel = next((work / "wheel").glob("recurrence-*.whl"))
+        wheel = next((work / "wheel").glob("recurrence*.whl"))  # recurrence-1.0.0, recurrence_ledger-1.1.0
         staged = Release(commit, work / "release")
         subprocess.run([*pip, "install", "--no-deps", "--target", str(staged.lib), str(wheel)], check=True)
         if staged.run("--version", check=False).returncode != 0:

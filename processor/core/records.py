@@ -1,6 +1,6 @@
 """Output records as the engine emits them: the exact ledger line, its id and what a runner routes by.
 
-The pydantic models in ``recurrence.schemas.records`` define every record and
+The pydantic models in ``recurrence_ledger.schemas.records`` define every record and
 enforce the RFC's validation matrix on records read from outside (a topic, a
 file). Inside the engine the invariants hold by construction, so records are
 built here as plain dicts in the models' field order and serialized once:

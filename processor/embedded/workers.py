@@ -303,7 +303,7 @@ def _fork_is_safe() -> bool:
 def _start(to_read: int, from_write: int, ours: list[int], fork: bool) -> "int | subprocess.Popen[bytes]":
     if not fork:
         # A fresh interpreter (a process that already ran RocksDB or other threads: tests, embedding).
-        command = [sys.executable, "-m", "recurrence.processor.embedded.workers", str(to_read), str(from_write)]
+        command = [sys.executable, "-m", "recurrence_ledger.processor.embedded.workers", str(to_read), str(from_write)]
         return subprocess.Popen(command, pass_fds=(to_read, from_write), close_fds=True)
     parent = os.getpid()
     sys.stdout.flush()

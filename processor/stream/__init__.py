@@ -7,12 +7,13 @@ commands (``publish``, ``ledger-dump``, ``status``, ``topics apply``, the
 Review consumer) and ``faustcompat``, the one module that touches library
 internals; ``worker/`` is the Faust worker (``app.build_worker`` assembles it;
 ``tablestore`` adapts Faust's per-partition RocksDB databases to
-``recurrence.processor.store.base.StateStore``); ``cli`` sits on top. See
-docs/kafka.md. The package is imported by ``recurrence.processor.cli`` when it
+``recurrence_ledger.processor.store.base.StateStore``); ``cli`` sits on top. See
+docs/kafka.md. The package is imported by ``recurrence_ledger.processor.cli`` when it
 builds its parser, and the clients never load Faust (``tests/test_layers.py``).
 """
 
 from .faustentry import NOT_A_FAUST_APP
 
-#: ``faust -A recurrence.processor.stream`` (and the pre-rooms ``...stream.app``) finds no app, only the command to use.
+#: ``faust -A recurrence_ledger.processor.stream`` (and the pre-rooms ``...stream.app``) finds no app,
+#: only the command to use.
 app = NOT_A_FAUST_APP

@@ -30,5 +30,5 @@ class NotAFaustApp:
         return "<not a Faust app: use 'recurrence worker'>"
 
 
-#: What ``faust -A recurrence.processor.stream.worker.app`` (and the older ``...stream.app``) finds.
+#: What ``faust -A recurrence_ledger.processor.stream.worker.app`` (and the older ``...stream.app``) finds.
 NOT_A_FAUST_APP: Final = NotAFaustApp()

@@ -21,10 +21,10 @@ import pytest
 from devkit.deployment import write_journal
 from devkit.localrun import free_port, wait_for
 from devkit.oracle import Oracle
-from recurrence.processor.core.records import identity_of
-from recurrence.processor.exceptions import EXIT_UNUSABLE
-from recurrence.processor.synthetic import JournalSpec, generate
-from recurrence.processor.verify import compare
+from recurrence_ledger.processor.core.records import identity_of
+from recurrence_ledger.processor.exceptions import EXIT_UNUSABLE
+from recurrence_ledger.processor.synthetic import JournalSpec, generate
+from recurrence_ledger.processor.verify import compare
 
 from . import acladmin
 from .conftest import SecuredDeployment

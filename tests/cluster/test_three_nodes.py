@@ -15,8 +15,8 @@ from devkit.deployment import Deployment, Worker, owned_partitions, write_journa
 from devkit.localrun import wait_for
 from devkit.oracle import Oracle
 from devkit.topologies import ClusterBroker
-from recurrence.processor.synthetic import JournalSpec, generate
-from recurrence.processor.verify import compare, distinct
+from recurrence_ledger.processor.synthetic import JournalSpec, generate
+from recurrence_ledger.processor.verify import compare, distinct
 
 CHUNKS = 6
 CHUNK = 700

@@ -19,8 +19,8 @@ import pytest
 from devkit.deployment import Deployment, write_journal
 from devkit.localrun import wait_for
 from devkit.oracle import Oracle
-from recurrence.processor.synthetic import JournalSpec, generate
-from recurrence.processor.verify import distinct
+from recurrence_ledger.processor.synthetic import JournalSpec, generate
+from recurrence_ledger.processor.verify import distinct
 
 from .workerchecks import check_statistics, scopes_of
 

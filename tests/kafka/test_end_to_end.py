@@ -16,8 +16,8 @@ import pytest
 from devkit.deployment import Deployment, write_journal
 from devkit.localrun import REPO, wait_for
 from devkit.oracle import Oracle
-from recurrence.processor.synthetic import JournalSpec, generate
-from recurrence.processor.verify import distinct
+from recurrence_ledger.processor.synthetic import JournalSpec, generate
+from recurrence_ledger.processor.verify import distinct
 
 from .workerchecks import check_statistics, scopes_of
 
@@ -174,7 +174,7 @@ def test_the_review_threshold_is_pinned_per_state_on_the_worker_too(deployment: 
 
 
 _EXPLODING = """
-from recurrence.processor.core import ledger
+from recurrence_ledger.processor.core import ledger
 
 _real = ledger.OutcomeLedger.process
 
@@ -196,7 +196,7 @@ def test_an_entry_that_makes_the_engine_raise_is_dead_lettered_and_the_worker_go
     (hook / "sitecustomize.py").write_text(_EXPLODING + _INSTALL)
     namespace: dict[str, Any] = {}
     exec(_EXPLODING, namespace)
-    from recurrence.processor.core import ledger
+    from recurrence_ledger.processor.core import ledger
 
     monkeypatch.setattr(ledger.OutcomeLedger, "process", namespace["_exploding"])
     oracle = Oracle.run(RFC_EXAMPLE, tmp_path)

@@ -19,11 +19,11 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from devkit.deployment import Deployment, write_journal
 from devkit.localrun import wait_for
 from devkit.oracle import Oracle
-from recurrence.processor.exceptions import EXIT_BATCH_ABORTED
-from recurrence.processor.stream.settings import StreamSettings
-from recurrence.processor.stream.worker.journal import PartitionReader
-from recurrence.processor.synthetic import JournalSpec, generate
-from recurrence.topics.definitions import (
+from recurrence_ledger.processor.exceptions import EXIT_BATCH_ABORTED
+from recurrence_ledger.processor.stream.settings import StreamSettings
+from recurrence_ledger.processor.stream.worker.journal import PartitionReader
+from recurrence_ledger.processor.synthetic import JournalSpec, generate
+from recurrence_ledger.topics.definitions import (
     JOURNAL_MAX_RECORD_BYTES,
     OUTPUT_MAX_RECORD_BYTES,
     RECORD_LIMIT,

@@ -22,9 +22,9 @@ from aiokafka import AIOKafkaConsumer
 from devkit.deployment import Deployment, write_journal
 from devkit.localrun import REPO, recurrence_command, wait_for
 from devkit.oracle import Oracle
-from recurrence.processor.stream.settings import StreamSettings
-from recurrence.processor.synthetic import JournalSpec, generate
-from recurrence.topics.definitions import topic_specs
+from recurrence_ledger.processor.stream.settings import StreamSettings
+from recurrence_ledger.processor.synthetic import JournalSpec, generate
+from recurrence_ledger.topics.definitions import topic_specs
 from tests.tools import find
 
 RFC_EXAMPLE = REPO / "examples" / "rfc-minimum.jsonl"
@@ -161,7 +161,7 @@ def test_review_consumer_dedupes_and_commits(deployment: Deployment, tmp_path: P
     command = [
         sys.executable,
         "-m",
-        "recurrence.processor.stream.clients.review_consumer",
+        "recurrence_ledger.processor.stream.clients.review_consumer",
         "--group",
         f"{deployment.prefix}-review",
         "--idle-exit",

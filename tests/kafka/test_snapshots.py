@@ -17,9 +17,9 @@ import pytest
 from devkit.deployment import Deployment, Worker, write_journal
 from devkit.localrun import wait_for
 from devkit.oracle import Oracle
-from recurrence.processor.stream.worker.journal import PartitionReader
-from recurrence.processor.synthetic import JournalSpec, generate
-from recurrence.processor.verify import distinct
+from recurrence_ledger.processor.stream.worker.journal import PartitionReader
+from recurrence_ledger.processor.synthetic import JournalSpec, generate
+from recurrence_ledger.processor.verify import distinct
 
 from .workerchecks import check_statistics, scopes_of
 

@@ -26,9 +26,9 @@ import pytest
 from devkit.deployment import Deployment, write_journal
 from devkit.localrun import wait_for
 from devkit.oracle import Oracle
-from recurrence.processor.core.patterns import suggestion
-from recurrence.processor.stream.clients.dump import read_records, read_statistics
-from recurrence.processor.synthetic import JournalSpec, generate
+from recurrence_ledger.processor.core.patterns import suggestion
+from recurrence_ledger.processor.stream.clients.dump import read_records, read_statistics
+from recurrence_ledger.processor.synthetic import JournalSpec, generate
 
 
 def _embedded_patterns(

@@ -6,8 +6,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from devkit.deployment import Deployment
 from devkit.localrun import free_port
-from recurrence.processor.stream.settings import StreamSettings
-from recurrence.topics.definitions import OUTPUT_MAX_RECORD_BYTES, topic_specs
+from recurrence_ledger.processor.stream.settings import StreamSettings
+from recurrence_ledger.topics.definitions import OUTPUT_MAX_RECORD_BYTES, topic_specs
 
 # journal, ledger, review, dead letters, state changelog, statistics, repartition, patterns, patterns changelog
 TOPICS = len(topic_specs(StreamSettings()))

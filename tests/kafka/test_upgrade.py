@@ -17,8 +17,8 @@ from devkit.deployment import Deployment, Worker, owned_partitions, write_journa
 from devkit.localrun import wait_for
 from devkit.oracle import Oracle
 from devkit.releases import PREVIOUS, ReleaseUnavailableError, build
-from recurrence.processor.synthetic import JournalSpec, generate
-from recurrence.processor.verify import distinct
+from recurrence_ledger.processor.synthetic import JournalSpec, generate
+from recurrence_ledger.processor.verify import distinct
 
 from .workerchecks import check_statistics, scopes_of
 
@@ -34,7 +34,7 @@ def test_a_rolling_upgrade_from_the_previous_release_keeps_exactly_once(deployme
         pytest.skip(f"the previous release cannot be built here: {missing}")
     # The old worker runs the release's own code, not this checkout's.
     where = subprocess.run(
-        [sys.executable, "-c", "import recurrence.processor.cli as m; print(m.__file__)"],
+        [sys.executable, "-c", f"import {previous.package}.processor.cli as m; print(m.__file__)"],
         env=previous.env(),
         capture_output=True,
         text=True,

@@ -28,21 +28,21 @@ import pytest
 
 from devkit.deployment import Deployment, Worker, owned_partitions, write_journal
 from devkit.localrun import REPO, free_port, recurrence_command, wait_for
-from recurrence.processor.core.patterns import listing
-from recurrence.processor.core.recordindex import dead_letter_counts
-from recurrence.processor.core.state import State
-from recurrence.processor.embedded.archive import FileArchive
-from recurrence.processor.embedded.reading import statistics
-from recurrence.processor.embedded.runner import replay
-from recurrence.processor.embedded.statedir import MemoryState
-from recurrence.processor.explain import Explainer
-from recurrence.processor.store.base import StateStore, Transaction
-from recurrence.processor.synthetic import JournalSpec, generate
-from recurrence.processor.tune import tune
-from recurrence.processor.verify import distinct
-from recurrence.processor.web.webtoken import TOKEN_ENV
-from recurrence.schemas.constants import DEFAULT_PATTERN_SCOPES
-from recurrence.schemas.readsurface import DeadLetterListing, Explanation, PatternSuggestions, ThresholdWhatIf
+from recurrence_ledger.processor.core.patterns import listing
+from recurrence_ledger.processor.core.recordindex import dead_letter_counts
+from recurrence_ledger.processor.core.state import State
+from recurrence_ledger.processor.embedded.archive import FileArchive
+from recurrence_ledger.processor.embedded.reading import statistics
+from recurrence_ledger.processor.embedded.runner import replay
+from recurrence_ledger.processor.embedded.statedir import MemoryState
+from recurrence_ledger.processor.explain import Explainer
+from recurrence_ledger.processor.store.base import StateStore, Transaction
+from recurrence_ledger.processor.synthetic import JournalSpec, generate
+from recurrence_ledger.processor.tune import tune
+from recurrence_ledger.processor.verify import distinct
+from recurrence_ledger.processor.web.webtoken import TOKEN_ENV
+from recurrence_ledger.schemas.constants import DEFAULT_PATTERN_SCOPES
+from recurrence_ledger.schemas.readsurface import DeadLetterListing, Explanation, PatternSuggestions, ThresholdWhatIf
 from tests.apicheck import failures
 from tests.browser import (
     SCREENSHOTS,

@@ -13,8 +13,8 @@ from typing import Any
 from devkit.deployment import Deployment, owned_partitions, write_journal
 from devkit.localrun import wait_for
 from devkit.oracle import Oracle
-from recurrence.processor.synthetic import JournalSpec, generate
-from recurrence.processor.verify import distinct
+from recurrence_ledger.processor.synthetic import JournalSpec, generate
+from recurrence_ledger.processor.verify import distinct
 
 from .workerchecks import check_statistics, scopes_of
 

@@ -3,9 +3,9 @@
 from devkit.deployment import Worker, quote
 from devkit.localrun import wait_for
 from devkit.oracle import Oracle
-from recurrence.processor.core.state import State
-from recurrence.processor.core.whatif import chart_thresholds, rows, scope_shadows, served
-from recurrence.processor.store.base import Transaction
+from recurrence_ledger.processor.core.state import State
+from recurrence_ledger.processor.core.whatif import chart_thresholds, rows, scope_shadows, served
+from recurrence_ledger.processor.store.base import Transaction
 
 
 def check_statistics(workers: list[Worker], oracle: Oracle, scopes: list[str]) -> None:

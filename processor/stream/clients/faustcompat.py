@@ -64,7 +64,7 @@ class Member(NamedTuple):
     owner: str  # where the library defines it: "module:Class", or "module" for a module's global
     name: str
     how: str  # OVERRIDES, CALLS, REPLACES or THROUGH
-    by: str  # a product class, "module:Class" under recurrence.processor.stream, or a function here
+    by: str  # a product class, "module:Class" under recurrence_ledger.processor.stream, or a function here
 
 
 _WORKERAPP: Final = "worker.workerapp"

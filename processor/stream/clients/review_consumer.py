@@ -1,6 +1,6 @@
 """An example downstream consumer for a Review service: ``<prefix>.review``, deduplicated, offsets committed.
 
-    python -m recurrence.processor.stream.clients.review_consumer --group review-service [--idle-exit 10]
+    python -m recurrence_ledger.processor.stream.clients.review_consumer --group review-service [--idle-exit 10]
 
 It reads ``review_proposal`` and ``admission`` records in its own consumer
 group (``read_committed``, from the earliest offset the first time), skips a
@@ -99,7 +99,7 @@ async def _run(connection: KafkaConnection, topic: str, group: str, idle_exit: f
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m recurrence.processor.stream.clients.review_consumer",
+        prog="python -m recurrence_ledger.processor.stream.clients.review_consumer",
         description="Example Review consumer: <prefix>.review as deduplicated JSON lines, offsets committed.",
     )
     parser.add_argument("--group", default="recurrence-review", help="its own consumer group (default %(default)s)")

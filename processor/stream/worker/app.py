@@ -443,5 +443,5 @@ def stalled(
     return progress, now - progress[1] >= seconds
 
 
-#: What ``faust -A recurrence.processor.stream.worker.app worker`` loads: one line naming ``recurrence worker``.
+#: What ``faust -A recurrence_ledger.processor.stream.worker.app worker`` loads: one line naming ``recurrence worker``.
 app: Final = NOT_A_FAUST_APP
