@@ -124,7 +124,7 @@ $(TOOLS)/kubeconform:
 releases: $(STAMP)
 	@$(PY) -m devkit.releases || echo "make releases: unavailable; the rolling-upgrade test will skip"
 
-# The state and ledger an earlier release writes over the fixture journal, for tests/test_upgrade_fixtures.py.
+# The state and ledger an earlier release writes over the fixture journal, for tests/embedded/test_upgrade_fixtures.py.
 fixture: $(STAMP)
 	@test -n "$(RELEASE)" || { echo "usage: make fixture RELEASE=<git ref of the release>"; exit 2; }
 	@$(PY) -m devkit.fixtures "$(RELEASE)"

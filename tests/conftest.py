@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import browser
+from tests.support import browser
 
 HERE = Path(__file__).resolve().parent
 #: Every test in these folders carries the folder's marker: ``-m`` selects the lanes by them.

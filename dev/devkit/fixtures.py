@@ -1,7 +1,7 @@
 """Upgrade fixtures: a state and a ledger written by an earlier release, kept under tests/fixtures/upgrade.
 
 Every fixture is the same journal (``journal.jsonl.gz``, kept beside them so no generator change can
-move it) replayed by a release up to line ``LINES``; ``tests/test_upgrade_fixtures.py`` continues each
+move it) replayed by a release up to line ``LINES``; ``tests/embedded/test_upgrade_fixtures.py`` continues each
 with today's code over the whole journal and wants the ledger a fresh run writes, byte for byte. One
 command makes the fixture of a release (``make fixture RELEASE=<git ref>``, which runs
 ``python -m devkit.fixtures REF``); it lands in ``tests/fixtures/upgrade/<version>-<commit>/``:

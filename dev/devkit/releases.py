@@ -1,7 +1,7 @@
 """Earlier releases of recurrence, built from git: the writers of the upgrade fixtures and the old worker
 of the rolling-upgrade test.
 
-A release is a commit. ``git archive`` of it is built into a wheel (pip, as ``tests/test_wheel.py``
+A release is a commit. ``git archive`` of it is built into a wheel (pip, as ``tests/product/test_wheel.py``
 builds today's) and installed without its dependencies into ``.cache/releases/<commit>/lib``; it
 runs on this venv's interpreter with that folder first on ``PYTHONPATH``, so it shares this venv's
 dependencies. That holds while the release declares the dependencies this checkout declares (built

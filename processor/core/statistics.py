@@ -88,7 +88,7 @@ def statistics_document(
 ) -> dict[str, Any]:
     """A scope's ``ScopeStatistics`` as JSON-ready data, in the model's field order (``streaks`` from
     ``top_revisions``): the worker writes one per changed scope per batch, and building the models
-    cost more than the figures (``tests/test_scopesummary.py`` holds its bytes equal to the model's
+    cost more than the figures (``tests/core/test_scopesummary.py`` holds its bytes equal to the model's
     dump)."""
     return {
         "scope_id": scope_id,

@@ -9,7 +9,7 @@ internals; ``worker/`` is the Faust worker (``app.build_worker`` assembles it;
 ``tablestore`` adapts Faust's per-partition RocksDB databases to
 ``recurrence_ledger.processor.store.base.StateStore``); ``cli`` sits on top. See
 docs/kafka.md. The package is imported by ``recurrence_ledger.processor.cli`` when it
-builds its parser, and the clients never load Faust (``tests/test_layers.py``).
+builds its parser, and the clients never load Faust (``tests/product/test_layers.py``).
 """
 
 from .faustentry import NOT_A_FAUST_APP

@@ -43,7 +43,7 @@ ALLOW: Final = "ALLOW"
 ANY_HOST: Final = "*"
 
 #: Faust names a transactional producer ``<app id>-<topic group>-<partition>``
-#: (``faust.transport.consumer.TransactionManager.transactional_id_format``; tests/test_acls.py checks it).
+#: (``faust.transport.consumer.TransactionManager.transactional_id_format``; tests/stream/test_acls.py checks it).
 TRANSACTIONAL_ID_SEPARATOR: Final = "-"
 
 # A principal as Kafka's authorizers name it: "User:" and the name (SCRAM user, or a certificate's

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from devkit.topologies import SecureBroker
-from tests.docblocks import Block, run_verbatim, runnable
+from tests.support.docblocks import Block, run_verbatim, runnable
 
 
 @pytest.mark.parametrize("block", runnable("secure"), ids=lambda b: b.where)

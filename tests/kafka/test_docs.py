@@ -1,7 +1,7 @@
 """Every command the docs show, run against the test broker.
 
 Blocks marked ``<!-- runnable: kafka -->`` run exactly as written
-(``tests/docblocks.py``): a newcomer's first five minutes. Their worker binds
+(``tests/support/docblocks.py``): a newcomer's first five minutes. Their worker binds
 the documented port 6066, so concurrent runs of this test on one machine take
 turns (a lock file), and a port held by something else skips the test with the
 reason.
@@ -49,8 +49,8 @@ import pytest
 
 from devkit.localrun import REPO, free_port
 from devkit.oracle import Oracle
-from tests.docblocks import Block as DocBlock
-from tests.docblocks import not_ignored, run_verbatim, runnable, written
+from tests.support.docblocks import Block as DocBlock
+from tests.support.docblocks import not_ignored, run_verbatim, runnable, written
 
 DOCS: Final = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 FENCE: Final = re.compile(r"^```sh\n(.*?)^```", re.S | re.M)
@@ -115,12 +115,12 @@ SKIPPED: Final = {
     "make lint": "make test runs it before pytest",
     "make bench": "benchmarks are never run by tests",
     "make bench-kafka": "benchmarks are never run by tests",
-    "make schemas": "rewrites tracked files; tests/test_schemas_json.py checks they match the models",
+    "make schemas": "rewrites tracked files; tests/core/test_schemas_json.py checks they match the models",
     "make tools": "installs the checkers; make test runs it",
     "make kafka-up": "the session fixture owns the test broker",
     "make kafka-down": "the session fixture owns the test broker",
     "docker": "no Docker engine here",
-    "kubectl": "no Kubernetes cluster here (tests/test_deploy.py validates the manifest)",
+    "kubectl": "no Kubernetes cluster here (tests/stream/test_deploy.py validates the manifest)",
 }
 
 

@@ -25,7 +25,7 @@ from devkit.oracle import Oracle
 from recurrence_ledger.processor.stream.settings import StreamSettings
 from recurrence_ledger.processor.synthetic import JournalSpec, generate
 from recurrence_ledger.topics.definitions import topic_specs
-from tests.tools import find
+from tests.support.tools import find
 
 RFC_EXAMPLE = REPO / "examples" / "rfc-minimum.jsonl"
 

@@ -9,7 +9,7 @@ origins differ (a file line there, a topic offset here).
 
 The workers have a web token (``RECURRENCE_HTTP_TOKEN``), so every check goes
 through the guard, the fan-out between workers included; the last tests ask
-them as a stranger would (``tests/hostile.py``, the same checks as
+them as a stranger would (``tests/support/hostile.py``, the same checks as
 ``recurrence serve``'s), start a second worker on a data folder in use, and
 cut a file ``ledger-dump --follow`` writes.
 """
@@ -43,8 +43,8 @@ from recurrence_ledger.processor.verify import distinct
 from recurrence_ledger.processor.web.webtoken import TOKEN_ENV
 from recurrence_ledger.schemas.constants import DEFAULT_PATTERN_SCOPES
 from recurrence_ledger.schemas.readsurface import DeadLetterListing, Explanation, PatternSuggestions, ThresholdWhatIf
-from tests.apicheck import failures
-from tests.browser import (
+from tests.support.apicheck import failures
+from tests.support.browser import (
     SCREENSHOTS,
     expected_pattern_rows,
     expected_readings,
@@ -52,7 +52,7 @@ from tests.browser import (
     page_readings,
     tune_readings,
 )
-from tests.hostile import TOKEN, check_hostile_requests, check_token_guard, report, request
+from tests.support.hostile import TOKEN, check_hostile_requests, check_token_guard, report, request
 
 EXAMPLE = REPO / "examples" / "rfc-minimum.jsonl"
 _ORIGIN = re.compile(r"journal line \d+|[\w.-]+\[\d+\]@\d+")

@@ -21,7 +21,7 @@ a private member except as listed there:
   attribute of the library's it *replaces* on itself (``REPLACES``) is declared
   here by the library class's import path and the product class's.
 
-``tests/test_faustcompat.py`` resolves every entry on the installed versions
+``tests/stream/test_faustcompat.py`` resolves every entry on the installed versions
 (faust-streaming is pinned to the minor version they were checked against in
 pyproject.toml), builds the objects whose attributes are reached here, and
 checks that the list is complete: every subclass of a library class in the
@@ -30,7 +30,7 @@ itself, and any it finds unlisted fails the test, named.
 
 Why here, in ``clients/``: the short-lived commands read an aiokafka
 consumer's client too, and ``clients/`` must not import faust or mode
-(``tests/test_layers.py``), so this module imports neither: attributes are
+(``tests/product/test_layers.py``), so this module imports neither: attributes are
 reached by name on the objects it is handed, and classes are named by their
 import path, resolved only by the test. The corrected classes themselves stay
 where they do their work (``worker/``), each override saying why.

@@ -5,7 +5,7 @@ Both concern a partition that changes owner under ``processing_guarantee=
 them such a worker crashed with ``ConsistencyError`` or reused a fenced
 producer (robinhood/faust#658). Each class below says what it corrects and
 why. Every faust-streaming method they override or call beyond its public API
-is declared in ``faustcompat.MEMBERS`` (checked by ``tests/test_faustcompat.py``
+is declared in ``faustcompat.MEMBERS`` (checked by ``tests/stream/test_faustcompat.py``
 on every upgrade), and private attributes are reached only through
 ``faustcompat``.
 
