@@ -30,7 +30,7 @@ from .embedded.header import bind_config
 from .embedded.migration import migrate
 from .embedded.paths import check_paths
 from .embedded.reading import listed_scopes, open_archive, open_state, statistics
-from .embedded.runner import DEFAULT_BATCH, ReplayInterrupted, RunSummary, replay
+from .embedded.runner import DEFAULT_BATCH, ReplayInterrupted, ReplayOptions, RunSummary, replay
 from .embedded.statedir import DEFAULT_PARTITIONS, MAX_PARTITIONS, closing_store
 from .exceptions import (
     Interrupted,
@@ -100,16 +100,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     stopped: ReplayInterrupted | None = None
     with StopSignals() as stop:
         try:
-            summary = replay(
-                args.journal,
-                state,
-                out,
-                config,
-                batch_size=args.batch,
-                stop=stop,
-                jobs=args.jobs,
-                partitions=args.partitions,
-            )
+            options = ReplayOptions(config, batch_size=args.batch, jobs=args.jobs, partitions=args.partitions)
+            summary = replay(args.journal, state, out, options, stop)
         except ReplayInterrupted as error:
             stopped = error
     # Reported once the handlers are restored and the state is closed: a further signal is then an

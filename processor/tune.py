@@ -30,7 +30,7 @@ from .core.state import State
 from .core.whatif import rows, scope_shadows, what_if
 from .embedded.header import bind_config
 from .embedded.reading import open_state
-from .embedded.runner import DEFAULT_BATCH, RunSummary, replay
+from .embedded.runner import DEFAULT_BATCH, ReplayOptions, RunSummary, replay
 from .embedded.statedir import JOURNAL_KEY, open_view
 from .exceptions import StateDirError
 from .host.journalfile import Checkpoint, shown
@@ -65,7 +65,8 @@ def tune(
     with tempfile.TemporaryDirectory(prefix="recurrence-tune-") as directory:
         state = Path(directory) / "state"
         try:
-            summary = replay(journal, state, None, EngineConfig(), batch_size, progress_stream, stop, jobs)
+            options = ReplayOptions(EngineConfig(), batch_size, jobs, progress_stream=progress_stream)
+            summary = replay(journal, state, None, options, stop)
             view = open_view(state)
             try:
                 body = what_if(State(Transaction(view)), thresholds)

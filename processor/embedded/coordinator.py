@@ -26,10 +26,11 @@ dropping their records (the ledger has them): *catch-up* batches.
 import hashlib
 import heapq
 import logging
+import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Final
+from typing import IO, Final
 
 from ..core.engineconfig import EngineConfig
 from ..core.partitioning import Router
@@ -43,8 +44,9 @@ from ..host.gcpolicy import full_collections_between_batches
 from ..host.journalfile import Checkpoint, JournalReader, Progress
 from ..host.stopsignals import StopNow, StopSignals
 from ..store.base import StateStore, Transaction
-from .ledgerfile import DiscardedLedger, Ledger
+from .ledgerfile import DiscardedLedger, Ledger, LedgerMark
 from .shard import BatchSpec, Line, LocalShard, ShardClient
+from .statedir import CLEAN_KEY, EPOCH_KEY, JOURNAL_KEY, LEDGER_KEY, WRITTEN_KEY, MemoryState, StateDir, clean_mark
 
 log = logging.getLogger("recurrence.embedded")
 
@@ -102,20 +104,40 @@ def diagnosed_key(line_number: int, entry: bytes) -> bytes:
     return key(_DIAGNOSED, hashlib.sha256(b"%d\n" % line_number + entry).hexdigest())
 
 
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Where a run begins in its journal (``runner`` decides it from the state)."""
+
+    epoch: int
+    catch_up_through: int  # lines up to this one are read again for partitions behind the ledger
+    sync_first: bool  # partitions must be durable before a new epoch's first batch
+
+
+@dataclass(frozen=True, slots=True)
+class RunPlan:
+    """One replay as ``runner.open_run`` opened and checked it: everything ``Run`` is made of."""
+
+    state: "StateDir | MemoryState"
+    config: EngineConfig
+    reader: JournalReader
+    main: StateStore
+    ledger: "Ledger | DiscardedLedger"
+    router: Router
+    shards: tuple[ShardClient, ...]
+    owned: tuple[tuple[int, ...], ...]  # per shard, the partitions it owns
+    owner: tuple[int, ...]  # per partition, the index of the shard that owns it
+    existing: tuple[int, ...]  # the partitions whose store exists
+    start: Start
+    batch_size: int
+    progress_stream: IO[str] | None
+
+
 class Writer:
     """The ledger side of each batch: records in line order, and the main store's rows that go with them."""
 
-    def __init__(
-        self,
-        main: StateStore,
-        ledger: "Ledger | DiscardedLedger",
-        config: EngineConfig,
-        summary: RunSummary,
-        ledger_key: bytes,
-        journal_key: bytes,
-    ) -> None:
-        self.main, self.ledger, self.config, self.summary = main, ledger, config, summary
-        self.ledger_key, self.journal_key = ledger_key, journal_key
+    def __init__(self, plan: RunPlan, summary: RunSummary) -> None:
+        self.main, self.ledger, self.config, self.summary = plan.main, plan.ledger, plan.config, summary
+        self.epoch = b"%d" % plan.start.epoch
         self.cache = row_cache(10_000)
         self._begin()
 
@@ -150,14 +172,22 @@ class Writer:
         self.diagnosed[row] = b""
         return True
 
-    def commit(self, checkpoint: Checkpoint, rows: dict[bytes, bytes | None]) -> None:
-        """Ledger lines durable first, then the main store's batch that records them, atomically."""
+    def append(self) -> LedgerMark:
+        """Step 1 of ``Run._commit``: the batch's ledger lines appended and fsync'ed."""
         if self.pending:
             self.ledger.append(b"".join(self.pending))
-        mark = self.ledger.sync()
+        return self.ledger.sync()
+
+    def record(self, mark: LedgerMark, position: Checkpoint) -> None:
+        """Step 2 of ``Run._commit``: one atomic, durable main-store write that records the ledger lines."""
         self.txn.prepare()
-        changes: dict[bytes, bytes | None] = {self.ledger_key: mark.encode(), self.journal_key: checkpoint.encode()}
-        changes.update(rows)
+        changes: dict[bytes, bytes | None] = {
+            LEDGER_KEY: mark.encode(),
+            JOURNAL_KEY: position.encode(),
+            EPOCH_KEY: self.epoch,
+            # What a follower shows as "written at" (milliseconds since the epoch); never read by the engine.
+            WRITTEN_KEY: b"%d" % (time.time_ns() // 1_000_000),
+        }
         changes.update(self.diagnosed)
         try:
             self.txn.flush(changes)
@@ -179,51 +209,61 @@ class _Sent:
 class Run:
     """One replay's batches: read, route, run on the shards, merge, write, commit."""
 
-    def __init__(
-        self,
-        reader: JournalReader,
-        router: Router,
-        shards: Sequence[ShardClient],
-        owner: Sequence[int],
-        writer: Writer,
-        summary: RunSummary,
-        progress: Progress,
-        batch_size: int,
-        epoch: int,
-        catch_up_through: int,
-        extra_rows: Callable[[], dict[bytes, bytes | None]],
-    ) -> None:
-        self.reader, self.router, self.shards, self.owner = reader, router, shards, owner
-        self.writer, self.summary, self.progress = writer, summary, progress
-        self.batch_size = batch_size
-        self.epoch = epoch
-        self.catch_up_through = catch_up_through
-        self.extra_rows = extra_rows
+    def __init__(self, plan: RunPlan, summary: RunSummary) -> None:
+        self.plan, self.summary = plan, summary
+        self.reader, self.shards, self.owner = plan.reader, plan.shards, plan.owner
+        self.writer = Writer(plan, summary)
         # In one process a batch is committed as soon as it has run; from a pipe too (lines may come
         # slowly, and a batch held back would wait for the next one to be written).
-        local = len(shards) == 1 and isinstance(shards[0], LocalShard)
-        self.depth = 0 if local or reader.total_bytes is None else DEPTH
+        local = len(plan.shards) == 1 and isinstance(plan.shards[0], LocalShard)
+        self.depth = 0 if local or plan.reader.total_bytes is None else DEPTH
+        self.progress = Progress(
+            plan.reader.total_bytes, plan.progress_stream, plan.reader.read_bytes, len(plan.shards)
+        )
         self._sent: deque[_Sent] = deque()
         self._number = 0
         self.committed: int | None = None  # the last batch whose ledger lines and main rows are durable
-        self._start = reader.checkpoint()
+        self._start = plan.reader.checkpoint()
 
-    def run(self, lines: Iterator[tuple[int, bytes]], stop: StopSignals) -> bool:
-        """Apply the journal batch by batch; False when a stop request ended it before its end."""
+    def run(self, stop: StopSignals) -> bool:
+        """Open the shards, apply the journal batch by batch, close them; False when a stop request ended
+        it before its end. Any failure aborts every shard (nothing after the last commit is kept)."""
+        plan, summary = self.plan, self.summary
+        try:
+            for shard, parts in zip(plan.shards, plan.owned, strict=True):
+                owned = None if isinstance(shard, LocalShard) else parts
+                shard.open(plan.state, plan.config, owned, plan.existing, plan.start.sync_first)
+            summary.processes = len(plan.shards)
+            try:
+                completed = self._batches(stop)
+                self._finish()
+                self._mark_clean()
+            finally:
+                summary.blank_lines = plan.reader.blank_lines
+                self.progress.update(summary.entries, plan.reader.read_bytes, force=True)
+                self.progress.close()
+        except BaseException:
+            for shard in plan.shards:
+                shard.abort()
+            raise
+        return completed
+
+    def _batches(self, stop: StopSignals) -> bool:
         completed = True
         with full_collections_between_batches() as collections:
             try:
                 batch: list[Line] = []
                 catching_up = False
-                partition = self.router.partition
-                for number, entry in lines:
-                    late = number <= self.catch_up_through
+                partition = self.plan.router.partition
+                catch_up_through, batch_size = self.plan.start.catch_up_through, self.plan.batch_size
+                for number, entry in self.reader:
+                    late = number <= catch_up_through
                     if batch and late != catching_up:
                         self._send(batch, catching_up, before=number)
                         batch = []
                     catching_up = late
                     batch.append((number, entry, partition(entry)))
-                    if len(batch) >= self.batch_size:
+                    if len(batch) >= batch_size:
                         self._send(batch, catching_up)
                         batch = []
                         collections.between_batches()
@@ -248,7 +288,7 @@ class Run:
         self._number += 1
         spec = BatchSpec(
             self._number,
-            self.epoch,
+            self.plan.start.epoch,
             (self._start.offset, self._start.line),
             (checkpoint.offset, checkpoint.line),
             catch_up,
@@ -271,7 +311,7 @@ class Run:
         sent = self._sent.popleft()
         results = [shard.results(sent.spec.number) for shard in self.shards]
         if sent.spec.catch_up:
-            self.summary.caught_up += len(sent.lines)
+            self.summary.caught_up += len(sent.lines)  # the ledger holds its records already
         else:
             merged: Iterable[tuple[int, list[Emitted]]] = results[0] if len(results) == 1 else heapq.merge(*results)
             entries: dict[int, bytes] = {}
@@ -282,15 +322,31 @@ class Run:
                 return entries[number]
 
             self.writer.write(merged, entry_of)
-            self.writer.commit(sent.checkpoint, self.extra_rows())
-            self.summary.entries += sent.entries
+            self._commit(sent)
         self.committed = sent.spec.number
         self.progress.update(self.summary.entries, sent.checkpoint.offset)
 
-    def finish(self) -> None:
+    def _commit(self, sent: _Sent) -> None:
+        """Make a batch durable in the only safe order (the module docstring says why)."""
+        # 1. Outputs: the batch's ledger lines, appended and fsync'ed.
+        mark = self.writer.append()
+        # 2. What records them, in one atomic durable write: the ledger mark, the journal checkpoint, the
+        #    record index, dead-letter and pattern rows (main store).
+        self.writer.record(mark, sent.checkpoint)
+        self.summary.entries += sent.entries
+        # 3. Local state: each shard flushes the batch's partition rows once told it is committed (with its
+        #    next batch, or at the end: ``self.committed``); a partition a crash leaves behind catches up.
+
+    def _finish(self) -> None:
         # Every shard is told first, then waited for: worker processes flush and close their partitions
         # side by side, not one after the other.
         for shard in self.shards:
             shard.finish(self.committed)
         for shard in self.shards:
             shard.finished()
+
+    def _mark_clean(self) -> None:
+        """Every partition is durable at the checkpoint: the next run need not look at them."""
+        raw = self.plan.main.get(JOURNAL_KEY)
+        checkpoint = None if raw is None else Checkpoint.decode(raw)
+        self.plan.main.apply({CLEAN_KEY: clean_mark(self.plan.start.epoch, checkpoint)})

@@ -34,11 +34,11 @@ from typing import IO, TYPE_CHECKING, Final
 from ..core.engineconfig import EngineConfig
 from ..core.partitioning import Router, assign
 from ..exceptions import ConfigMismatchError, Interrupted, LedgerMismatchError, StateDirError
-from ..host.journalfile import Checkpoint, JournalReader, Progress, shown
+from ..host.journalfile import Checkpoint, JournalReader, shown
 from ..host.stopsignals import Abandon, StopNow, StopSignals
 from ..store.base import StateStore
 from .archive import JOURNAL_PATH_KEY, LEDGER_PATH_KEY
-from .coordinator import Run, RunSummary, Writer
+from .coordinator import Run, RunPlan, RunSummary, Start
 from .header import bind_config, check_format, has_engine_rows
 from .ledgerfile import EMPTY_LEDGER, DiscardedLedger, Ledger, LedgerMark, check_ledger
 from .paths import real
@@ -51,7 +51,6 @@ from .statedir import (
     JOURNAL_KEY,
     LEDGER_KEY,
     PARTITIONS_KEY,
-    WRITTEN_KEY,
     Applied,
     MemoryState,
     StateDir,
@@ -65,7 +64,7 @@ from .statedir import (
 if TYPE_CHECKING:
     from .workers import RemoteShard
 
-__all__ = ["RunSummary", "StopSignals", "replay"]
+__all__ = ["ReplayOptions", "RunSummary", "replay"]
 
 log = logging.getLogger("recurrence.embedded")
 
@@ -96,18 +95,17 @@ def default_jobs(journal: str) -> int:
     return len(os.sched_getaffinity(0))
 
 
-def _open_ledger(
-    store: StateStore, out: Path | None, config: EngineConfig | None, journal: str, partitions: int | None
-) -> tuple[EngineConfig, "Ledger | DiscardedLedger", int, int]:
+def _open_ledger(store: StateStore, request: "_Request") -> tuple[EngineConfig, "Ledger | DiscardedLedger", int, int]:
     """Check the state and the ledger against each other; stamp a fresh state before its first batch.
     ``out`` None: a dry run, whose records are not kept (a fresh state only)."""
+    out, journal, partitions = request.out, request.journal, request.options.partitions
     # Where ``recurrence explain`` reads records and entries back (informational: the ledger is
     # bound by its bytes, and an explain may name other paths).
     stamps: dict[bytes, bytes] = {} if out is None else {LEDGER_PATH_KEY: os.fsencode(real(out))}
     if journal != "-" and Path(journal).is_file():
         stamps[JOURNAL_PATH_KEY] = os.fsencode(real(journal))
     check_format(store, stamps)
-    config = bind_config(store, config, stamps)
+    config = bind_config(store, request.options.config, stamps)
     count = partition_count(store)
     if count is None:
         count = partitions or DEFAULT_PARTITIONS
@@ -159,25 +157,18 @@ def _behind(state: "StateDir | MemoryState", existing: list[int], epoch: int) ->
     return lowest if lowest is not None else (0, 0)
 
 
-@dataclass
-class _Start:
-    epoch: int
-    catch_up_through: int  # lines up to this one are read again for partitions behind the ledger
-    sync_first: bool  # partitions must be durable before a new epoch's first batch
-
-
 def _resume(
     main: StateStore,
     state: "StateDir | MemoryState",
     reader: JournalReader,
     summary: RunSummary,
     existing: list[int],
-) -> _Start:
+) -> Start:
     raw = main.get(JOURNAL_KEY)
     epoch_raw = main.get(EPOCH_KEY)
     epoch = 0 if epoch_raw is None else int(epoch_raw)
     if raw is None:
-        return _Start(epoch, 0, False)
+        return Start(epoch, 0, False)
     checkpoint = Checkpoint.decode(raw)
     clean = main.get(CLEAN_KEY) == clean_mark(epoch, checkpoint)
     behind = (checkpoint.offset, checkpoint.line) if clean or not existing else _behind(state, existing, epoch)
@@ -191,9 +182,9 @@ def _resume(
                 checkpoint.line,
             )
         log.info("resumed after line %d (%d bytes already applied)", checkpoint.line, checkpoint.offset)
-        return _Start(epoch, checkpoint.line if lagging else 0, False)
+        return Start(epoch, checkpoint.line if lagging else 0, False)
     if not checkpoint.offset:
-        return _Start(epoch, 0, False)
+        return Start(epoch, 0, False)
     if lagging:
         raise StateDirError(
             f"a crash left part of the state behind its ledger (it applied up to line {behind[1]}, the ledger holds "
@@ -203,7 +194,7 @@ def _resume(
     summary.replayed_whole = True
     log.info("the journal does not start with the %d bytes already applied: replaying it whole", checkpoint.offset)
     # A new epoch: partition positions of the old journal mean nothing in this one.
-    return _Start(epoch + 1, 0, not clean)
+    return Start(epoch + 1, 0, not clean)
 
 
 def assignment_weights(journal: str, offset: int, router: Router) -> dict[int, int]:
@@ -219,27 +210,44 @@ def assignment_weights(journal: str, offset: int, router: Router) -> dict[int, i
     return weights
 
 
+@dataclass(frozen=True, slots=True)
+class ReplayOptions:
+    """How to run a replay, beside what to read and where to write (``replay``)."""
+
+    config: EngineConfig | None = None  # None: the state's own, or the defaults for a fresh state
+    batch_size: int = DEFAULT_BATCH  # entries per durable commit
+    jobs: int | None = None  # processes (None: ``default_jobs``)
+    partitions: int | None = None  # of a new state (None: ``DEFAULT_PARTITIONS``)
+    progress_stream: IO[str] | None = None  # the progress line's terminal (None: stderr)
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    """What the caller asked for: the journal, the state, the ledger and how."""
+
+    journal: str
+    state: "StateDir | MemoryState"
+    out: Path | None
+    options: ReplayOptions
+
+
 def replay(
     journal: str,
     state: "Path | MemoryState",
     out: Path | None,
-    config: EngineConfig | None = None,
-    batch_size: int = DEFAULT_BATCH,
-    progress_stream: IO[str] | None = None,
+    options: ReplayOptions = ReplayOptions(),
     stop: StopSignals | None = None,
-    jobs: int | None = None,
-    partitions: int | None = None,
 ) -> RunSummary:
     """Apply ``journal`` to the state directory ``state``, appending records to ``out`` (None: a dry run into
-    a fresh state, records counted and not kept); see the module docstring. ``jobs``: processes (default:
-    ``default_jobs``); ``partitions``: of a new state. A ``MemoryState`` (tests, dry runs) runs in this
-    process."""
+    a fresh state, records counted and not kept); see the module docstring. A ``MemoryState`` (tests, dry
+    runs) runs in this process."""
     stop = stop or StopSignals()
     summary = RunSummary()
     started = time.monotonic()
     location = StateDir(state) if isinstance(state, Path) else state
     location.prepare()
-    processes = jobs if jobs is not None else default_jobs(journal)
+    request = _Request(journal, location, out, options)
+    processes = options.jobs if options.jobs is not None else default_jobs(journal)
     if isinstance(location, MemoryState):
         processes = 1
     workers: list[RemoteShard] = []
@@ -255,21 +263,13 @@ def replay(
     completed = False
     try:
         # The journal is opened first: an unreadable one stops the run before the state is stamped.
-        with JournalReader(journal) as reader, _main_store(location) as main:
-            completed = _replay(
-                journal,
-                location,
-                out,
-                config,
-                batch_size,
-                progress_stream,
-                stop,
-                partitions,
-                reader,
-                main,
-                workers,
-                summary,
-            )
+        with JournalReader(journal) as reader:
+            stop.waiting = lambda: reader.waiting
+            reader.before_wait = stop.check
+            with open_run(request, reader, workers, summary) as plan:
+                completed = Run(plan, summary).run(stop)
+    except StopNow:
+        pass  # while resuming: waiting for the journal's first bytes
     except Abandon as abandoned:
         for worker in workers:
             worker.abort()
@@ -285,121 +285,55 @@ def replay(
 
 
 @contextmanager
-def _main_store(state: "StateDir | MemoryState") -> Iterator[StateStore]:
-    where = shown(state.root) if isinstance(state, StateDir) else "in memory"
-    with closing_store(state.open_main(), where) as store:
-        yield store
-
-
-def _replay(
-    journal: str,
-    state: "StateDir | MemoryState",
-    out: Path | None,
-    config: EngineConfig | None,
-    batch_size: int,
-    progress_stream: IO[str] | None,
-    stop: StopSignals,
-    partitions: int | None,
-    reader: JournalReader,
-    main: StateStore,
-    workers: "list[RemoteShard]",
-    summary: RunSummary,
-) -> bool:
-    config, ledger, summary.truncated_bytes, count = _open_ledger(main, out, config, journal, partitions)
-    with closing(ledger):
-        stop.waiting = lambda: reader.waiting
-        reader.before_wait = stop.check
-        existing = state.existing()
-        try:
-            start = _resume(main, state, reader, summary, existing)
-        except StopNow:
-            return False
-        router = Router(count)
-        lines: Iterator[tuple[int, bytes]] = iter(reader)
-        shards: list[ShardClient]
-        if workers:
-            # Partitions go to processes by their share of the journal's next lines (``assign``: the busiest
-            # process as light as can be found); a pipe cannot be read twice: round robin.
-            weights = assignment_weights(journal, reader.read_bytes, router) if reader.total_bytes is not None else {}
-            owned = [parts for parts in assign(weights, count, len(workers)) if parts]
-            for extra in workers[len(owned) :]:
-                extra.close()
-            shards = list(workers[: len(owned)])
-            owner = [0] * count
-            for index, parts in enumerate(owned):
-                for partition in parts:
-                    owner[partition] = index
-        else:
-            owned = [list(range(count))]
-            shards = [LocalShard()]
-            owner = [0] * count
-        try:
-            return _run(
-                state,
-                config,
-                batch_size,
-                progress_stream,
-                stop,
-                reader,
-                lines,
-                main,
-                ledger,
-                summary,
-                start,
-                router,
-                shards,
-                owned,
-                owner,
-                existing,
+def open_run(
+    request: _Request, reader: JournalReader, workers: "list[RemoteShard]", summary: RunSummary
+) -> Iterator[RunPlan]:
+    """Open the main store and the ledger, check them against each other and the journal, decide where the
+    run starts and which process runs which partitions: the run, described once (``RunPlan``).
+    ``summary``: what the checks found (a ledger cut, a resume) is recorded in it."""
+    where = shown(request.state.root) if isinstance(request.state, StateDir) else "in memory"
+    with closing_store(request.state.open_main(), where) as main:
+        config, ledger, summary.truncated_bytes, count = _open_ledger(main, request)
+        with closing(ledger):
+            existing = request.state.existing()
+            start = _resume(main, request.state, reader, summary, existing)
+            router = Router(count)
+            shards, owned, owner = _shards(request.journal, reader, router, workers)
+            yield RunPlan(
+                state=request.state,
+                config=config,
+                reader=reader,
+                main=main,
+                ledger=ledger,
+                router=router,
+                shards=shards,
+                owned=owned,
+                owner=owner,
+                existing=tuple(existing),
+                start=start,
+                batch_size=request.options.batch_size,
+                progress_stream=request.options.progress_stream,
             )
-        except BaseException:
-            for shard in shards:
-                shard.abort()
-            raise
 
 
-def _run(
-    state: "StateDir | MemoryState",
-    config: EngineConfig,
-    batch_size: int,
-    progress_stream: IO[str] | None,
-    stop: StopSignals,
-    reader: JournalReader,
-    lines: Iterator[tuple[int, bytes]],
-    main: StateStore,
-    ledger: "Ledger | DiscardedLedger",
-    summary: RunSummary,
-    start: "_Start",
-    router: Router,
-    shards: list[ShardClient],
-    owned: list[list[int]],
-    owner: list[int],
-    existing: list[int],
-) -> bool:
-    for shard, parts in zip(shards, owned, strict=True):
-        shard.open(state, config, None if isinstance(shard, LocalShard) else parts, existing, start.sync_first)
-    summary.processes = len(shards)
-    progress = Progress(reader.total_bytes, progress_stream, reader.read_bytes, len(shards))
-    writer = Writer(main, ledger, config, summary, LEDGER_KEY, JOURNAL_KEY)
-    epoch = b"%d" % start.epoch
-
-    def rows() -> dict[bytes, bytes | None]:
-        return {EPOCH_KEY: epoch, WRITTEN_KEY: b"%d" % (time.time_ns() // 1_000_000)}
-
-    run = Run(
-        reader, router, shards, owner, writer, summary, progress, batch_size, start.epoch, start.catch_up_through, rows
-    )
-    try:
-        completed = run.run(lines, stop)
-        run.finish()
-        # Every partition is durable at the checkpoint: the next run need not look at them.
-        raw = main.get(JOURNAL_KEY)
-        main.apply({CLEAN_KEY: clean_mark(start.epoch, None if raw is None else Checkpoint.decode(raw))})
-    finally:
-        summary.blank_lines = reader.blank_lines
-        progress.update(summary.entries, reader.read_bytes, force=True)
-        progress.close()
-    return completed
+def _shards(
+    journal: str, reader: JournalReader, router: Router, workers: "list[RemoteShard]"
+) -> tuple[tuple[ShardClient, ...], tuple[tuple[int, ...], ...], tuple[int, ...]]:
+    """The shards that run the partitions, the partitions each owns, and each partition's shard."""
+    count = router.partitions
+    if not workers:
+        return (LocalShard(),), (tuple(range(count)),), (0,) * count
+    # Partitions go to processes by their share of the journal's next lines (``assign``: the busiest
+    # process as light as can be found); a pipe cannot be read twice: round robin.
+    weights = assignment_weights(journal, reader.read_bytes, router) if reader.total_bytes is not None else {}
+    owned = [tuple(parts) for parts in assign(weights, count, len(workers)) if parts]
+    for extra in workers[len(owned) :]:
+        extra.close()
+    owner = [0] * count
+    for index, parts in enumerate(owned):
+        for partition in parts:
+            owner[partition] = index
+    return tuple(workers[: len(owned)]), tuple(owned), tuple(owner)
 
 
 #: Lines read (apart) to weigh partitions before they are given to worker processes.

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from recurrence_ledger.processor.core.partitioning import Router, assign, murmur2, partition_for
 from recurrence_ledger.processor.embedded.reading import open_state
+from recurrence_ledger.processor.embedded.runner import ReplayOptions
 from recurrence_ledger.processor.embedded.runner import replay as replay_in_process
 from recurrence_ledger.processor.embedded.statedir import MemoryState, StateView
 from recurrence_ledger.processor.store.rocksdb import RocksStore
@@ -77,7 +78,7 @@ def test_the_in_process_api_writes_the_same_ledger_in_memory(tmp_path: Path) -> 
     journal = _journal(tmp_path / "journal.jsonl", entries=400, scopes=5, seed=9)
     on_disk = _run(journal, tmp_path / "disk", "--jobs", "2", "--batch", "30")
     memory = MemoryState()
-    replay_in_process(str(journal), memory, tmp_path / "memory.jsonl", batch_size=30)
+    replay_in_process(str(journal), memory, tmp_path / "memory.jsonl", ReplayOptions(batch_size=30))
     assert (tmp_path / "memory.jsonl").read_bytes() == on_disk[0]
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from devkit.fixtures import FIXTURES, fresh_run, unpack
 from recurrence_ledger.processor.embedded.reading import open_state, statistics
-from recurrence_ledger.processor.embedded.runner import replay
+from recurrence_ledger.processor.embedded.runner import ReplayOptions, replay
 from tests.support.embedded_cli import Hook, Target, When, call_counts, cli, hook_env
 
 SINGLE_STORE = FIXTURES / "0.1.0-78d47b4"
@@ -84,7 +84,7 @@ def _kill_and_rerun(expected: Expected, workdir: Path, point: tuple[Target, When
         return
     if sorted(p.name for p in state.iterdir()) != ["main", "partitions"]:
         yield f"left behind: {sorted(p.name for p in state.iterdir())}"
-    replay(str(expected.journal), state, ledger, jobs=1)
+    replay(str(expected.journal), state, ledger, ReplayOptions(jobs=1))
     if ledger.read_bytes() != expected.ledger:
         yield f"ledger differs: {ledger.stat().st_size} bytes, want {len(expected.ledger)}"
     if _statistics(state) != expected.after:

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from recurrence_ledger.processor.embedded.reading import open_state
-from recurrence_ledger.processor.embedded.runner import replay
+from recurrence_ledger.processor.embedded.runner import ReplayOptions, replay
 from recurrence_ledger.processor.store.memory import MemoryStore
 from recurrence_ledger.processor.synthetic import JournalSpec, generate
 from tests.support.builders import Runner
@@ -90,7 +90,7 @@ def test_memory_and_rocksdb_backends_and_batching_agree(
     base = Path(tmp_path_factory.mktemp("rocks"))  # type: ignore[attr-defined]
     journal = base / "journal.jsonl"
     journal.write_bytes(b"".join(line + b"\n" for line in lines))
-    replay(str(journal), base / "state", base / "ledger.jsonl", batch_size=batch)
+    replay(str(journal), base / "state", base / "ledger.jsonl", ReplayOptions(batch_size=batch))
     store = open_state(base / "state")
     try:
         assert (base / "ledger.jsonl").read_bytes().splitlines(keepends=True) == expected

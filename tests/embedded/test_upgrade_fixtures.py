@@ -20,7 +20,7 @@ from recurrence_ledger.processor.core.formats import STATE_FORMAT
 from recurrence_ledger.processor.core.patterns import listing
 from recurrence_ledger.processor.embedded.migration import migrate
 from recurrence_ledger.processor.embedded.reading import open_state, statistics
-from recurrence_ledger.processor.embedded.runner import replay
+from recurrence_ledger.processor.embedded.runner import ReplayOptions, replay
 from recurrence_ledger.processor.embedded.statedir import MIGRATING, main_path
 from recurrence_ledger.processor.embedded.stateformat import STATE_FORMAT_KEY
 from recurrence_ledger.processor.exceptions import StateDirError
@@ -94,10 +94,10 @@ def test_a_release_state_continued_by_this_one_ends_with_the_ledger_of_a_fresh_r
         handle.write(uncommitted)
     if about["state_format"] < STATE_FORMAT:
         with pytest.raises(StateDirError, match=f"state format {about['state_format']}.*recurrence migrate --state"):
-            replay(str(fresh.journal), state, ledger, jobs=1)
+            replay(str(fresh.journal), state, ledger, ReplayOptions(jobs=1))
         report = migrate(state)
         assert report.found == about["state_format"] and len(report.changes) == 1
-    summary = replay(str(fresh.journal), state, ledger, jobs=1)
+    summary = replay(str(fresh.journal), state, ledger, ReplayOptions(jobs=1))
     assert summary.resumed is not None and summary.resumed.line == about["journal_lines"]
     assert summary.truncated_bytes == len(uncommitted)
     assert _outputs(state, ledger) == (fresh.ledger, fresh.statistics, fresh.patterns)
@@ -144,7 +144,7 @@ def test_a_state_of_a_newer_release_is_refused_by_every_command_with_one_line(tm
     state, ledger = tmp_path / "state", tmp_path / "ledger.jsonl"
     journal = tmp_path / "journal.jsonl"
     journal.write_bytes(b"".join(journal_lines()[:50]))
-    replay(str(journal), state, ledger, jobs=1)
+    replay(str(journal), state, ledger, ReplayOptions(jobs=1))
     main = RocksStore.open(main_path(state))
     main.apply({STATE_FORMAT_KEY: b"%d" % (STATE_FORMAT + 1)})
     main.close()
@@ -170,7 +170,7 @@ def test_what_an_interrupted_migration_left_is_removed_by_the_next_replay(fresh:
     for name, data in leftover.items():
         (state / name).write_bytes(data)
     (state / MIGRATING).mkdir()
-    replay(str(fresh.journal), state, ledger, jobs=1)
+    replay(str(fresh.journal), state, ledger, ReplayOptions(jobs=1))
     assert sorted(p.name for p in state.iterdir()) == ["main", "partitions"]
     assert ledger.read_bytes() == fresh.ledger
 

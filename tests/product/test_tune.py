@@ -26,7 +26,7 @@ from recurrence_ledger.processor.core.engineconfig import EngineConfig
 from recurrence_ledger.processor.core.state import SHADOW_STREAKS, State
 from recurrence_ledger.processor.core.whatif import parse_thresholds, scope_shadows, what_if
 from recurrence_ledger.processor.embedded.reading import open_state, statistics
-from recurrence_ledger.processor.embedded.runner import replay
+from recurrence_ledger.processor.embedded.runner import ReplayOptions, replay
 from recurrence_ledger.processor.embedded.statedir import MemoryState
 from recurrence_ledger.processor.store.base import Transaction
 from recurrence_ledger.processor.store.memory import MemoryStore
@@ -47,7 +47,7 @@ def replayed(journal: Path, k: int, work: Path) -> tuple[list[dict[str, Any]], l
     """The ledger records and ``stats`` of a real replay at threshold k (a fresh state and ledger)."""
     ledger = work / f"ledger-{k}.jsonl"
     state = MemoryState()
-    replay(str(journal), state, ledger, EngineConfig(review_threshold=k))
+    replay(str(journal), state, ledger, ReplayOptions(EngineConfig(review_threshold=k)))
     records = [orjson.loads(line) for line in ledger.read_bytes().splitlines()]
     return records, statistics(state.view(), None, None)
 
@@ -169,9 +169,7 @@ def test_the_state_of_a_replay_keeps_the_same_counters_tune_computes(tmp_path: P
         str(journal),
         tmp_path / "state",
         tmp_path / "ledger.jsonl",
-        EngineConfig(review_threshold=4),
-        batch_size=97,
-        jobs=2,
+        ReplayOptions(EngineConfig(review_threshold=4), batch_size=97, jobs=2),
     )
     store = open_state(tmp_path / "state")
     try:
@@ -189,7 +187,7 @@ def test_tune_state_answers_from_the_counters_without_the_journal(tmp_path: Path
         tmp_path / "journal.jsonl", list(generate(JournalSpec(entries=1500, scopes=3, seed=5, experiences_per_scope=3)))
     )
     state, ledger = tmp_path / "state", tmp_path / "ledger.jsonl"
-    replay(str(journal), state, ledger, EngineConfig(review_threshold=4), jobs=1)
+    replay(str(journal), state, ledger, ReplayOptions(EngineConfig(review_threshold=4), jobs=1))
     # The journal is gone: nothing is replayed, the counters the state kept answer.
     expected = tune(str(journal), (4, 2, 3))[0]
     journal.unlink()

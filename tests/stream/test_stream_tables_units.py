@@ -21,7 +21,7 @@ from devkit.oracle import Oracle
 from recurrence_ledger.processor.core.engineconfig import EngineConfig
 from recurrence_ledger.processor.core.partitioning import partition_for
 from recurrence_ledger.processor.core.patterns import listing, suggestion
-from recurrence_ledger.processor.embedded.runner import replay
+from recurrence_ledger.processor.embedded.runner import ReplayOptions, replay
 from recurrence_ledger.processor.embedded.statedir import MemoryState
 from recurrence_ledger.processor.store.base import Transaction
 from recurrence_ledger.processor.stream.batch.metrics import Metrics
@@ -197,7 +197,7 @@ def _oracle_rows(lines: list[bytes], min_scopes: int, workdir: Path) -> list[dic
     state = MemoryState()
     journal = workdir / "journal.jsonl"
     write_journal(journal, lines)
-    replay(str(journal), state, workdir / "ledger.jsonl", EngineConfig(pattern_scopes=min_scopes))
+    replay(str(journal), state, workdir / "ledger.jsonl", ReplayOptions(EngineConfig(pattern_scopes=min_scopes)))
     return listing(Transaction(state.view()), min_scopes, suggested_only=False)
 
 

@@ -82,9 +82,9 @@ if _HOOKS:
     if "process" in targets:
         from recurrence_ledger.processor.core.engine import Engine
         _wrap(Engine, "process", "process")
-    if "commit" in targets:  # the main store's commit of a batch (the coordinator)
-        from recurrence_ledger.processor.embedded.coordinator import Writer
-        _wrap(Writer, "commit", "commit")
+    if "commit" in targets:  # the coordinator's commit of a batch: ledger lines, then the main store
+        from recurrence_ledger.processor.embedded.coordinator import Run
+        _wrap(Run, "_commit", "commit")
     if "shard" in targets:  # a shard flushing committed batches into its partitions
         from recurrence_ledger.processor.embedded.shard import Shard
         _wrap(Shard, "commit", "shard")
