@@ -33,7 +33,7 @@ from .embedded.reading import open_state
 from .embedded.runner import DEFAULT_BATCH, ReplayOptions, RunSummary, replay
 from .embedded.statedir import JOURNAL_KEY, open_view
 from .exceptions import StateDirError
-from .host.journalfile import Checkpoint, shown
+from .host.journalfile import JournalPosition, shown
 from .host.stopsignals import StopSignals
 from .store.base import Transaction
 
@@ -145,7 +145,7 @@ def state_what_if(path: Path, thresholds: Sequence[int]) -> tuple[dict[str, Any]
         scopes, incomplete = scope_shadows(state)
         configured = bind_config(store, None).review_threshold
         raw = store.get(JOURNAL_KEY)
-        line = Checkpoint.decode(raw).line if raw is not None else 0
+        line = JournalPosition.decode(raw).line if raw is not None else 0
         return {"thresholds": rows(scopes, thresholds)}, configured, incomplete, line
     finally:
         store.close()

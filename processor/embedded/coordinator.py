@@ -11,7 +11,7 @@ pattern tracker, all in the main store.
 
 Per batch, in this order (the durability argument of ``runner``): the
 batch's ledger lines are appended and fsync'ed; the main store commits,
-atomically and durably, the ledger mark, the journal checkpoint, the record
+atomically and durably, the ledger mark, the journal position, the record
 index, dead-letter and pattern rows; only then are the shards told the batch
 is committed, and they flush its partition rows. The shards run up to
 ``DEPTH`` batches ahead of the writer, so the fsyncs overlap the engine.
@@ -41,7 +41,7 @@ from ..core.state import key, row_cache
 from ..core.tally import Tally
 from ..exceptions import StateDirError
 from ..host.gcpolicy import full_collections_between_batches
-from ..host.journalfile import Checkpoint, JournalReader, Progress
+from ..host.journalfile import JournalPosition, JournalReader, Progress
 from ..host.stopsignals import StopNow, StopSignals
 from ..store.base import StateStore, Transaction
 from .ledgerfile import DiscardedLedger, Ledger, LedgerMark
@@ -61,9 +61,9 @@ class RunSummary(Tally):
     blank_lines: int = 0
     seconds: float = 0.0
     truncated_bytes: int = 0
-    # Resume: the checkpoint whose prefix was skipped; or replayed_whole when the state had one but
+    # Resume: the position whose prefix was skipped; or replayed_whole when the state had one but
     # the journal does not start with it.
-    resumed: Checkpoint | None = None
+    resumed: JournalPosition | None = None
     replayed_whole: bool = False
     repeated_dead_letters: int = 0
     patterns: int = 0  # cross-scope pattern suggestions made by this run (``recurrence patterns``)
@@ -178,7 +178,7 @@ class Writer:
             self.ledger.append(b"".join(self.pending))
         return self.ledger.sync()
 
-    def record(self, mark: LedgerMark, position: Checkpoint) -> None:
+    def record(self, mark: LedgerMark, position: JournalPosition) -> None:
         """Step 2 of ``Run._commit``: one atomic, durable main-store write that records the ledger lines."""
         self.txn.prepare()
         changes: dict[bytes, bytes | None] = {
@@ -202,7 +202,7 @@ class Writer:
 class _Sent:
     spec: BatchSpec
     lines: list[Line]
-    checkpoint: Checkpoint
+    position: JournalPosition
     entries: int
 
 
@@ -223,7 +223,7 @@ class Run:
         self._sent: deque[_Sent] = deque()
         self._number = 0
         self.committed: int | None = None  # the last batch whose ledger lines and main rows are durable
-        self._start = plan.reader.checkpoint()
+        self._start = plan.reader.position()
 
     def run(self, stop: StopSignals) -> bool:
         """Open the shards, apply the journal batch by batch, close them; False when a stop request ended
@@ -278,22 +278,22 @@ class Run:
         return completed
 
     def _send(self, lines: list[Line], catch_up: bool, before: int | None = None) -> None:
-        checkpoint = self.reader.checkpoint()
+        position = self.reader.position()
         if before is not None and catch_up:
-            # The next line was read already: this batch ends where catching up ends, at the checkpoint.
+            # The next line was read already: this batch ends where catching up ends, at the position.
             assert self.reader.resumed is not None
-            checkpoint = self.reader.resumed
-        if not lines and checkpoint == self._start:
+            position = self.reader.resumed
+        if not lines and position == self._start:
             return
         self._number += 1
         spec = BatchSpec(
             self._number,
             self.plan.start.epoch,
             (self._start.offset, self._start.line),
-            (checkpoint.offset, checkpoint.line),
+            (position.offset, position.line),
             catch_up,
         )
-        self._start = checkpoint
+        self._start = position
         if len(self.shards) == 1:
             self.shards[0].submit(spec, lines, self.committed)
         else:
@@ -303,7 +303,7 @@ class Run:
                 parts[owner[line[2]]].append(line)
             for shard, part in zip(self.shards, parts, strict=True):
                 shard.submit(spec, part, self.committed)
-        self._sent.append(_Sent(spec, lines, checkpoint, 0 if catch_up else len(lines)))
+        self._sent.append(_Sent(spec, lines, position, 0 if catch_up else len(lines)))
         while len(self._sent) > self.depth:
             self._commit_oldest()
 
@@ -324,15 +324,15 @@ class Run:
             self.writer.write(merged, entry_of)
             self._commit(sent)
         self.committed = sent.spec.number
-        self.progress.update(self.summary.entries, sent.checkpoint.offset)
+        self.progress.update(self.summary.entries, sent.position.offset)
 
     def _commit(self, sent: _Sent) -> None:
         """Make a batch durable in the only safe order (the module docstring says why)."""
         # 1. Outputs: the batch's ledger lines, appended and fsync'ed.
         mark = self.writer.append()
-        # 2. What records them, in one atomic durable write: the ledger mark, the journal checkpoint, the
+        # 2. What records them, in one atomic durable write: the ledger mark, the journal position, the
         #    record index, dead-letter and pattern rows (main store).
-        self.writer.record(mark, sent.checkpoint)
+        self.writer.record(mark, sent.position)
         self.summary.entries += sent.entries
         # 3. Local state: each shard flushes the batch's partition rows once told it is committed (with its
         #    next batch, or at the end: ``self.committed``); a partition a crash leaves behind catches up.
@@ -346,7 +346,7 @@ class Run:
             shard.finished()
 
     def _mark_clean(self) -> None:
-        """Every partition is durable at the checkpoint: the next run need not look at them."""
+        """Every partition is durable at the position: the next run need not look at them."""
         raw = self.plan.main.get(JOURNAL_KEY)
-        checkpoint = None if raw is None else Checkpoint.decode(raw)
-        self.plan.main.apply({CLEAN_KEY: clean_mark(self.plan.start.epoch, checkpoint)})
+        position = None if raw is None else JournalPosition.decode(raw)
+        self.plan.main.apply({CLEAN_KEY: clean_mark(self.plan.start.epoch, position)})

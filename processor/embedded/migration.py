@@ -82,7 +82,7 @@ def _split(root: Path, dry_run: bool, count: int, progress_stream: IO[str] | Non
         f"state format {SINGLE_STORE} (a single store) -> {STATE_FORMAT}: {verb[0]} {moved.rows:,} rows into the main "
         f"store ({moved.main_rows:,} rows) and {len(moved.partition_rows)} of {count} partitions "
         f"({moved.rows - moved.main_rows:,} rows), resuming after journal line "
-        f"{0 if moved.checkpoint is None else moved.checkpoint.line:,}; {verb[1]} the single store's files "
+        f"{0 if moved.position is None else moved.position.line:,}; {verb[1]} the single store's files "
         f"({moved.single_store_bytes / 2**20:.1f} MiB); the ledger file is not touched"
     )
     return report

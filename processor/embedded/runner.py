@@ -7,7 +7,7 @@ Durability order per batch: the batch's ledger lines are written and
 fsync'ed, then one state transaction commits the batch's rows together with
 the runner's own rows: the ledger's new length and the sha256 of its last
 64 KiB (the *ledger mark*), how much of the journal is consumed (a
-``Checkpoint``), and which journal lines were already dead-lettered. A crash
+``JournalPosition``), and which journal lines were already dead-lettered. A crash
 anywhere in between leaves ledger bytes the state never recorded; the next
 run cuts them and regenerates exactly those lines, so the ledger never holds
 a line twice and never loses one. A fresh state commits its mark (length 0)
@@ -16,7 +16,7 @@ before the first batch, so the same repair covers a crash in the first batch.
 On start the ledger must be the one the state recorded: missing, shorter, or
 different before the recorded length is refused (exit 2), never silently
 continued. The state binds to the ledger's bytes, not its path, so a moved
-ledger is accepted. The journal is resumed from the checkpoint when it starts
+ledger is accepted. The journal is resumed from the position when it starts
 with the consumed bytes, else replayed whole (idempotent).
 """
 
@@ -34,7 +34,7 @@ from typing import IO, TYPE_CHECKING, Final
 from ..core.engineconfig import EngineConfig
 from ..core.partitioning import Router, assign
 from ..exceptions import ConfigMismatchError, Interrupted, LedgerMismatchError, StateDirError
-from ..host.journalfile import Checkpoint, JournalReader, shown
+from ..host.journalfile import JournalPosition, JournalReader, shown
 from ..host.stopsignals import Abandon, StopNow, StopSignals
 from ..store.base import StateStore
 from .archive import JOURNAL_PATH_KEY, LEDGER_PATH_KEY
@@ -169,30 +169,30 @@ def _resume(
     epoch = 0 if epoch_raw is None else int(epoch_raw)
     if raw is None:
         return Start(epoch, 0, False)
-    checkpoint = Checkpoint.decode(raw)
-    clean = main.get(CLEAN_KEY) == clean_mark(epoch, checkpoint)
-    behind = (checkpoint.offset, checkpoint.line) if clean or not existing else _behind(state, existing, epoch)
-    lagging = behind < (checkpoint.offset, checkpoint.line)
-    if reader.resume(checkpoint, behind if lagging else None):
-        summary.resumed = checkpoint
+    position = JournalPosition.decode(raw)
+    clean = main.get(CLEAN_KEY) == clean_mark(epoch, position)
+    behind = (position.offset, position.line) if clean or not existing else _behind(state, existing, epoch)
+    lagging = behind < (position.offset, position.line)
+    if reader.resume(position, behind if lagging else None):
+        summary.resumed = position
         if lagging:
             log.warning(
                 "partitions behind the ledger after a crash: reading lines %d..%d again for them",
                 behind[1] + 1,
-                checkpoint.line,
+                position.line,
             )
-        log.info("resumed after line %d (%d bytes already applied)", checkpoint.line, checkpoint.offset)
-        return Start(epoch, checkpoint.line if lagging else 0, False)
-    if not checkpoint.offset:
+        log.info("resumed after line %d (%d bytes already applied)", position.line, position.offset)
+        return Start(epoch, position.line if lagging else 0, False)
+    if not position.offset:
         return Start(epoch, 0, False)
     if lagging:
         raise StateDirError(
             f"a crash left part of the state behind its ledger (it applied up to line {behind[1]}, the ledger holds "
-            f"line {checkpoint.line}), and this journal does not start with the {checkpoint.offset:,} bytes the "
+            f"line {position.line}), and this journal does not start with the {position.offset:,} bytes the "
             "state read: replay the journal it was built from first (it catches up), then this one"
         )
     summary.replayed_whole = True
-    log.info("the journal does not start with the %d bytes already applied: replaying it whole", checkpoint.offset)
+    log.info("the journal does not start with the %d bytes already applied: replaying it whole", position.offset)
     # A new epoch: partition positions of the old journal mean nothing in this one.
     return Start(epoch + 1, 0, not clean)
 

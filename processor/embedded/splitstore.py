@@ -1,11 +1,11 @@
 """State format 1 to 2: the single store split, in place, into a main store and partition stores.
 
 Every row goes where a state of format 2 keeps it (``statedir.home``): the runner's rows (the header,
-the ledger mark, the journal checkpoint, the record index, dead-letter and pattern rows) to the main
+the ledger mark, the journal position, the record index, dead-letter and pattern rows) to the main
 store, each scope's engine rows to its partition's store, byte for byte. Beside them, what format 2
 holds and a single store did not: in the main store the partition count, epoch 0, a clean mark at the
-journal checkpoint and the state format; in each partition the header and ``applied`` at the
-checkpoint. The next replay then resumes from the checkpoint as if it had written the state itself.
+journal position and the state format; in each partition the header and ``applied`` at the
+position. The next replay then resumes from the position as if it had written the state itself.
 The ledger file is not touched: its mark moves with the main store.
 
 Crash-safe (kill -9 anywhere, run again: the same state):
@@ -32,7 +32,7 @@ from typing import Final
 from ..core.formats import STATE_FORMAT
 from ..core.stateheader import CONFIG_KEY, FORMAT_KEY, ROW_LAYOUT
 from ..exceptions import StateDirError
-from ..host.journalfile import Checkpoint, shown
+from ..host.journalfile import JournalPosition, shown
 from ..store.rocksdb import RocksStore
 from .ledgerfile import sync_directory
 from .statedir import (
@@ -69,7 +69,7 @@ class Split:
     rows: int = 0
     main_rows: int = 0
     partition_rows: dict[int, int] = field(default_factory=dict)
-    checkpoint: Checkpoint | None = None
+    position: JournalPosition | None = None
     single_store_bytes: int = 0
 
 
@@ -80,8 +80,8 @@ def _refuse(root: Path, why: str) -> StateDirError:
     )
 
 
-def _checkpoint(root: Path, store: RocksStore) -> Checkpoint | None:
-    """The single store's journal checkpoint, once its header shows one this release can continue."""
+def _checkpoint(root: Path, store: RocksStore) -> JournalPosition | None:
+    """The single store's journal position, once its header shows one this release can continue."""
     layout = store.get(FORMAT_KEY)
     if layout != ROW_LAYOUT:
         shown_layout = "none" if layout is None else repr(layout.decode(errors="replace"))
@@ -91,7 +91,7 @@ def _checkpoint(root: Path, store: RocksStore) -> Checkpoint | None:
     if store.get(LEDGER_KEY) is None:
         raise _refuse(root, "it records no ledger mark (written by a recurrence older than the mark)")
     raw = store.get(JOURNAL_KEY)
-    return None if raw is None else Checkpoint.decode(raw)
+    return None if raw is None else JournalPosition.decode(raw)
 
 
 def _routed(
@@ -125,7 +125,7 @@ def plan(root: Path, count: int, progress: Progress) -> Split:
     """What ``split`` would do (a dry run): the single store read, nothing written."""
     store = RocksStore.open(root, read_only=True)
     try:
-        split = Split(checkpoint=_checkpoint(root, store), single_store_bytes=_store_bytes(root))
+        split = Split(position=_checkpoint(root, store), single_store_bytes=_store_bytes(root))
         for _ in _routed(store, count, split, progress):
             pass
     finally:
@@ -189,9 +189,9 @@ def split(root: Path, count: int, progress: Progress) -> Split:
         shutil.rmtree(work)  # an interrupted run's: built again from the start
     store = RocksStore.open(root)  # for writing only to hold the lock: nothing is written to it
     try:
-        result = Split(checkpoint=_checkpoint(root, store), single_store_bytes=_store_bytes(root))
-        checkpoint = result.checkpoint
-        at = (0, 0) if checkpoint is None else (checkpoint.offset, checkpoint.line)
+        result = Split(position=_checkpoint(root, store), single_store_bytes=_store_bytes(root))
+        position = result.position
+        at = (0, 0) if position is None else (position.offset, position.line)
         header = {FORMAT_KEY: ROW_LAYOUT, APPLIED_KEY: Applied(_EPOCH, *at).encode()}
         config = store.get(CONFIG_KEY)
         assert config is not None  # _checkpoint refused a store without one
@@ -205,9 +205,9 @@ def split(root: Path, count: int, progress: Progress) -> Split:
                 EPOCH_KEY: b"%d" % _EPOCH,
                 STATE_FORMAT_KEY: b"%d" % STATE_FORMAT,
             }
-            if checkpoint is not None:
-                # Every partition stands at the checkpoint: the next replay need not look at them.
-                main_rows[CLEAN_KEY] = clean_mark(_EPOCH, checkpoint)
+            if position is not None:
+                # Every partition stands at the position: the next replay need not look at them.
+                main_rows[CLEAN_KEY] = clean_mark(_EPOCH, position)
             for row_key, value in main_rows.items():
                 writer.put(None, row_key, value)
             writer.finish()

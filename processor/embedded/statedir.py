@@ -1,7 +1,7 @@
 """The embedded state directory: a main store and a fixed number of partition stores.
 
 ```
-STATE/main/              RocksDB: the header, the ledger mark, the journal checkpoint, the record index,
+STATE/main/              RocksDB: the header, the ledger mark, the journal position, the record index,
                          dead-letter rows and counts, pattern rows (everything written in ledger order)
 STATE/partitions/007/    RocksDB: the engine rows of the scopes whose partition is 7, the header, and
                          how far into the journal this partition has applied (``APPLIED_KEY``)
@@ -40,7 +40,7 @@ from rocksdict import Cache, WriteBufferManager
 from ..core.formats import STATE_FORMAT
 from ..core.partitioning import partition_for
 from ..exceptions import StateDirError
-from ..host.journalfile import Checkpoint, shown
+from ..host.journalfile import JournalPosition, shown
 from ..store.base import StateStore
 from ..store.memory import MemoryStore
 from ..store.rocksdb import RocksStore, rocks_options
@@ -81,13 +81,13 @@ MAIN_NAMESPACES: Final = frozenset(
 MIGRATING: Final = ".migrating"
 PARTITIONS_KEY: Final = b'["partitions"]'
 EPOCH_KEY: Final = b'["epoch"]'
-#: The ledger's mark (``ledgerfile.LedgerMark``) and the journal's checkpoint as of the last committed batch.
+#: The ledger's mark (``ledgerfile.LedgerMark``) and the journal's position as of the last committed batch.
 LEDGER_KEY: Final = b'["ledger"]'
 JOURNAL_KEY: Final = b'["journal"]'
 #: When the last batch committed (the writer's clock, milliseconds since the epoch): what a follower shows as
 #: "written at" (``recurrence serve``, processor/web/follow.py), never read by the engine.
 WRITTEN_KEY: Final = b'["written"]'
-#: [epoch, checkpoint] when a run ended with every partition durable at that checkpoint.
+#: [epoch, position] when a run ended with every partition durable at that position.
 CLEAN_KEY: Final = b'["clean"]'
 #: Partition-store row: [epoch, offset, line] -- every journal line of this partition up to there is applied.
 APPLIED_KEY: Final = b'["applied"]'
@@ -110,9 +110,9 @@ class Applied:
         return cls(int(epoch), int(offset), int(line))
 
 
-def clean_mark(epoch: int, checkpoint: Checkpoint | None) -> bytes:
-    """``CLEAN_KEY``'s value for a run of ``epoch`` that ended with every partition durable at ``checkpoint``."""
-    return orjson.dumps([epoch, None if checkpoint is None else [checkpoint.offset, checkpoint.line]])
+def clean_mark(epoch: int, position: JournalPosition | None) -> bytes:
+    """``CLEAN_KEY``'s value for a run of ``epoch`` that ended with every partition durable at ``position``."""
+    return orjson.dumps([epoch, None if position is None else [position.offset, position.line]])
 
 
 def main_path(root: Path) -> Path:

@@ -4,13 +4,13 @@ Shared by ``recurrence replay`` and ``recurrence publish`` so both treat lines
 the same way: line endings stripped, blank lines skipped and counted (they
 still count as lines), bytes read tracked for the progress bar.
 
-For ``replay`` the reader also keeps a ``Checkpoint`` of how much of the
+For ``replay`` the reader also keeps a ``JournalPosition``: how much of the
 journal it has consumed (whole lines only, with the sha256 of those bytes),
 and can resume from one: when the journal starts with exactly the bytes a
-checkpoint describes, they are skipped (a seek for a regular file, read and
+position describes, they are skipped (a seek for a regular file, read and
 discarded for a pipe) and line numbers continue where they stopped.
 Otherwise the journal is read from its first byte, as if there were no
-checkpoint.
+position.
 """
 
 import hashlib
@@ -32,7 +32,7 @@ from .printable import printable
 
 _CHUNK: Final = 1 << 20
 # A pipe's prefix is kept while it is being checked, in case it is not the one
-# the checkpoint describes and has to be replayed after all; past this size it
+# the position describes and has to be replayed after all; past this size it
 # goes to a temporary file rather than RAM.
 _SPOOL_IN_MEMORY: Final = 16 << 20
 
@@ -96,7 +96,7 @@ class Progress:
 
 
 @dataclass(frozen=True, slots=True)
-class Checkpoint:
+class JournalPosition:
     """The consumed prefix of a journal: its first ``offset`` bytes (ending a line), ``line`` lines, their sha256."""
 
     offset: int
@@ -107,7 +107,7 @@ class Checkpoint:
         return orjson.dumps([self.offset, self.line, self.sha256])
 
     @classmethod
-    def decode(cls, raw: bytes) -> "Checkpoint":
+    def decode(cls, raw: bytes) -> "JournalPosition":
         size, line, sha = orjson.loads(raw)
         return cls(int(size), int(line), str(sha))
 
@@ -179,14 +179,14 @@ class JournalReader:
         # may end the read at once; ``before_wait`` runs just before each such read.
         self.waiting = False
         self.before_wait: Callable[[], None] | None = None
-        self.resumed: Checkpoint | None = None
+        self.resumed: JournalPosition | None = None
         self._hash = hashlib.sha256()
         self._lines = 0
         self._done_bytes = 0
         self._done_lines = 0
 
     # -- resume --------------------------------------------------------------------------
-    def resume(self, at: Checkpoint, back_to: tuple[int, int] | None = None) -> bool:
+    def resume(self, at: JournalPosition, back_to: tuple[int, int] | None = None) -> bool:
         """Skip the prefix ``at`` describes if the journal starts with it; else read from the start.
 
         ``back_to`` (byte offset, line) at or before ``at``: when the prefix matches, reading goes on
@@ -271,7 +271,7 @@ class JournalReader:
             self._lines += 1
             self.read_bytes += len(line)
             if line.endswith(b"\n"):
-                # Only whole lines are checkpointed: a last line without its newline may
+                # Only whole lines count in a position: a last line without its newline may
                 # still grow, so it is read again next time.
                 self._hash.update(line)
                 self._done_bytes, self._done_lines = self.read_bytes, self._lines
@@ -281,9 +281,9 @@ class JournalReader:
                 continue
             yield self._lines, entry
 
-    def checkpoint(self) -> Checkpoint:
+    def position(self) -> JournalPosition:
         """The whole lines read so far (every line up to the last one yielded, and any blank ones after it)."""
-        return Checkpoint(self._done_bytes, self._done_lines, self._hash.hexdigest())
+        return JournalPosition(self._done_bytes, self._done_lines, self._hash.hexdigest())
 
     def close(self) -> None:
         if self._spool is not None:

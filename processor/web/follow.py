@@ -36,7 +36,7 @@ files stop changing (the replay ended or paused), the next look opens the
 view: the end of a replay shows at once.
 
 What the view is as of comes from the state, never the reader's clock: the
-checkpoint the runner commits with every batch (journal lines and bytes
+position the runner commits with every batch (journal lines and bytes
 applied), its ledger mark and the batch's wall-clock time (``state_mark``).
 """
 
@@ -52,7 +52,7 @@ from typing import Any, Final
 from ..embedded.ledgerfile import LedgerMark
 from ..embedded.statedir import JOURNAL_KEY, LEDGER_KEY, WRITTEN_KEY, StateView, check_state, open_view
 from ..exceptions import StateDirError
-from ..host.journalfile import Checkpoint, shown
+from ..host.journalfile import JournalPosition, shown
 from ..store.base import StateStore
 
 log = logging.getLogger("recurrence.follow")
@@ -91,19 +91,19 @@ class StateMark:
 
 def state_mark(store: StateStore) -> StateMark:
     raw = store.get(JOURNAL_KEY)
-    checkpoint = Checkpoint.decode(raw) if raw is not None else None
+    position = JournalPosition.decode(raw) if raw is not None else None
     as_of = store.as_of() if isinstance(store, StateView) else None
-    if as_of is not None and checkpoint is not None and as_of.line != checkpoint.line:
-        # A replay is running: the statistics come from the partitions, which the main store's checkpoint
+    if as_of is not None and position is not None and as_of.line != position.line:
+        # A replay is running: the statistics come from the partitions, which the main store's position
         # may lead (committed first) or trail (a batch the writer committed after the view opened the main
         # store and before it opened the partitions): they say how far the numbers are.
-        checkpoint = Checkpoint(as_of.offset, as_of.line, checkpoint.sha256)
+        position = JournalPosition(as_of.offset, as_of.line, position.sha256)
     raw = store.get(LEDGER_KEY)
     ledger = LedgerMark.decode(raw).length if raw is not None else 0
     raw = store.get(WRITTEN_KEY)
     return StateMark(
-        line=checkpoint.line if checkpoint else 0,
-        offset=checkpoint.offset if checkpoint else 0,
+        line=position.line if position else 0,
+        offset=position.offset if position else 0,
         ledger_bytes=ledger,
         written_ms=int(raw) if raw is not None else None,
     )
@@ -213,7 +213,7 @@ def follow_state(path: Path) -> Follower:
     """A follower of the embedded state at ``path``: its main store and every partition (``statedir``).
 
     A view opens the main store first, then the partitions: a batch the writer commits in between shows
-    in a partition one view early (its counters ahead of the main store's checkpoint by that batch),
+    in a partition one view early (its counters ahead of the main store's position by that batch),
     never the other way round; the next view is whole again.
     """
     if not path.exists():

@@ -1,4 +1,4 @@
-"""Resume from the journal checkpoint; dead letters never written twice (issue 7, item 5).
+"""Resume from the journal position; dead letters never written twice (issue 7, item 5).
 
 A replay of an unchanged or appended journal skips what the state already
 applied (a seek, or read-and-discard for a pipe) and continues with the right
@@ -15,7 +15,7 @@ import pytest
 
 from recurrence_ledger.processor.cli import main
 from recurrence_ledger.processor.host import journalfile
-from recurrence_ledger.processor.host.journalfile import Checkpoint, JournalReader
+from recurrence_ledger.processor.host.journalfile import JournalPosition, JournalReader
 from tests.support.builders import Journal, check
 from tests.support.embedded_cli import dead_letters, head, journal, replay
 
@@ -153,7 +153,7 @@ def test_a_last_line_without_its_newline_is_read_again_but_never_written_twice(
     ]
 
 
-# -- the reader's checkpoint ---------------------------------------------------------------
+# -- the reader's position ---------------------------------------------------------------
 
 
 def test_the_checkpoint_covers_whole_lines_only(tmp_path: Path) -> None:
@@ -161,7 +161,7 @@ def test_the_checkpoint_covers_whole_lines_only(tmp_path: Path) -> None:
     path.write_bytes(b'{"a": 1}\n\n{"b": 2}\n{"c"')
     with JournalReader(str(path)) as reader:
         assert [n for n, _ in reader] == [1, 3, 4]
-        mark = reader.checkpoint()
+        mark = reader.position()
     assert (mark.offset, mark.line) == (len(b'{"a": 1}\n\n{"b": 2}\n'), 3)
     with JournalReader(str(path)) as reader:
         assert reader.resume(mark)
@@ -173,12 +173,12 @@ def test_resume_refuses_a_prefix_that_differs_and_reads_from_the_start(tmp_path:
     path.write_bytes(b"one\ntwo\nthree\n")
     with JournalReader(str(path)) as reader:
         next(iter(reader))
-        mark = reader.checkpoint()
+        mark = reader.position()
     path.write_bytes(b"One\ntwo\nthree\n")
     with JournalReader(str(path)) as reader:
         assert not reader.resume(mark)
         assert [n for n, _ in reader] == [1, 2, 3]
-    assert not JournalReader(str(path)).resume(Checkpoint(10**9, 5, mark.sha256))  # longer than the file
+    assert not JournalReader(str(path)).resume(JournalPosition(10**9, 5, mark.sha256))  # longer than the file
 
 
 def test_a_pipe_prefix_that_differs_is_replayed_from_the_spool_even_past_memory(
@@ -188,7 +188,7 @@ def test_a_pipe_prefix_that_differs_is_replayed_from_the_spool_even_past_memory(
     monkeypatch.setattr(journalfile, "_CHUNK", 7)
     data = b"".join(b'{"n": %d}\n' % i for i in range(50))
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BufferedReader(io.BytesIO(b"x" + data))))
-    mark = Checkpoint(len(data) // 2, 25, "0" * 64)
+    mark = JournalPosition(len(data) // 2, 25, "0" * 64)
     with JournalReader("-") as reader:
         assert not reader.resume(mark)
         got = list(reader)

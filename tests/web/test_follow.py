@@ -3,7 +3,7 @@
 The writer is the real CLI in another process, as an operator runs it beside
 ``recurrence serve``. Every view the follower opens must be the state as of
 one committed batch: its statistics equal those of an in-memory replay of
-exactly the journal lines its checkpoint says were applied. After the writer
+exactly the journal lines its position says were applied. After the writer
 ends, the follower reaches the final state.
 """
 

@@ -145,7 +145,7 @@ class _PartitionBatch:
 
 @dataclass
 class _Flight:
-    """A batch whose engine has run: what making it durable needs (``BatchProcessor._durable``)."""
+    """A batch whose engine has run: what making it durable needs (``BatchProcessor._commit``)."""
 
     plan: list[Entry]
     result: "BatchResult"
@@ -281,7 +281,7 @@ class BatchProcessor:
             await self._settled(keep=PIPELINE_DEPTH - 1)
             previous = self._tails[-1] if self._tails else None
             self._in_flight.update(flight.changed)
-            tail = asyncio.ensure_future(self._durable(flight, previous))
+            tail = asyncio.ensure_future(self._commit(flight, previous))
             self._tails.append(tail)
             return tail
 
@@ -411,7 +411,7 @@ class BatchProcessor:
         await self.sink.begin(sorted(batches))
         self.metrics.stage["begin"].observe(time.perf_counter() - started)
         try:
-            return await self._durable(await self._engine(plan, result, batches, started))
+            return await self._commit(await self._engine(plan, result, batches, started))
         finally:
             self.sink.end()
 
@@ -484,8 +484,9 @@ class BatchProcessor:
                 ahead[partition] = await self._send_change_set(partition, batch.txn.prepare(batch.next_offset), result)
         return _Flight(plan, result, batches, changed, deliveries, emitted, copies, tables, ahead, started)
 
-    async def _durable(self, flight: _Flight, previous: "asyncio.Future[BatchResult] | None" = None) -> BatchResult:
-        """Make a batch durable in the only safe order: outputs, then change sets, then local state.
+    async def _commit(self, flight: _Flight, previous: "asyncio.Future[BatchResult] | None" = None) -> BatchResult:
+        """Make a batch durable in the only safe order: outputs, then what records them, then local state
+        (the same three steps as the embedded runner's ``coordinator.Run._commit``).
 
         ``previous``: the pipelined batch before, still being made durable; this batch's outputs are
         awaited beside it, its change sets only once it is durable (its failure is this one's).
@@ -503,7 +504,7 @@ class BatchProcessor:
         next_offsets = {partition: batch.next_offset for partition, batch in changed.items()}
         # One change set per partition per batch; the journal position travels inside it.
         transactional = self.sink.transactional
-        # (2) every output record is durable before any state that records it.
+        # 1. Outputs: every output record is acknowledged by the broker before any state that records it.
         await self.sink.flush()
         acknowledged = await _all(deliveries)
         await _all(copies)
@@ -524,9 +525,10 @@ class BatchProcessor:
             change_sets = [(partition, txn.prepare()) for partition, txn in indexes.items() if txn.staged]
         else:
             change_sets = [(partition, batch.txn.prepare(batch.next_offset)) for partition, batch in changed.items()]
-        # (3) the change sets are durable in the changelog before the local database sees them. A change
-        # set larger than one record goes out as consecutive parts (``changeset``); the local database
-        # records the offset of the last, the one that completes it.
+        # 2. What records them: the change sets (the journal position travels inside each) durable in the
+        #    changelog, then the consumer offsets, before the local database sees them. A change set larger
+        #    than one record goes out as consecutive parts (``changeset``); the local database records the
+        #    offset of the last, the one that completes it.
         pending = [
             (partition, await self._send_change_set(partition, changes, result)) for partition, changes in change_sets
         ]
@@ -537,9 +539,9 @@ class BatchProcessor:
         if next_offsets:
             await self.sink.commit(sorted(next_offsets))
             stage["commit"].observe(clock.lap())
-        # (4) local state, atomically with the changelog offset recovery resumes from (a record index
-        # of its own is written just before: should the worker stop between the two, the recorded
-        # offset is the batch before's, and recovery applies both change sets again).
+        # 3. Local state, atomically with the changelog offset recovery resumes from (a record index of its
+        #    own is written just before: should the worker stop between the two, the recorded offset is the
+        #    batch before's, and recovery applies both change sets again).
         for partition, batch in changed.items():
             record_index = indexes.get(partition)
             if record_index is not None and record_index.status == "prepared":
