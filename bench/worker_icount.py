@@ -173,7 +173,7 @@ def run(journal: Path, state: Path, partitions: int, batch: int, exactly_once: b
     processor = BatchProcessor(
         topics=topics,
         state=_State(state),
-        sink=FaustSink(_app(partitions), {}, topics.journal, exactly_once),
+        sink=FaustSink(_app(partitions), topics.journal, exactly_once),
         source=_Journal(entries),
         config=EngineConfig(),
     )

@@ -53,8 +53,9 @@ REPLAY_SETTINGS = ("review_threshold", "pattern_scopes")
 
 
 @contextmanager
-def _state(path: Path, must_exist: bool = False, read_only: bool = False) -> Iterator[StateStore]:
-    with closing_store(open_state(path, must_exist=must_exist, read_only=read_only), shown(path)) as store:
+def _state(path: Path, must_exist: bool = False) -> Iterator[StateStore]:
+    """The state, read-only (``StateView``), closed with one line on a failure."""
+    with closing_store(open_state(path, must_exist=must_exist), shown(path)) as store:
         yield store
 
 
@@ -116,7 +117,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 def _cmd_stats(args: argparse.Namespace) -> int:
     from .statstable import no_such_scope, table  # noqa: PLC0415 - difflib and textwrap for one command
 
-    with _state(Path(args.state), must_exist=True, read_only=True) as store:
+    with _state(Path(args.state), must_exist=True) as store:
         result = statistics(store, args.scope, args.top)
         if args.scope is not None and not result:
             raise no_such_scope(args.scope, listed_scopes(store), shown(args.state))
@@ -136,7 +137,7 @@ def _print_json(value: Any, option: int = orjson.OPT_INDENT_2) -> None:
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
-    with _state(Path(args.state), must_exist=True, read_only=True) as store:
+    with _state(Path(args.state), must_exist=True) as store:
         archive = open_archive(
             store, Path(args.out) if args.out else None, Path(args.journal) if args.journal else None
         )
@@ -153,7 +154,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
 
 def _cmd_patterns(args: argparse.Namespace) -> int:
-    with _state(Path(args.state), must_exist=True, read_only=True) as store:
+    with _state(Path(args.state), must_exist=True) as store:
         config = bind_config(store, None)
         rows = listing(Transaction(store), config.pattern_scopes, suggested_only=not args.all)
     if args.json:

@@ -139,7 +139,7 @@ MARK: Final = "<-"
 def state_what_if(path: Path, thresholds: Sequence[int]) -> tuple[dict[str, Any], int, list[str], int]:
     """The contract's section 5 body from a state's shadow counters (``whatif``; nothing read from a journal),
     the state's own threshold, the scopes whose counters are short, and the journal line it is as of."""
-    store = open_state(path, must_exist=True, read_only=True)
+    store = open_state(path, must_exist=True)
     try:
         state = State(Transaction(store))
         scopes, incomplete = scope_shadows(state)

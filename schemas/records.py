@@ -245,13 +245,6 @@ class DeadLetterRecord(Value):
 
 
 OutputRecord = MatchRecord | ObservationRecord | ReviewProposalRecord | AdmissionRecord | DeadLetterRecord
-OUTPUT_RECORD_TYPES: tuple[type[Value], ...] = (
-    MatchRecord,
-    ObservationRecord,
-    ReviewProposalRecord,
-    AdmissionRecord,
-    DeadLetterRecord,
-)
 
 
 def is_digest(value: str) -> bool:

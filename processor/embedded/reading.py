@@ -47,9 +47,8 @@ def open_archive(store: StateStore, ledger: Path | None = None, journal: Path | 
     return archive
 
 
-def open_state(path: Path, must_exist: bool = False, read_only: bool = False) -> StateStore:
+def open_state(path: Path, must_exist: bool = False) -> StateStore:
     """The state for reading (``StateView``): every command but ``replay``, which opens its stores itself."""
     if must_exist and not path.exists():
         raise StateDirError(f"no state directory at {shown(path)}; run 'recurrence replay' first")
-    del read_only  # readers never write; kept for callers that say so
     return open_view(path)

@@ -269,7 +269,7 @@ def _fuzz_reads(rng: random.Random, ledger: list[bytes], workdir: Path, capsys: 
         f"/statistics?top={rng.choice(['-1', '1001', 'x', '9' * 30, '', '0'])}",
         f"/explain/{urllib.parse.quote(ids[0], safe='')}?format={rng.choice(['json', 'text', 'yaml', ''])}",
     ]
-    store = open_state(state, must_exist=True, read_only=True)
+    store = open_state(state, must_exist=True)
     try:
         app = application(EmbeddedReadSurface(store))
 
@@ -296,7 +296,7 @@ def _replay(lines: list[bytes], workdir: Path, times: int = 1) -> tuple[list[byt
     journal.write_bytes(b"".join(line + b"\n" for line in lines))
     for _ in range(times):
         assert main(["replay", str(journal), "--state", str(state), "--out", str(out)]) == 0
-    store = open_state(state, must_exist=True, read_only=True)
+    store = open_state(state, must_exist=True)
     try:
         return out.read_bytes().splitlines(), statistics(store, None, None)
     finally:

@@ -767,3 +767,21 @@ def test_append_takes_a_record_without_a_coroutine_only_where_send_would_append_
         ]
 
     asyncio.run(run())
+
+
+def test_a_batch_adds_every_count_it_carries_to_the_workers_metrics_under_the_same_name() -> None:
+    from dataclasses import fields
+
+    from recurrence_ledger.processor.stream.batch.metrics import BatchCounts, Metrics
+    from recurrence_ledger.processor.stream.batch.processing import BatchResult
+
+    counted = [f.name for f in fields(BatchCounts) if f.name not in ("entries", "records", "dead_letters")]
+    batch = BatchResult()
+    for index, name in enumerate(counted):
+        setattr(batch, name, index + 2)
+    batch.records["match"] = 3
+    metrics = Metrics()
+    metrics.add(batch)
+    metrics.add(batch)
+    assert {name: getattr(metrics, name) for name in counted} == {name: 2 * (i + 2) for i, name in enumerate(counted)}
+    assert metrics.records["match"] == 6 and metrics.entries == 0

@@ -157,7 +157,7 @@ def replay(
 
 def stats(state: Path) -> Any:
     """``recurrence stats`` in process (read-only, as the command opens it): a subprocess costs ~0.4 s."""
-    store = open_state(state, must_exist=True, read_only=True)
+    store = open_state(state, must_exist=True)
     try:
         return statistics(store, None, None)
     finally:

@@ -113,7 +113,7 @@ def test_the_mark_is_the_checkpoint_and_the_commit_time(tmp_path: Path) -> None:
     writer = _replay(journal, state, ledger)
     assert writer.wait(timeout=120) == 0, writer.stderr
     after = time.time_ns() // 1_000_000
-    store = open_state(state, must_exist=True, read_only=True)
+    store = open_state(state, must_exist=True)
     try:
         mark = state_mark(store)
     finally:
@@ -189,7 +189,7 @@ def test_every_view_is_one_committed_batch_and_the_last_is_the_end(tmp_path: Pat
     assert len(checked) == 3
     assert follower.mark.line == len(lines) and follower.mark.ledger_bytes == ledger.stat().st_size
     assert [m.line for m in marks] == sorted(m.line for m in marks)
-    final = open_state(state, must_exist=True, read_only=True)
+    final = open_state(state, must_exist=True)
     try:
         assert statistics(follower.view, None, 20) == statistics(final, None, 20)
     finally:
@@ -223,7 +223,7 @@ def test_follow_hands_each_new_view_to_the_server_and_reaches_the_end(tmp_path: 
     try:
         assert served and served[-1][1] == follower.mark and follower.mark.line == len(lines)
         assert served[-1][0] is follower.view
-        final = open_state(state, must_exist=True, read_only=True)
+        final = open_state(state, must_exist=True)
         try:
             assert statistics(follower.view, None, 20) == statistics(final, None, 20)
         finally:

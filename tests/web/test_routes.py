@@ -12,7 +12,7 @@ from aiohttp import web
 
 from recurrence_ledger.processor.store.memory import MemoryStore
 from recurrence_ledger.processor.stream.settings import StreamSettings
-from recurrence_ledger.processor.stream.worker.build import create_app
+from recurrence_ledger.processor.stream.worker.build import build_worker
 from recurrence_ledger.processor.web.httpapi import Server
 from recurrence_ledger.processor.web.openapi import document
 from recurrence_ledger.processor.web.routes import ROUTE_KEY, Route, routes_of
@@ -25,7 +25,7 @@ def _served(app: web.Application) -> list[tuple[str, Route | None]]:
 
 
 def test_the_worker_serves_the_route_table_and_none_of_fausts_views(tmp_path: Path) -> None:
-    app = create_app(StreamSettings(datadir=tmp_path, bootstrap_servers="127.0.0.1:1"))
+    app = build_worker(StreamSettings(datadir=tmp_path, bootstrap_servers="127.0.0.1:1")).app
     app.web.init_server()  # where Faust mounts its blueprints
     assert _served(app.web.web_app) == [("GET", route) for route in routes_of("worker")]
 
@@ -55,7 +55,7 @@ def test_the_worker_maps_refusals_as_serve_does(tmp_path: Path, monkeypatch: pyt
         raise ArchiveMismatchError("where the state indexed record x the ledger holds record y")
 
     monkeypatch.setattr(ReadSurface, "explain", mismatch)
-    app = create_app(StreamSettings(datadir=tmp_path, bootstrap_servers="127.0.0.1:1"))
+    app = build_worker(StreamSettings(datadir=tmp_path, bootstrap_servers="127.0.0.1:1")).app
 
     async def ask() -> tuple[int, dict[str, str], dict[str, str]]:
         async with TestClient(TestServer(app.web.web_app)) as client:

@@ -300,7 +300,7 @@ def test_the_page_shows_what_recurrence_stats_says(served: Served) -> None:
 
 
 def test_progress_is_the_states_checkpoint_and_answers_304_until_it_moves(served: Served) -> None:
-    store = open_state(served.state, must_exist=True, read_only=True)
+    store = open_state(served.state, must_exist=True)
     try:
         mark = state_mark(store)
     finally:

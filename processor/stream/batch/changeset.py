@@ -127,9 +127,9 @@ def encode_records(changes: Mapping[bytes, bytes | None], max_bytes: int = RECOR
     whole = encode(changes)
     if len(whole) <= max_bytes:
         return [whole]
-    room = max_bytes - len(PART_MAGIC) - _PART.size
-    if room < 1:
+    if max_bytes < MIN_RECORD_BYTES:
         raise ValueError(f"a changelog record of at most {max_bytes} bytes leaves no room for a part")
+    room = max_bytes - len(PART_MAGIC) - _PART.size
     count = -(-len(whole) // room)
     return [PART_MAGIC + _PART.pack(index, count) + whole[index * room : (index + 1) * room] for index in range(count)]
 

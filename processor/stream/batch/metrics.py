@@ -82,15 +82,31 @@ class SnapshotCounts:
 
 
 @dataclass
-class Metrics(Tally):
-    batches: int = 0
-    changelog_records: int = 0
-    changelog_parts: int = 0  # records of change sets split across several (larger than one record)
-    state_changes: int = 0
-    batch_seconds: float = 0.0
-    redelivered_skipped: int = 0
-    filled: int = 0
+class BatchCounts(Tally):
+    """What a stream batch counts beyond the ``Tally``: one batch's (``BatchResult``) and, added up batch by
+    batch, a worker's (``Metrics``), under the same names."""
+
+    change_sets: int = 0  # changelog records of change sets
+    change_set_parts: int = 0  # changelog records of change sets split because they outgrew one record
+    state_changes: int = 0  # keys written or deleted by the batch's change sets
+    skipped: int = 0  # delivered again, already applied: not run
+    filled: int = 0  # not delivered by the stream, read directly and run
     table_records: int = 0  # statistics-topic records (one per changed scope per batch)
+
+    def add(self, other: "BatchCounts") -> None:
+        """Add another's records, dead letters and counts (not its entries: a batch knows its own)."""
+        self.records.update(other.records)
+        self.dead_letters.update(other.dead_letters)
+        for name in _BATCH_COUNTS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+_BATCH_COUNTS: Final = ("change_sets", "change_set_parts", "state_changes", "skipped", "filled", "table_records")
+
+
+@dataclass
+class Metrics(BatchCounts):
+    batches: int = 0
     restore_repaired: int = 0  # change sets a restore had missed, read back from the changelog
     # journal partition -> next journal offset recorded in the state (durable)
     positions: dict[int, int] = field(default_factory=dict)
@@ -268,19 +284,17 @@ class _WorkerCollector(Collector):
             letters.add_metric([code], m.dead_letters.get(code, 0))
         yield letters
         yield _counter("recurrence_batches", "Batches made durable.", m.batches)
-        yield _counter(
-            "recurrence_changelog_records", "Change-set records written to the changelog.", m.changelog_records
-        )
+        yield _counter("recurrence_changelog_records", "Change-set records written to the changelog.", m.change_sets)
         yield _counter(
             "recurrence_changelog_split_records",
             "Changelog records that are parts of a change set larger than one record.",
-            m.changelog_parts,
+            m.change_set_parts,
         )
         yield _counter("recurrence_state_changes", "State keys written or deleted.", m.state_changes)
         yield _counter(
             "recurrence_redelivered_skipped",
             "Entries delivered again by the stream after they were applied (not run again).",
-            m.redelivered_skipped,
+            m.skipped,
         )
         yield _counter(
             "recurrence_stream_gaps_filled",

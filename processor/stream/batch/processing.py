@@ -55,12 +55,11 @@ from ...core.recordindex import index_record
 from ...core.records import Emitted
 from ...core.state import row_cache
 from ...core.stateheader import check_layout, check_pinned
-from ...core.tally import Tally
 from ...exceptions import TransactionStateError
 from ...store.base import RowCache, StateStore, Transaction
 from ..settings import BATCH_MAX_AT_LEAST_ONCE
 from . import changeset
-from .metrics import Metrics
+from .metrics import BatchCounts, Metrics
 from .steps import EngineStep
 from .types import (
     ID_HEADER,
@@ -160,15 +159,8 @@ class _Flight:
 
 
 @dataclass
-class BatchResult(Tally):
-    """One batch's tally, plus what only a stream batch has."""
-
-    change_sets: int = 0
-    skipped: int = 0  # delivered again, already applied: not run
-    filled: int = 0  # not delivered by the stream, read directly and run
-    table_records: int = 0  # e.g. statistics of the scopes the batch changed
-    change_set_parts: int = 0  # changelog records of change sets split because they outgrew one record
-    state_changes: int = 0  # keys written or deleted by the batch's change sets
+class BatchResult(BatchCounts):
+    """One batch's tally, plus what only a stream batch has (``BatchCounts``)."""
 
 
 class BatchProcessor:
@@ -576,19 +568,11 @@ class BatchProcessor:
         self, entries: Sequence[Entry], result: BatchResult, next_offsets: Mapping[int, int], seconds: float
     ) -> None:
         m = self.metrics
+        m.add(result)
         m.entries += len(entries)
         m.batches += 1
-        m.batch_seconds += seconds
         m.batch_duration.observe(seconds)
         m.batch_entries.observe(len(entries))
-        m.redelivered_skipped += result.skipped
-        m.filled += result.filled
-        m.records.update(result.records)
-        m.dead_letters.update(result.dead_letters)
-        m.changelog_records += result.change_sets
-        m.changelog_parts += result.change_set_parts
-        m.table_records += result.table_records
-        m.state_changes += result.state_changes
         m.positions.update(next_offsets)
         if entries:
             log.debug(

@@ -10,7 +10,6 @@ the Faust app come in the order Faust registers topics, tables, timers, tasks
 and agents, and starts them in.
 """
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
@@ -206,11 +205,7 @@ def build_lanes(app: WorkerApp, settings: StreamSettings, config: EngineConfig, 
         app, PATTERNS_TABLE_NAME, "cross-scope pattern rows by signature key (one change set per batch)", partitions
     )
     patterns_cluster = Cluster(app, names.recurred, names.patterns_changelog, patterns_table.name)
-    outputs = {name: raw_topic(app, name, partitions) for name in (*names.outputs(), names.statistics, names.patterns)}
-    outputs[names.recurred] = recurred
-    outputs[names.changelog] = table.changelog_topic
-    outputs[names.patterns_changelog] = patterns_table.changelog_topic
-    sinks = SinkFactory(app, outputs, settings.processing_guarantee == "exactly_once")
+    sinks = SinkFactory(app, settings.processing_guarantee == "exactly_once")
     engine_processor, engine_readers = batch_processor(
         settings, config, sinks, names.journal, names.changelog, table, metrics
     )
@@ -254,14 +249,13 @@ def build_lanes(app: WorkerApp, settings: StreamSettings, config: EngineConfig, 
 
 @dataclass(frozen=True)
 class SinkFactory:
-    """A ``FaustSink`` per consumed topic, over the app's producers and every output topic."""
+    """A ``FaustSink`` per consumed topic, over the app's producers (outputs are sent by topic name)."""
 
     app: WorkerApp
-    outputs: Mapping[str, Any]
     exactly_once: bool
 
     def __call__(self, source: str) -> FaustSink:
-        return FaustSink(self.app, self.outputs, source, self.exactly_once)
+        return FaustSink(self.app, source, self.exactly_once)
 
 
 def batch_processor(
@@ -289,8 +283,3 @@ def batch_processor(
     processor.changelog_record_bytes = settings.worker.changelog_record_bytes
     processor.catch_up_max = settings.batch_max  # a catch-up batch is capped like a fetched one
     return processor, readers
-
-
-def create_app(settings: StreamSettings) -> WorkerApp:
-    """The assembled worker's Faust app (what tests that look at the app alone need)."""
-    return build_worker(settings).app

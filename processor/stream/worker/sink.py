@@ -6,7 +6,7 @@ for why records are appended to batches instead of sent one by one.
 """
 
 import asyncio
-from collections.abc import Awaitable, Generator, Mapping, Sequence
+from collections.abc import Awaitable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -245,10 +245,9 @@ class FaustSink:
     at 2,800 entries/s; without them 32-35 ms).
     """
 
-    def __init__(self, app: Any, topics: Mapping[str, Any], source: str, exactly_once: bool) -> None:
+    def __init__(self, app: Any, source: str, exactly_once: bool) -> None:
         # ``source``: the topic the agent consumes (the journal, or the patterns agent's repartition topic).
         self._app = app
-        self._topics = topics
         self._journal = source
         self._exactly_once = exactly_once
         self._held: list[asyncio.Lock] = []  # the producers' locks the batch in flight holds
