@@ -20,19 +20,20 @@ from typing import Any
 import orjson
 
 from ..schemas.constants import DEFAULT_TOP_REVISIONS
-from .cliargs import EXIT_OK, non_negative_int, partition_count_arg, port_number, positive_int, ratio
+from .cliargs import non_negative_int, partition_count_arg, port_number, positive_int, ratio
 from .core.engineconfig import EngineConfig, add_flags, from_flags
 from .core.formats import version_lines
 from .core.patterns import listing
 from .core.state import State
 from .core.whatif import MAX_THRESHOLD, parse_thresholds
-from .embedded.header import bind_config
+from .embedded.header import state_config
 from .embedded.migration import migrate
 from .embedded.paths import check_paths
 from .embedded.reading import listed_scopes, open_archive, open_state, statistics
 from .embedded.runner import DEFAULT_BATCH, ReplayInterrupted, ReplayOptions, RunSummary, replay
 from .embedded.statedir import DEFAULT_PARTITIONS, MAX_PARTITIONS, closing_store
 from .exceptions import (
+    EXIT_OK,
     Interrupted,
     OutputsDifferError,
     RecurrenceError,
@@ -155,7 +156,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
 def _cmd_patterns(args: argparse.Namespace) -> int:
     with _state(Path(args.state), must_exist=True) as store:
-        config = bind_config(store, None)
+        config = state_config(store)
         rows = listing(Transaction(store), config.pattern_scopes, suggested_only=not args.all)
     if args.json:
         _print_json(rows)

@@ -1,18 +1,8 @@
-"""Argument types and exit codes shared by every ``recurrence`` subcommand.
-
-The exit codes are the ones ``recurrence_ledger.processor.exceptions`` defines (one
-source); they are re-exported here for the subcommands that return a code
-directly.
-"""
+"""Argument types shared by every ``recurrence`` subcommand (exit codes: ``exceptions``)."""
 
 import argparse
 
-from .exceptions import EXIT_FAILED, EXIT_OK, EXIT_UNUSABLE
-
 __all__ = [
-    "EXIT_FAILED",
-    "EXIT_OK",
-    "EXIT_UNUSABLE",
     "non_negative_int",
     "partition_count_arg",
     "port_number",

@@ -28,7 +28,7 @@ from ..schemas.constants import RECURRENCE_REVIEW_STREAK_THRESHOLD
 from .core.engineconfig import EngineConfig
 from .core.state import State
 from .core.whatif import rows, scope_shadows, what_if
-from .embedded.header import bind_config
+from .embedded.header import state_config
 from .embedded.reading import open_state
 from .embedded.runner import DEFAULT_BATCH, ReplayOptions, RunSummary, replay
 from .embedded.statedir import JOURNAL_KEY, open_view
@@ -143,7 +143,7 @@ def state_what_if(path: Path, thresholds: Sequence[int]) -> tuple[dict[str, Any]
     try:
         state = State(Transaction(store))
         scopes, incomplete = scope_shadows(state)
-        configured = bind_config(store, None).review_threshold
+        configured = state_config(store).review_threshold
         raw = store.get(JOURNAL_KEY)
         line = JournalPosition.decode(raw).line if raw is not None else 0
         return {"thresholds": rows(scopes, thresholds)}, configured, incomplete, line

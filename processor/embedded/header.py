@@ -35,11 +35,16 @@ def check_format(store: StateStore, stamps: dict[bytes, bytes] | None = None) ->
 def bind_config(
     store: StateStore, config: EngineConfig | None, stamps: dict[bytes, bytes] | None = None
 ) -> EngineConfig:
-    """Pin the engine configuration to the state: derived views depend on it."""
+    """Pin the engine configuration to the state: derived views depend on it (None: the state's own)."""
     if config is None:
-        return config_of(store.get, "the state", NEW_STATE)
+        return state_config(store)
     _stamp(store, stamps, check_pinned(store.get, config.pinned(), "the state", _KEEP_SETTING))
     return config
+
+
+def state_config(store: StateStore) -> EngineConfig:
+    """The engine configuration a state was built with (read only; a fresh state's defaults)."""
+    return config_of(store.get, "the state", NEW_STATE)
 
 
 def _stamp(store: StateStore, stamps: dict[bytes, bytes] | None, rows: dict[bytes, bytes]) -> None:

@@ -11,14 +11,14 @@ from ..host.journalfile import shown
 from ..host.regularfile import check_regular
 from ..store.base import StateStore, Transaction
 from .archive import FileArchive
-from .header import NEW_STATE, bind_config
+from .header import NEW_STATE, state_config
 from .ledgerfile import LedgerMark, check_ledger
 from .statedir import LEDGER_KEY, open_view
 
 
 def statistics(store: StateStore, scope_id: str | None, top: int | None) -> list[dict[str, Any]]:
     check_layout(store.get, "the state", NEW_STATE)
-    config = bind_config(store, None)
+    config = state_config(store)
     engine = Engine(Transaction(store), config)
     return [s.model_dump(mode="json") for s in engine.statistics(scope_id, top)]
 

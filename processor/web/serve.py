@@ -29,7 +29,7 @@ from ..core.state import State
 from ..core.whatif import chart_thresholds, rows, scope_shadows, served
 from ..embedded.archive import FileArchive
 from ..embedded.deadletterscan import DeadLetterScan
-from ..embedded.header import bind_config
+from ..embedded.header import state_config
 from ..embedded.reading import statistics
 from ..exceptions import UnusableError
 from ..explain import Explainer, NotFoundError
@@ -90,7 +90,7 @@ class EmbeddedReadSurface:
         self.store = store
         self.mark = mark
         self.archive = FileArchive(store, self._ledger, self._journal)
-        self.config = bind_config(store, None)
+        self.config = state_config(store)
         self.views += 1
         self._cpu_at_view = time.process_time()
         self._statistics: dict[int, list[dict[str, Any]]] = {}
