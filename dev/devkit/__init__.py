@@ -4,7 +4,10 @@
   the installed ``recurrence`` command, free ports, polling with a deadline;
 - ``deployment``: topics under one prefix and ``recurrence worker`` subprocesses, with what a
   test or a benchmark asks of them (readiness, positions, lag of every input, outputs);
-- ``oracle``: the embedded runner over the same journal, the reference both compare with.
+- ``oracle``: the embedded runner over the same journal, the reference both compare with;
+- ``topologies``: the secured and three-node brokers (``tests/cluster``);
+- ``fixtures``: the state fixtures of earlier releases (``tests/embedded/test_upgrade_fixtures.py``);
+- ``releases``: earlier releases installed apart, by their own import names.
 
 Comparing the two runners is the product's own rule (``recurrence_ledger.processor.verify``,
 ``recurrence verify``); this package only drives the processes. Installed by ``make venv``

@@ -2,7 +2,7 @@
 
 ``faust -A <module> worker`` imports the module and takes its ``app``. The worker has
 no app to take: ``recurrence worker`` checks the web port and the topics and builds the
-app from the settings (``worker.app.build_worker``), and the ``faust -A`` entry point it
+app from the settings (``worker.build.build_worker``), and the ``faust -A`` entry point it
 once had skipped those checks and answered differently. Without an ``app`` Faust ended
 in an AttributeError traceback; with this one, Faust's first call on it (``finalize``,
 before anything starts) prints the command to use and exits 2 ("cannot proceed").
