@@ -21,6 +21,7 @@ import orjson
 
 from ..schemas.constants import DEFAULT_TOP_REVISIONS
 from .cliargs import EXIT_OK, non_negative_int, partition_count_arg, port_number, positive_int, ratio
+from .cliparser import CommandParser
 from .core.engineconfig import EngineConfig, add_flags, from_flags
 from .core.formats import version_lines
 from .core.patterns import listing
@@ -379,7 +380,12 @@ def _add_stats(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         "also its top revisions",
     )
     p.add_argument(
-        "--top", type=non_negative_int, default=DEFAULT_TOP_REVISIONS, help="top_revisions bound (default %(default)s)"
+        "--top",
+        type=non_negative_int,
+        default=DEFAULT_TOP_REVISIONS,
+        metavar="N",
+        help="at most N revisions in each scope's top_revisions (by terminal recurrence streak); every scope is "
+        "listed whatever N (default %(default)s)",
     )
     p.set_defaults(func=_cmd_stats)
 
@@ -491,19 +497,6 @@ def _add_verify(commands: "argparse._SubParsersAction[argparse.ArgumentParser]")
     p.set_defaults(func=_cmd_verify)
 
 
-class CommandParser(argparse.ArgumentParser):
-    """An ArgumentParser that remembers its subcommand groups (argparse keeps them private)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.subcommand_groups: list[Any] = []
-
-    def add_subparsers(self, **kwargs: Any) -> Any:
-        group = super().add_subparsers(**kwargs)  # its parsers are CommandParsers too (argparse's default)
-        self.subcommand_groups.append(group)
-        return group
-
-
 def _verbose_everywhere(commands: Any) -> None:
     """-v after the subcommand too (nested ones included); SUPPRESS keeps a -v given before it."""
     for sub in commands.choices.values():
@@ -532,7 +525,7 @@ EMBEDDED_COMMANDS = frozenset(
 )
 
 
-def build_parser(with_stream: bool = True) -> argparse.ArgumentParser:
+def build_parser(with_stream: bool = True) -> CommandParser:
     parser = CommandParser(
         prog="recurrence",
         description="Recurring-failure ledger: did what we learned from a failure ever help?",
@@ -581,7 +574,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = sys.argv[1:] if argv is None else list(argv)
     command = next((a for a in arguments if not a.startswith("-")), None)
     parser = build_parser(with_stream=command not in EMBEDDED_COMMANDS)
-    args = parser.parse_args(arguments)
+    args = parser.parse_command_line(arguments)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

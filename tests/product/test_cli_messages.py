@@ -1,0 +1,95 @@
+"""What a user reads after a mistake or a run: the subcommand's usage, the flag named, counted nouns,
+the next command (issue 44, the second hour)."""
+
+from pathlib import Path
+from typing import Final
+
+import pytest
+
+from recurrence_ledger.processor.cli import main
+
+ROOT: Final = Path(__file__).resolve().parents[2]
+EXAMPLE: Final = ROOT / "examples" / "rfc-minimum.jsonl"
+
+
+def _refused(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    with pytest.raises(SystemExit) as stopped:
+        main(list(argv))
+    assert stopped.value.code == 2
+    return capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "usage", "error"),
+    [
+        (
+            ["stats", "--state", "s", "--bogus"],
+            "usage: recurrence stats ",
+            "recurrence stats: error: unrecognized argument: --bogus",
+        ),
+        (
+            ["stats", "--stae", "s"],
+            "usage: recurrence stats ",
+            "recurrence stats: error: unrecognized argument: --stae (did you mean --state?)",
+        ),
+        (
+            ["replay", "j.jsonl", "--state", "s", "--out", "o", "--jbos", "2"],
+            "usage: recurrence replay ",
+            "recurrence replay: error: unrecognized argument: --jbos (did you mean --jobs?)",
+        ),
+        (
+            ["topics", "show", "--bogus"],
+            "usage: recurrence topics show ",
+            "recurrence topics show: error: unrecognized argument: --bogus",
+        ),
+        (
+            ["ledger-dump", "--offset", "-5", "--kind", "ledger", "--bogus"],
+            "usage: recurrence ledger-dump ",
+            "recurrence ledger-dump: error: unrecognized argument: --bogus",
+        ),
+        (
+            ["stats", "--state", "s", "extra"],
+            "usage: recurrence stats ",
+            "recurrence stats: error: unrecognized argument: extra",
+        ),
+    ],
+)
+def test_a_wrong_flag_prints_that_subcommands_usage_and_names_the_flag(
+    capsys: pytest.CaptureFixture[str], argv: list[str], usage: str, error: str
+) -> None:
+    err = _refused(capsys, *argv)
+    assert err.startswith(usage)
+    assert err.rstrip().endswith(error)
+    assert "{replay," not in err  # not the top-level usage with its list of commands
+
+
+def test_an_unknown_flag_before_the_command_is_named(capsys: pytest.CaptureFixture[str]) -> None:
+    err = _refused(capsys, "--bogus")
+    assert "recurrence: error: unrecognized argument: --bogus; a command's own flags follow the command" in err
+    assert "required" not in err
+
+
+@pytest.mark.parametrize(("typed", "meant"), [("stat", "stats"), ("repaly", "replay"), ("ledger-dumb", "ledger-dump")])
+def test_a_near_command_name_gets_a_did_you_mean(capsys: pytest.CaptureFixture[str], typed: str, meant: str) -> None:
+    err = _refused(capsys, typed)
+    assert f"invalid choice: '{typed}': did you mean '{meant}'?" in err
+
+
+def test_a_near_choice_of_a_flag_gets_a_did_you_mean(capsys: pytest.CaptureFixture[str]) -> None:
+    err = _refused(capsys, "acls", "--principal", "User:a", "--role", "wrker")
+    assert "recurrence acls: error: argument --role: invalid choice: 'wrker': did you mean 'worker'?" in err
+
+
+def test_a_known_flag_and_values_that_look_like_flags_still_parse() -> None:
+    # -5 is a value (argparse's negative numbers); -v after the command is the top level's flag.
+    assert main(["generate", "--entries", "2", "--seed", "-5", "-v"]) == 0
+
+
+def test_stats_top_says_it_bounds_revisions_in_the_help_and_the_docs(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["stats", "--help"])
+    helptext = " ".join(capsys.readouterr().out.split())
+    assert "--top N at most N revisions in each scope's top_revisions" in helptext
+    assert "every scope is listed whatever N" in helptext
+    usage = " ".join((ROOT / "docs" / "usage.md").read_text(encoding="utf-8").split())
+    assert "`--top N` bounds revisions, not scopes: at most N in each scope's `top_revisions`" in usage
