@@ -555,6 +555,17 @@ def build_parser(with_stream: bool = True) -> CommandParser:
     return parser
 
 
+class _CommandLogFormat(logging.Formatter):
+    """A warning reads like every other message of the command: ``recurrence replay: warning: ...``."""
+
+    def __init__(self, command: str) -> None:
+        super().__init__()
+        self.prefix = f"recurrence {command}: "
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"{self.prefix}{record.levelname.lower()}: {super().format(record)}"
+
+
 def _message(error: BaseException) -> str | None:
     if isinstance(error, ReplayInterrupted) and error.abandoned:
         return f"{error} again: the batch in progress was abandoned; run again to resume (it repairs the ledger)"
@@ -575,11 +586,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = next((a for a in arguments if not a.startswith("-")), None)
     parser = build_parser(with_stream=command not in EMBEDDED_COMMANDS)
     args = parser.parse_command_line(arguments)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    if args.verbose or args.command == "worker":
+        # A debug log, and a service's log, are read by time and by logger.
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    else:
+        handler.setFormatter(_CommandLogFormat(args.command))
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, handlers=[handler])
     escape_log_arguments()
     try:
         code: int = args.func(args)

@@ -93,3 +93,28 @@ def test_stats_top_says_it_bounds_revisions_in_the_help_and_the_docs(capsys: pyt
     assert "every scope is listed whatever N" in helptext
     usage = " ".join((ROOT / "docs" / "usage.md").read_text(encoding="utf-8").split())
     assert "`--top N` bounds revisions, not scopes: at most N in each scope's `top_revisions`" in usage
+
+
+def test_a_new_out_on_a_bound_state_names_the_ledger_the_state_is_bound_to(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state, ledger = tmp_path / "state", tmp_path / "ledger.jsonl"
+    assert main(["replay", str(EXAMPLE), "--state", str(state), "--out", str(ledger)]) == 0
+    capsys.readouterr()
+    other = tmp_path / "other.jsonl"
+    assert main(["replay", str(EXAMPLE), "--state", str(state), "--out", str(other)]) == 2
+    size = ledger.stat().st_size
+    assert capsys.readouterr().err == (
+        f"recurrence replay: this state is bound to its ledger {ledger} ({size:,} bytes written), and there is no "
+        f"{other}: pass --out {ledger} to go on, or rebuild: replay the journal into a fresh --state with a "
+        "fresh --out\n"
+    )
+    other.write_bytes(b"{}\n")  # another file that exists: the same advice after what is wrong with it
+    assert main(["replay", str(EXAMPLE), "--state", str(state), "--out", str(other)]) == 2
+    err = capsys.readouterr().err
+    assert f"fewer than the {size:,} the state recorded" in err
+    assert err.rstrip().endswith(
+        f"this state is bound to its ledger {ledger}: pass --out {ledger} to go on, "
+        "or rebuild: replay the journal into a fresh --state with a fresh --out"
+    )
+    assert main(["replay", str(EXAMPLE), "--state", str(state), "--out", str(ledger)]) == 0  # its own still goes on
