@@ -11,6 +11,7 @@ it prints a traceback).
 
 import argparse
 import logging
+import shlex
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -26,6 +27,7 @@ from .core.engineconfig import EngineConfig, add_flags, from_flags
 from .core.formats import version_lines
 from .core.patterns import listing
 from .core.state import State
+from .core.tally import counted
 from .core.whatif import MAX_THRESHOLD, parse_thresholds
 from .embedded.header import bind_config
 from .embedded.migration import migrate
@@ -119,6 +121,14 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         _report(stopped.summary, args.journal)
         raise stopped
     _report(summary, args.journal)
+    if summary.nothing_applied() is not None:
+        return EXIT_OK  # its warning is the last word: the input is likely the wrong file
+    where = shlex.quote(shown(state))
+    print(
+        f"recurrence replay: next: recurrence stats --state {where} --table (the statistics), "
+        f"recurrence serve --state {where} (the page)",
+        file=sys.stderr,
+    )
     return EXIT_OK
 
 
@@ -173,9 +183,8 @@ def _cmd_patterns(args: argparse.Namespace) -> int:
     for row in rows:
         more = "+" if row["scopes_more_than_listed"] else ""
         mark = "suggested" if row["suggested"] else "below the threshold"
-        print(
-            f"{row['scope_count']}{more} scopes, {row['recurrences']:,} recurrences ({mark}): {row['signature_key']!r}"
-        )
+        scopes = f"{row['scope_count']}{more} scope{'' if row['scope_count'] == 1 and not more else 's'}"
+        print(f"{scopes}, {counted(row['recurrences'], 'recurrence')} ({mark}): {row['signature_key']!r}")
         print(printable(f"    scopes: {_summarized(row['scopes'], row['scopes_more_than_listed'], 8)}"))
         revisions = [
             f"{r['scope_id']}:{r['artifact_ref']['family']}/{r['artifact_ref']['artifact_id']}"
@@ -190,8 +199,10 @@ def _summarized(items: list[str], more: bool, shown: int) -> str:
     """A pattern's list on one line: at most ``shown`` items, then how many more (``--json`` has them all)."""
     if len(items) <= shown and not more:
         return ", ".join(items)
-    summary = f"{', '.join(items[:shown])} … {len(items) - shown} more (--json lists them)"
-    return summary + (f"; beyond these {len(items)}, more were seen" if more else "")
+    if not more:
+        return f"{', '.join(items[:shown])} … {len(items) - shown} more (--json lists them)"
+    # The state keeps the first ``len(items)`` of a pattern's list: the rest were seen, not kept.
+    return f"{', '.join(items[:shown])} … {len(items) - shown} more kept (--json lists them), and more not kept"
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -236,8 +247,9 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         )
         if incomplete:
             print(
-                f"recurrence tune: warning: {len(incomplete):,} scopes were replayed before the counters were "
-                f"kept and count short ({', '.join(incomplete[:5])}{', …' if len(incomplete) > 5 else ''}); "
+                f"recurrence tune: warning: {counted(len(incomplete), 'scope')} "
+                f"{'was' if len(incomplete) == 1 else 'were'} replayed before the counters were kept and count "
+                f"short ({', '.join(incomplete[:5])}{', …' if len(incomplete) > 5 else ''}); "
                 "rebuild the state to include them",
                 file=sys.stderr,
             )
@@ -303,8 +315,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     sys.stdout.flush()
     if not result.equal:
         raise OutputsDifferError(
-            f"the outputs differ from the ledger in {len(result.differing):,} of {result.scopes:,} "
-            f"scope{'' if result.scopes == 1 else 's'}"
+            f"the outputs differ from the ledger in {len(result.differing):,} of {counted(result.scopes, 'scope')}"
         )
     return EXIT_OK
 

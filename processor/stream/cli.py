@@ -23,6 +23,7 @@ import orjson
 
 from ...topics.definitions import ROLES, Role
 from ..cliargs import non_negative_int
+from ..core.tally import counted
 from ..exceptions import EXIT_OK, BrokerError, TopicDriftError, UnusableError
 from ..host.outputfile import Writable, check_output, output
 from .clients.brokers import APPLY_HINT, quiet_client_logs
@@ -173,7 +174,10 @@ def _cmd_statistics_dump(args: argparse.Namespace) -> int:
     statistics = asyncio.run(read_statistics(settings.kafka, settings.topics.statistics))
     with output(args.out, args.force) as out:
         out.write(orjson.dumps(statistics, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
-    print(f"recurrence statistics-dump: {len(statistics)} scopes from {settings.topics.statistics}", file=sys.stderr)
+    print(
+        f"recurrence statistics-dump: {counted(len(statistics), 'scope')} from {settings.topics.statistics}",
+        file=sys.stderr,
+    )
     return EXIT_OK
 
 

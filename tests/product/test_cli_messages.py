@@ -2,11 +2,14 @@
 the next command (issue 44, the second hour)."""
 
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import pytest
 
 from recurrence_ledger.processor.cli import main
+from recurrence_ledger.processor.core.tally import counted
+from recurrence_ledger.processor.stream.clients import dump
+from recurrence_ledger.processor.stream.clients.dump import DumpSummary
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 EXAMPLE: Final = ROOT / "examples" / "rfc-minimum.jsonl"
@@ -118,3 +121,48 @@ def test_a_new_out_on_a_bound_state_names_the_ledger_the_state_is_bound_to(
         "or rebuild: replay the journal into a fresh --state with a fresh --out"
     )
     assert main(["replay", str(EXAMPLE), "--state", str(state), "--out", str(ledger)]) == 0  # its own still goes on
+
+
+def test_counted_puts_the_noun_in_the_number_it_needs() -> None:
+    assert [counted(n, "scope") for n in (0, 1, 2, 1234)] == ["0 scopes", "1 scope", "2 scopes", "1,234 scopes"]
+    assert counted(1, "entry", "entries") == "1 entry" and counted(3, "entry", "entries") == "3 entries"
+
+
+def test_the_replay_summary_ends_with_the_next_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    state = tmp_path / "my state"
+    assert main(["replay", str(EXAMPLE), "--state", str(state), "--out", str(tmp_path / "l.jsonl")]) == 0
+    last = capsys.readouterr().err.splitlines()[-1]
+    quoted = f"'{state}'"  # as a shell would need it
+    assert last == (
+        f"recurrence replay: next: recurrence stats --state {quoted} --table (the statistics), "
+        f"recurrence serve --state {quoted} (the page)"
+    )
+
+
+def test_patterns_counts_one_scope_in_the_singular(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    state = tmp_path / "state"
+    assert main(["replay", str(EXAMPLE), "--state", str(state), "--out", str(tmp_path / "l.jsonl")]) == 0
+    capsys.readouterr()
+    assert main(["patterns", "--state", str(state), "--all"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("1 scope, 2 recurrences (below the threshold): ")
+
+
+def test_statistics_dump_counts_one_scope_in_the_singular(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def one_scope(connection: object, topic: str) -> list[Any]:  # the topic's table, without a broker
+        return [{"scope_id": "s", "recurrence": {}}]
+
+    monkeypatch.setattr(dump, "read_statistics", one_scope)
+    assert main(["statistics-dump", "--out", str(tmp_path / "statistics.json")]) == 0
+    assert capsys.readouterr().err == "recurrence statistics-dump: 1 scope from recurrence.statistics\n"
+
+
+def test_the_ledger_dump_summary_has_no_dangling_separator() -> None:
+    empty = DumpSummary(seconds=0.5)  # e.g. --kinds patterns before any suggestion
+    assert empty.line() == ("recurrence ledger-dump: 0 distinct records from 0 read (0 duplicates dropped) in 0.50s")
+    one = DumpSummary(raw_records=2, distinct=1, by_topic={"recurrence.patterns": 1}, seconds=0.5)
+    assert one.line() == (
+        "recurrence ledger-dump: 1 distinct record from 2 read (1 duplicate dropped) in 0.50s; recurrence.patterns=1"
+    )
