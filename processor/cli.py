@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 
 from ..schemas.constants import DEFAULT_TOP_REVISIONS
-from .cliargs import EXIT_OK, non_negative_int, partition_count_arg, port_number, positive_int, ratio
+from .cliargs import EXIT_OK, non_negative_int, partition_count_arg, path_arg, port_number, positive_int, ratio
 from .cliparser import CommandParser
 from .core.engineconfig import EngineConfig, add_flags, from_flags
 from .core.formats import version_lines
@@ -322,10 +322,13 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 def _add_replay(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     p = commands.add_parser("replay", help="run the engine embedded over a .jsonl journal")
-    p.add_argument("journal", help="journal .jsonl file, a pipe (e.g. <(zcat j.gz)), or - for stdin")
-    p.add_argument("--state", required=True, help="RocksDB state directory (created if missing)")
+    p.add_argument("journal", type=path_arg, help="journal .jsonl file, a pipe (e.g. <(zcat j.gz)), or - for stdin")
+    p.add_argument("--state", type=path_arg, required=True, help="RocksDB state directory (created if missing)")
     p.add_argument(
-        "--out", required=True, help="ledger .jsonl file; records are appended (bound to --state: see docs/usage.md)"
+        "--out",
+        type=path_arg,
+        required=True,
+        help="ledger .jsonl file; records are appended (bound to --state: see docs/usage.md)",
     )
     add_flags(p, REPLAY_SETTINGS, note="; fixed per state directory")
     p.add_argument(
@@ -354,9 +357,10 @@ def _add_tune(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -
     p = commands.add_parser(
         "tune", help="what-if: the review load a replay at each threshold would produce (a dry run, writes nothing)"
     )
-    p.add_argument("journal", nargs="?", help="journal .jsonl file, a pipe, or - for stdin (or --state)")
+    p.add_argument("journal", type=path_arg, nargs="?", help="journal .jsonl file, a pipe, or - for stdin (or --state)")
     p.add_argument(
         "--state",
+        type=path_arg,
         help="instead of a journal: a state replay wrote, answered from the counters it kept (nothing is replayed)",
     )
     p.add_argument(
@@ -382,7 +386,7 @@ def _add_stats(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     p = commands.add_parser(
         "stats", help="per-scope recurrence statistics: JSON (contract section 4), or a table with --table"
     )
-    p.add_argument("--state", required=True, help="state directory written by replay")
+    p.add_argument("--state", type=path_arg, required=True, help="state directory written by replay")
     p.add_argument("--scope", help="only this scope (exit 2 when the state has no such scope)")
     p.add_argument(
         "--table",
@@ -409,7 +413,7 @@ def _add_migrate(commands: "argparse._SubParsersAction[argparse.ArgumentParser]"
         "prints it), with progress; killed at any point, run it again. The ledger file is not touched. A state "
         "of a newer recurrence is refused.",
     )
-    p.add_argument("--state", required=True, help="state directory written by replay")
+    p.add_argument("--state", type=path_arg, required=True, help="state directory written by replay")
     p.add_argument("--dry-run", action="store_true", help="say what would change; change nothing")
     p.add_argument(
         "--partitions",
@@ -463,16 +467,16 @@ def _add_explain(commands: "argparse._SubParsersAction[argparse.ArgumentParser]"
     p.add_argument(
         "id", help="an observation_id, match_digest or dead_letter_id, or a revision family/artifact_id@revision"
     )
-    p.add_argument("--state", required=True, help="state directory written by replay")
-    p.add_argument("--out", help="the ledger file (default: the one the state last wrote)")
-    p.add_argument("--journal", help="the journal file (default: the one the state last read)")
+    p.add_argument("--state", type=path_arg, required=True, help="state directory written by replay")
+    p.add_argument("--out", type=path_arg, help="the ledger file (default: the one the state last wrote)")
+    p.add_argument("--journal", type=path_arg, help="the journal file (default: the one the state last read)")
     p.add_argument("--json", action="store_true", help="print the chain as JSON")
     p.set_defaults(func=_cmd_explain)
 
 
 def _add_patterns(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     p = commands.add_parser("patterns", help="signatures that recurred in many scopes (suggestions only)")
-    p.add_argument("--state", required=True, help="state directory written by replay")
+    p.add_argument("--state", type=path_arg, required=True, help="state directory written by replay")
     p.add_argument("--all", action="store_true", help="also list signatures below the threshold")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_cmd_patterns)
@@ -480,13 +484,16 @@ def _add_patterns(commands: "argparse._SubParsersAction[argparse.ArgumentParser]
 
 def _add_serve(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     p = commands.add_parser("serve", help="the statistics page and the read surface (HTTP) over a state")
-    p.add_argument("--state", required=True, help="state directory written by replay")
+    p.add_argument("--state", type=path_arg, required=True, help="state directory written by replay")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default %(default)s)")
     p.add_argument("--port", type=port_number, default=6067, help="port (default %(default)s)")
-    p.add_argument("--out", help="the ledger file, for /explain (default: the one the state last wrote)")
-    p.add_argument("--journal", help="the journal file, for /explain (default: the one the state last read)")
+    p.add_argument("--out", type=path_arg, help="the ledger file, for /explain (default: the one the state last wrote)")
+    p.add_argument(
+        "--journal", type=path_arg, help="the journal file, for /explain (default: the one the state last read)"
+    )
     p.add_argument(
         "--http-token-file",
+        type=path_arg,
         metavar="PATH",
         help="file holding the bearer token every data path asks for (default: RECURRENCE_HTTP_TOKEN; "
         "neither: no token, for a loopback --host)",
@@ -502,8 +509,12 @@ def _add_verify(commands: "argparse._SubParsersAction[argparse.ArgumentParser]")
         "of `recurrence replay` over the same journal: deduplicated by record id, scope by scope, in order; "
         "dead letters without origin and dead_letter_id. Exit 0 equal, 4 different, 2 cannot compare.",
     )
-    p.add_argument("--ledger", required=True, help="the ledger `recurrence replay --out` wrote (- for stdin)")
-    p.add_argument("--outputs", required=True, help="the outputs `recurrence ledger-dump --out` wrote (- for stdin)")
+    p.add_argument(
+        "--ledger", type=path_arg, required=True, help="the ledger `recurrence replay --out` wrote (- for stdin)"
+    )
+    p.add_argument(
+        "--outputs", type=path_arg, required=True, help="the outputs `recurrence ledger-dump --out` wrote (- for stdin)"
+    )
     p.add_argument("--json", action="store_true", help="print the comparison as JSON (every differing scope)")
     p.set_defaults(func=_cmd_verify)
 

@@ -1,12 +1,14 @@
 """What a user reads after a mistake or a run: the subcommand's usage, the flag named, counted nouns,
 the next command (issue 44, the second hour)."""
 
+import argparse
 from pathlib import Path
 from typing import Any, Final
 
 import pytest
 
-from recurrence_ledger.processor.cli import main
+from recurrence_ledger.processor.cli import build_parser, main
+from recurrence_ledger.processor.cliargs import path_arg
 from recurrence_ledger.processor.core.tally import counted
 from recurrence_ledger.processor.stream.clients import dump
 from recurrence_ledger.processor.stream.clients.dump import DumpSummary
@@ -166,3 +168,40 @@ def test_the_ledger_dump_summary_has_no_dangling_separator() -> None:
     assert one.line() == (
         "recurrence ledger-dump: 1 distinct record from 2 read (1 duplicate dropped) in 0.50s; recurrence.patterns=1"
     )
+
+
+def _path_flags() -> list[tuple[tuple[str, ...], argparse.Action]]:
+    """Every (command, action) of the full command line whose value names a file or a folder."""
+    found: list[tuple[tuple[str, ...], argparse.Action]] = []
+
+    def walk(parser: Any, command: tuple[str, ...]) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, (*command, name))
+            elif action.dest.split("__")[-1] in PATH_DESTS:
+                found.append((command, action))
+
+    walk(build_parser(), ())
+    return found
+
+
+PATH_DESTS: Final = {
+    "journal", "state", "out", "ledger", "outputs", "config", "command_config", "http_token_file",
+    "datadir", "sasl_password_file", "ssl_cafile", "ssl_certfile", "ssl_keyfile",
+}  # fmt: skip
+
+
+def test_every_path_flag_refuses_an_empty_path(capsys: pytest.CaptureFixture[str]) -> None:
+    flags = _path_flags()
+    assert len(flags) > 30  # every command's --state, --out, --config, ... (a walk that finds none proves nothing)
+    for command, action in flags:
+        assert action.type is path_arg, (command, action.dest)
+    for command, flag in [(("stats",), "--state"), (("topics", "show"), "--ssl-cafile"), (("worker",), "--datadir")]:
+        err = _refused(capsys, *command, flag, "")
+        assert err.rstrip().endswith(
+            f"recurrence {' '.join(command)}: error: argument {flag}: an empty path: give a file or folder "
+            "(. is the current directory)"
+        )
+    err = _refused(capsys, "replay", "", "--state", "s", "--out", "o")
+    assert "recurrence replay: error: argument journal: an empty path" in err
