@@ -285,7 +285,7 @@ def test_the_page_shows_what_recurrence_stats_says(served: Served) -> None:
     assert shown["review"] == needing
     assert shown["review_chosen"] == [row for row in needing if row.split(" ")[0] == shown["chosen"]]
     lines = len(served.journal_lines())
-    assert shown["worker_hidden"] and shown["status"].startswith(f"state as of journal line {lines:,} ")
+    assert shown["worker_hidden"] and shown["status"].startswith(f"the state as of journal line {lines:,} ")
     # The chosen scope's sparklines are its revisions' verdicts, as `explain` lists them.
     chosen = next(s for s in stats if s["scope_id"] == shown["chosen"])
     for revision in chosen["recurrence"]["top_revisions"][:3]:

@@ -369,6 +369,6 @@ def test_the_page_refuses_a_malformed_token_and_asks_for_it_again(served: Server
         asked.send_keys(TOKEN)
         asked.accept()
         loaded(driver)
-        assert driver.find_element(By.ID, "status").text.startswith("state as of journal line")
+        assert driver.find_element(By.ID, "status").text.startswith("the state as of journal line")
         errors = [entry["message"] for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
         assert not [m for m in errors if "ISO-8859-1" in m or "TypeError" in m], errors
