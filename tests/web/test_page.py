@@ -318,6 +318,13 @@ def test_search_by_observation_id_revision_and_signature(fifty: Page) -> None:
         driver.save_screenshot(str(SCREENSHOTS / "ui-50-scopes.png"))
 
 
+# The header's journal line, and the line of the view the totals were drawn from (one script run).
+_HEADER_AND_NUMBERS = """
+const line = /journal line ([0-9,]+)/.exec(document.getElementById("status").textContent);
+return [line ? line[1].replace(/,/g, "") : null, document.getElementById("totals").getAttribute("data-line")];
+"""
+
+
 @pytest.mark.browser
 def test_the_page_follows_a_replay_that_appends(tmp_path: Path) -> None:
     """The page open on a state; a replay appends to it; the page shows the new state without reloading."""
@@ -343,7 +350,14 @@ def test_the_page_follows_a_replay_that_appends(tmp_path: Path) -> None:
             _sort_by(driver, "recurred")
             open_explanation(driver, driver.find_elements(By.CSS_SELECTOR, "#top tr[data-revision]")[0])
             writer = _replay(journal, state, ledger, batch=200)
+            # While it follows, the header and the numbers come from one read: the header's line is the
+            # line of the view the totals were computed from, in every sample.
+            samples = []
+            while writer.poll() is None:
+                samples.append(driver.execute_script(_HEADER_AND_NUMBERS))
+                time.sleep(0.05)
             assert writer.wait(timeout=300) == 0, writer.stderr
+            assert samples and all(header == numbers for header, numbers in samples), samples
             ended = time.monotonic()
             # drawn for the last line (the header says it first, the tables once they are drawn)
             wait(

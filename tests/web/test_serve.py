@@ -319,6 +319,9 @@ def test_progress_is_the_states_checkpoint_and_answers_304_until_it_moves(served
     status, headers, _ = served.fetch("/statistics?top=50", {})
     assert status == 200 and served.fetch("/statistics?top=50", {"If-None-Match": headers["ETag"]})[0] == 304
     assert served.fetch("/statistics?top=5", {"If-None-Match": headers["ETag"]})[0] == 200
+    # ...and each names the view it was computed from: the page's header comes from the numbers' own answer.
+    for path in ("/statistics?top=50", "/dead-letters", "/patterns"):
+        assert orjson.loads(served.fetch(path, {})[1]["Recurrence-State"]) == orjson.loads(body), path
 
 
 def test_metrics_are_the_states_readings(served: Served) -> None:

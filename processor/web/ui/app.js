@@ -911,6 +911,9 @@ async function refresh() {
     else page.tag = null;
     page.shownState = shown || page.shownState || page.progress;
     if (!page.loadedOnce && !shown) renderProgress(page.progress);
+    // Drawn in the same task as the header: the numbers' own line (what a test compares the header with).
+    const drawn = shown || page.shownState;
+    if (drawn && drawn.journal) byId("totals").setAttribute("data-line", drawn.journal.line);
   }
   renderTotals(stats);
   scopesGrid.setRows(stats);
