@@ -11,6 +11,7 @@ it prints a traceback).
 
 import argparse
 import logging
+import shlex
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -20,11 +21,13 @@ from typing import Any
 import orjson
 
 from ..schemas.constants import DEFAULT_TOP_REVISIONS
-from .cliargs import non_negative_int, partition_count_arg, port_number, positive_int, ratio
+from .cliargs import non_negative_int, partition_count_arg, path_arg, port_number, positive_int, ratio
+from .cliparser import CommandParser
 from .core.engineconfig import EngineConfig, add_flags, from_flags
 from .core.formats import version_lines
 from .core.patterns import listing
 from .core.state import State
+from .core.tally import counted
 from .core.whatif import MAX_THRESHOLD, parse_thresholds
 from .embedded.header import state_config
 from .embedded.migration import migrate
@@ -112,6 +115,14 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         _report(stopped.summary, args.journal)
         raise stopped
     _report(summary, args.journal)
+    if summary.nothing_applied() is not None:
+        return EXIT_OK  # its warning is the last word: the input is likely the wrong file
+    where = shlex.quote(shown(state))
+    print(
+        f"recurrence replay: next: recurrence stats --state {where} --table (the statistics), "
+        f"recurrence serve --state {where} (the page)",
+        file=sys.stderr,
+    )
     return EXIT_OK
 
 
@@ -166,9 +177,8 @@ def _cmd_patterns(args: argparse.Namespace) -> int:
     for row in rows:
         more = "+" if row["scopes_more_than_listed"] else ""
         mark = "suggested" if row["suggested"] else "below the threshold"
-        print(
-            f"{row['scope_count']}{more} scopes, {row['recurrences']:,} recurrences ({mark}): {row['signature_key']!r}"
-        )
+        scopes = f"{row['scope_count']}{more} scope{'' if row['scope_count'] == 1 and not more else 's'}"
+        print(f"{scopes}, {counted(row['recurrences'], 'recurrence')} ({mark}): {row['signature_key']!r}")
         print(printable(f"    scopes: {_summarized(row['scopes'], row['scopes_more_than_listed'], 8)}"))
         revisions = [
             f"{r['scope_id']}:{r['artifact_ref']['family']}/{r['artifact_ref']['artifact_id']}"
@@ -183,8 +193,10 @@ def _summarized(items: list[str], more: bool, shown: int) -> str:
     """A pattern's list on one line: at most ``shown`` items, then how many more (``--json`` has them all)."""
     if len(items) <= shown and not more:
         return ", ".join(items)
-    summary = f"{', '.join(items[:shown])} … {len(items) - shown} more (--json lists them)"
-    return summary + (f"; beyond these {len(items)}, more were seen" if more else "")
+    if not more:
+        return f"{', '.join(items[:shown])} … {len(items) - shown} more (--json lists them)"
+    # The state keeps the first ``len(items)`` of a pattern's list: the rest were seen, not kept.
+    return f"{', '.join(items[:shown])} … {len(items) - shown} more kept (--json lists them), and more not kept"
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -229,8 +241,9 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         )
         if incomplete:
             print(
-                f"recurrence tune: warning: {len(incomplete):,} scopes were replayed before the counters were "
-                f"kept and count short ({', '.join(incomplete[:5])}{', …' if len(incomplete) > 5 else ''}); "
+                f"recurrence tune: warning: {counted(len(incomplete), 'scope')} "
+                f"{'was' if len(incomplete) == 1 else 'were'} replayed before the counters were kept and count "
+                f"short ({', '.join(incomplete[:5])}{', …' if len(incomplete) > 5 else ''}); "
                 "rebuild the state to include them",
                 file=sys.stderr,
             )
@@ -296,18 +309,20 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     sys.stdout.flush()
     if not result.equal:
         raise OutputsDifferError(
-            f"the outputs differ from the ledger in {len(result.differing):,} of {result.scopes:,} "
-            f"scope{'' if result.scopes == 1 else 's'}"
+            f"the outputs differ from the ledger in {len(result.differing):,} of {counted(result.scopes, 'scope')}"
         )
     return EXIT_OK
 
 
 def _add_replay(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     p = commands.add_parser("replay", help="run the engine embedded over a .jsonl journal")
-    p.add_argument("journal", help="journal .jsonl file, a pipe (e.g. <(zcat j.gz)), or - for stdin")
-    p.add_argument("--state", required=True, help="RocksDB state directory (created if missing)")
+    p.add_argument("journal", type=path_arg, help="journal .jsonl file, a pipe (e.g. <(zcat j.gz)), or - for stdin")
+    p.add_argument("--state", type=path_arg, required=True, help="RocksDB state directory (created if missing)")
     p.add_argument(
-        "--out", required=True, help="ledger .jsonl file; records are appended (bound to --state: see docs/usage.md)"
+        "--out",
+        type=path_arg,
+        required=True,
+        help="ledger .jsonl file; records are appended (bound to --state: see docs/usage.md)",
     )
     add_flags(p, REPLAY_SETTINGS, note="; fixed per state directory")
     p.add_argument(
@@ -336,9 +351,10 @@ def _add_tune(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -
     p = commands.add_parser(
         "tune", help="what-if: the review load a replay at each threshold would produce (a dry run, writes nothing)"
     )
-    p.add_argument("journal", nargs="?", help="journal .jsonl file, a pipe, or - for stdin (or --state)")
+    p.add_argument("journal", type=path_arg, nargs="?", help="journal .jsonl file, a pipe, or - for stdin (or --state)")
     p.add_argument(
         "--state",
+        type=path_arg,
         help="instead of a journal: a state replay wrote, answered from the counters it kept (nothing is replayed)",
     )
     p.add_argument(
@@ -364,7 +380,7 @@ def _add_stats(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     p = commands.add_parser(
         "stats", help="per-scope recurrence statistics: JSON (contract section 4), or a table with --table"
     )
-    p.add_argument("--state", required=True, help="state directory written by replay")
+    p.add_argument("--state", type=path_arg, required=True, help="state directory written by replay")
     p.add_argument("--scope", help="only this scope (exit 2 when the state has no such scope)")
     p.add_argument(
         "--table",
@@ -373,7 +389,12 @@ def _add_stats(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         "also its top revisions",
     )
     p.add_argument(
-        "--top", type=non_negative_int, default=DEFAULT_TOP_REVISIONS, help="top_revisions bound (default %(default)s)"
+        "--top",
+        type=non_negative_int,
+        default=DEFAULT_TOP_REVISIONS,
+        metavar="N",
+        help="at most N revisions in each scope's top_revisions (by terminal recurrence streak); every scope is "
+        "listed whatever N (default %(default)s)",
     )
     p.set_defaults(func=_cmd_stats)
 
@@ -386,7 +407,7 @@ def _add_migrate(commands: "argparse._SubParsersAction[argparse.ArgumentParser]"
         "prints it), with progress; killed at any point, run it again. The ledger file is not touched. A state "
         "of a newer recurrence is refused.",
     )
-    p.add_argument("--state", required=True, help="state directory written by replay")
+    p.add_argument("--state", type=path_arg, required=True, help="state directory written by replay")
     p.add_argument("--dry-run", action="store_true", help="say what would change; change nothing")
     p.add_argument(
         "--partitions",
@@ -440,16 +461,16 @@ def _add_explain(commands: "argparse._SubParsersAction[argparse.ArgumentParser]"
     p.add_argument(
         "id", help="an observation_id, match_digest or dead_letter_id, or a revision family/artifact_id@revision"
     )
-    p.add_argument("--state", required=True, help="state directory written by replay")
-    p.add_argument("--out", help="the ledger file (default: the one the state last wrote)")
-    p.add_argument("--journal", help="the journal file (default: the one the state last read)")
+    p.add_argument("--state", type=path_arg, required=True, help="state directory written by replay")
+    p.add_argument("--out", type=path_arg, help="the ledger file (default: the one the state last wrote)")
+    p.add_argument("--journal", type=path_arg, help="the journal file (default: the one the state last read)")
     p.add_argument("--json", action="store_true", help="print the chain as JSON")
     p.set_defaults(func=_cmd_explain)
 
 
 def _add_patterns(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     p = commands.add_parser("patterns", help="signatures that recurred in many scopes (suggestions only)")
-    p.add_argument("--state", required=True, help="state directory written by replay")
+    p.add_argument("--state", type=path_arg, required=True, help="state directory written by replay")
     p.add_argument("--all", action="store_true", help="also list signatures below the threshold")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_cmd_patterns)
@@ -457,13 +478,16 @@ def _add_patterns(commands: "argparse._SubParsersAction[argparse.ArgumentParser]
 
 def _add_serve(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     p = commands.add_parser("serve", help="the statistics page and the read surface (HTTP) over a state")
-    p.add_argument("--state", required=True, help="state directory written by replay")
+    p.add_argument("--state", type=path_arg, required=True, help="state directory written by replay")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default %(default)s)")
     p.add_argument("--port", type=port_number, default=6067, help="port (default %(default)s)")
-    p.add_argument("--out", help="the ledger file, for /explain (default: the one the state last wrote)")
-    p.add_argument("--journal", help="the journal file, for /explain (default: the one the state last read)")
+    p.add_argument("--out", type=path_arg, help="the ledger file, for /explain (default: the one the state last wrote)")
+    p.add_argument(
+        "--journal", type=path_arg, help="the journal file, for /explain (default: the one the state last read)"
+    )
     p.add_argument(
         "--http-token-file",
+        type=path_arg,
         metavar="PATH",
         help="file holding the bearer token every data path asks for (default: RECURRENCE_HTTP_TOKEN; "
         "neither: no token, for a loopback --host)",
@@ -479,23 +503,14 @@ def _add_verify(commands: "argparse._SubParsersAction[argparse.ArgumentParser]")
         "of `recurrence replay` over the same journal: deduplicated by record id, scope by scope, in order; "
         "dead letters without origin and dead_letter_id. Exit 0 equal, 4 different, 2 cannot compare.",
     )
-    p.add_argument("--ledger", required=True, help="the ledger `recurrence replay --out` wrote (- for stdin)")
-    p.add_argument("--outputs", required=True, help="the outputs `recurrence ledger-dump --out` wrote (- for stdin)")
+    p.add_argument(
+        "--ledger", type=path_arg, required=True, help="the ledger `recurrence replay --out` wrote (- for stdin)"
+    )
+    p.add_argument(
+        "--outputs", type=path_arg, required=True, help="the outputs `recurrence ledger-dump --out` wrote (- for stdin)"
+    )
     p.add_argument("--json", action="store_true", help="print the comparison as JSON (every differing scope)")
     p.set_defaults(func=_cmd_verify)
-
-
-class CommandParser(argparse.ArgumentParser):
-    """An ArgumentParser that remembers its subcommand groups (argparse keeps them private)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.subcommand_groups: list[Any] = []
-
-    def add_subparsers(self, **kwargs: Any) -> Any:
-        group = super().add_subparsers(**kwargs)  # its parsers are CommandParsers too (argparse's default)
-        self.subcommand_groups.append(group)
-        return group
 
 
 def _verbose_everywhere(commands: Any) -> None:
@@ -526,7 +541,7 @@ EMBEDDED_COMMANDS = frozenset(
 )
 
 
-def build_parser(with_stream: bool = True) -> argparse.ArgumentParser:
+def build_parser(with_stream: bool = True) -> CommandParser:
     parser = CommandParser(
         prog="recurrence",
         description="Recurring-failure ledger: did what we learned from a failure ever help?",
@@ -556,6 +571,17 @@ def build_parser(with_stream: bool = True) -> argparse.ArgumentParser:
     return parser
 
 
+class _CommandLogFormat(logging.Formatter):
+    """A warning reads like every other message of the command: ``recurrence replay: warning: ...``."""
+
+    def __init__(self, command: str) -> None:
+        super().__init__()
+        self.prefix = f"recurrence {command}: "
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"{self.prefix}{record.levelname.lower()}: {super().format(record)}"
+
+
 def _message(error: BaseException) -> str | None:
     if isinstance(error, ReplayInterrupted) and error.abandoned:
         return f"{error} again: the batch in progress was abandoned; run again to resume (it repairs the ledger)"
@@ -575,12 +601,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = sys.argv[1:] if argv is None else list(argv)
     command = next((a for a in arguments if not a.startswith("-")), None)
     parser = build_parser(with_stream=command not in EMBEDDED_COMMANDS)
-    args = parser.parse_args(arguments)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    args = parser.parse_command_line(arguments)
+    handler = logging.StreamHandler(sys.stderr)
+    if args.verbose or args.command == "worker":
+        # A debug log, and a service's log, are read by time and by logger.
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    else:
+        handler.setFormatter(_CommandLogFormat(args.command))
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, handlers=[handler])
     escape_log_arguments()
     try:
         code: int = args.func(args)

@@ -5,6 +5,7 @@ import argparse
 __all__ = [
     "non_negative_int",
     "partition_count_arg",
+    "path_arg",
     "port_number",
     "positive_int",
     "ratio",
@@ -44,3 +45,10 @@ def port_number(text: str) -> int:
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError("must be a port number, 0..65535")
     return value
+
+
+def path_arg(text: str) -> str:
+    """A file or folder flag: never empty (an empty path would mean the current directory, silently)."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path: give a file or folder (. is the current directory)")
+    return text

@@ -29,3 +29,8 @@ class Tally:
         dead = sum(self.dead_letters.values())
         codes = ", ".join(f"{k}={v:,}" for k, v in sorted(self.dead_letters.items()))
         return f"records: {kinds}; dead letters: {dead:,}{f' ({codes})' if codes else ''}"
+
+
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """``1 scope``, ``2 scopes``: a count with its noun in the number it needs (thousands separated)."""
+    return f"{count:,} {noun if count == 1 else plural or noun + 's'}"

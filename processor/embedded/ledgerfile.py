@@ -73,8 +73,19 @@ def _read_tail(path: Path, end: int) -> bytes:
         raise LedgerWriteError(f"cannot read the ledger {shown(path)}: {error.strerror or error}") from error
 
 
-def check_ledger(path: Path, mark: LedgerMark | None) -> int:
-    """How many uncommitted bytes to cut from the ledger; refuses a ledger the state did not write."""
+def _rebuild(path: Path, bound: Path | None) -> str:
+    """What to do about a ledger the state did not write: its own ledger when ``path`` is another file."""
+    if bound is None or Path(os.path.realpath(path)) == bound:
+        return _REBUILD
+    return (
+        f"this state is bound to its ledger {shown(bound)}: pass --out {shown(bound)} to go on, or rebuild: replay "
+        "the journal into a fresh --state with a fresh --out"
+    )
+
+
+def check_ledger(path: Path, mark: LedgerMark | None, bound: Path | None = None) -> int:
+    """How many uncommitted bytes to cut from the ledger; refuses a ledger the state did not write.
+    ``bound``: the ledger path the state last wrote (named when ``path`` is another file)."""
     size = _size(path)
     where = shown(path)
     if mark is None:
@@ -88,18 +99,24 @@ def check_ledger(path: Path, mark: LedgerMark | None) -> int:
     if size is None:
         if mark.length == 0:
             return 0
+        if bound is not None and Path(os.path.realpath(path)) != bound:
+            raise LedgerMismatchError(
+                f"this state is bound to its ledger {shown(bound)} ({mark.length:,} bytes written), and there is no "
+                f"{where}: pass --out {shown(bound)} to go on, or rebuild: replay the journal into a fresh --state "
+                "with a fresh --out"
+            )
         raise LedgerMismatchError(
             f"the ledger {where} is missing, but the state recorded {mark.length:,} bytes of it; {_REBUILD}"
         )
     if size < mark.length:
         raise LedgerMismatchError(
             f"the ledger {where} holds {size:,} bytes, fewer than the {mark.length:,} the state recorded "
-            f"(truncated or replaced); {_REBUILD}"
+            f"(truncated or replaced); {_rebuild(path, bound)}"
         )
     if _sha256(_read_tail(path, mark.length)) != mark.tail_sha256:
         raise LedgerMismatchError(
             f"the ledger {where} is not the one the state wrote: its bytes before offset {mark.length:,} differ "
-            f"from what the state recorded (rewritten, cut and appended to, or another file); {_REBUILD}"
+            f"from what the state recorded (rewritten, cut and appended to, or another file); {_rebuild(path, bound)}"
         )
     return size - mark.length
 

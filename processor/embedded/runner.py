@@ -127,7 +127,8 @@ def _open_ledger(store: StateStore, request: "_Request") -> tuple[EngineConfig, 
             "the state records no ledger mark (written by an older recurrence), so its ledger cannot be checked; "
             "rebuild: replay the journal into a fresh --state with a fresh --out"
         )
-    cut = check_ledger(out, mark)
+    bound = store.get(LEDGER_PATH_KEY)  # the ledger the state last wrote, named when --out is another file
+    cut = check_ledger(out, mark, None if bound is None else Path(os.fsdecode(bound)))
     if mark is None:
         # Before any batch: a crash in the first one is then repaired like any other.
         mark = EMPTY_LEDGER
@@ -137,7 +138,7 @@ def _open_ledger(store: StateStore, request: "_Request") -> tuple[EngineConfig, 
     ledger = Ledger(out, mark)
     if cut:
         ledger.cut(mark.length)
-        log.warning("ledger recovery: cut %d uncommitted bytes after offset %d", cut, mark.length)
+        log.info("ledger recovery: cut %d uncommitted bytes after offset %d", cut, mark.length)  # replay says it
     return config, ledger, cut, count
 
 

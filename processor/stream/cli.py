@@ -22,7 +22,8 @@ from typing import IO, Any, Final, cast
 import orjson
 
 from ...topics.definitions import ROLES, Role
-from ..cliargs import non_negative_int
+from ..cliargs import non_negative_int, path_arg, positive_int
+from ..core.tally import counted
 from ..exceptions import EXIT_OK, BrokerError, TopicDriftError, UnusableError
 from ..host.outputfile import Writable, check_output, output
 from .clients.brokers import APPLY_HINT, quiet_client_logs
@@ -113,7 +114,7 @@ def _cmd_publish(args: argparse.Namespace) -> int:
         raise UnusableError(f"cannot read journal {args.journal}")
     settings = _settings(args)
     topic = settings.topics.journal
-    summary = asyncio.run(publish(args.journal, settings.kafka, topic))
+    summary = asyncio.run(publish(args.journal, settings.kafka, topic, from_line=args.from_line))
     print(summary.line(topic), file=sys.stderr)
     return EXIT_OK
 
@@ -173,7 +174,10 @@ def _cmd_statistics_dump(args: argparse.Namespace) -> int:
     statistics = asyncio.run(read_statistics(settings.kafka, settings.topics.statistics))
     with output(args.out, args.force) as out:
         out.write(orjson.dumps(statistics, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
-    print(f"recurrence statistics-dump: {len(statistics)} scopes from {settings.topics.statistics}", file=sys.stderr)
+    print(
+        f"recurrence statistics-dump: {counted(len(statistics), 'scope')} from {settings.topics.statistics}",
+        file=sys.stderr,
+    )
     return EXIT_OK
 
 
@@ -267,14 +271,22 @@ def register(commands: Any) -> None:
     q.set_defaults(func=_cmd_topics_show)
 
     p = commands.add_parser("publish", help="produce a journal .jsonl onto the journal topic, keyed by scope")
-    p.add_argument("journal", help="journal .jsonl file, or - for stdin")
+    p.add_argument("journal", type=path_arg, help="journal .jsonl file, or - for stdin")
+    p.add_argument(
+        "--from-line",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="publish from journal line N on (default 1): a run stopped at a line the topic cannot take names "
+        "the N that goes on past it",
+    )
     _common(p)
     p.set_defaults(func=_cmd_publish)
 
     p = commands.add_parser("ledger-dump", help="read the output topics back to deduplicated JSONL")
     _common(p)
     g = p.add_argument_group("ledger-dump")
-    g.add_argument("--out", help="output file (default stdout); an existing one only with --force")
+    g.add_argument("--out", type=path_arg, help="output file (default stdout); an existing one only with --force")
     g.add_argument("--force", action="store_true", help="overwrite an existing --out file")
     g.add_argument(
         "--kinds",
@@ -332,7 +344,7 @@ def register(commands: Any) -> None:
         "statistics-dump", help="read the statistics table topic: the last value per scope, as recurrence stats prints"
     )
     _common(p)
-    p.add_argument("--out", help="output file (default stdout); an existing one only with --force")
+    p.add_argument("--out", type=path_arg, help="output file (default stdout); an existing one only with --force")
     p.add_argument("--force", action="store_true", help="overwrite an existing --out file")
     p.set_defaults(func=_cmd_statistics_dump)
 
@@ -363,6 +375,7 @@ def register(commands: Any) -> None:
     )
     g.add_argument(
         "--command-config",
+        type=path_arg,
         default="admin.properties",
         metavar="PATH",
         help="the super user's client properties file the kafka-acls commands name (default %(default)s)",

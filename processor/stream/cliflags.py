@@ -17,6 +17,7 @@ from typing import Any, Final, TypeVar
 
 from pydantic import SecretStr, ValidationError
 
+from ..cliargs import path_arg
 from ..exceptions import SettingsError
 from .settings import (
     CONFIG_ENV,
@@ -82,6 +83,9 @@ def add_model_arguments(
         }
         if info.annotation is bool:
             kwargs["action"] = "store_true"
+        elif Path in (info.annotation, *typing.get_args(info.annotation)):
+            kwargs["type"] = path_arg
+            kwargs["metavar"] = extra.get("metavar", "PATH")
         else:
             choices = _choices(info.annotation)
             if choices:
@@ -94,6 +98,7 @@ def add_model_arguments(
 def add_config_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--config",
+        type=path_arg,
         metavar="FILE",
         default=argparse.SUPPRESS,
         help=f"TOML file with [kafka], [topics], [worker] tables (env {CONFIG_ENV}); flags and environment override it",

@@ -33,6 +33,7 @@ UI_FILES: Final = {
     "index.html": "text/html; charset=utf-8",
     "app.js": "text/javascript; charset=utf-8",
     "app.css": "text/css; charset=utf-8",
+    "favicon.ico": "image/vnd.microsoft.icon",
 }
 
 

@@ -245,13 +245,14 @@ def document(server: Server, routes: Sequence[tuple[str, bool]], token: bool = F
         "/openapi.json": _get("this document", {"200": _json({"type": "object"}, "OpenAPI 3.1")}),
         "/ui": _get("the statistics page", {"200": _text("HTML", "text/html")}),
         "/ui/{name}": _get(
-            "the page's script and style sheet",
+            "the page's script, style sheet and icon",
             {
                 "200": {
                     "description": "the file",
                     "content": {
                         "text/javascript": {"schema": {"type": "string"}},
                         "text/css": {"schema": {"type": "string"}},
+                        "image/vnd.microsoft.icon": {"schema": {"type": "string", "format": "binary"}},
                     },
                 },
                 "404": _error("no such file"),
@@ -264,6 +265,15 @@ def document(server: Server, routes: Sequence[tuple[str, bool]], token: bool = F
                     "schema": {"type": "string", "enum": sorted(name for name in UI_FILES if name != "index.html")},
                 }
             ],
+        ),
+        "/favicon.ico": _get(
+            "the page's icon",
+            {
+                "200": {
+                    "description": "the icon",
+                    "content": {"image/vnd.microsoft.icon": {"schema": {"type": "string", "format": "binary"}}},
+                }
+            },
         ),
         "/metrics": _get("Prometheus metrics", {"200": _text("the text exposition format")}),
     }

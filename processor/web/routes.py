@@ -18,7 +18,8 @@ Conditional requests: ``/progress`` carries an entity tag (the state's mark on
 ``serve``, a digest of the body on a worker) and answers ``304`` to a request
 whose ``If-None-Match`` names it, so the page can poll it every few seconds for
 next to nothing; where the surface knows its state's version (``serve``), the
-data paths carry a tag derived from it as well.
+data paths carry a tag derived from it as well, and a ``Recurrence-State``
+header: the ``/progress`` body of the view the answer was computed from.
 """
 
 import hashlib
@@ -39,6 +40,9 @@ from .websecurity import QUIET, add_security_headers, guard
 from .webtoken import Access
 
 BOTH: Final[frozenset[Server]] = frozenset({"worker", "embedded"})
+#: On ``serve``, a data answer's header naming the view it was computed from (its ``/progress`` body): the
+#: page draws its "as of" header from it, so the header and the numbers come from one read.
+STATE_HEADER: Final = "Recurrence-State"
 
 
 @dataclass(frozen=True)
@@ -170,7 +174,15 @@ async def _conditional(
     tag = _tag(version, request)
     if _matches(request, tag):
         return _not_modified(tag)
-    return await _answer(work(), lambda value: _tagged(json_response(value), tag))
+    as_of = orjson.dumps(await surface.progress(Ask())).decode("ascii")
+
+    def respond(value: Any) -> web.StreamResponse:
+        response = _tagged(json_response(value), tag)
+        if surface.version() == version:  # no newer view replaced the one the body was computed from
+            response.headers[STATE_HEADER] = as_of
+        return response
+
+    return await _answer(work(), respond)
 
 
 async def statistics(request: web.Request, surface: Surface) -> web.StreamResponse:
@@ -288,6 +300,11 @@ async def ui(request: web.Request, surface: Surface) -> web.StreamResponse:
     return _page_file(request.match_info.get("name"))
 
 
+async def favicon(request: web.Request, surface: Surface) -> web.StreamResponse:
+    # Where every browser asks for a tab's icon: a 404 there is a line in its console on each visit.
+    return _page_file("favicon.ico")
+
+
 async def root(request: web.Request, surface: Surface) -> web.StreamResponse:
     raise web.HTTPFound("/ui")
 
@@ -321,6 +338,7 @@ ROUTES: Final[tuple[Route, ...]] = (
     Route("/openapi.json", "/openapi.json", openapi),
     Route("/ui", "/ui", ui, public=True),
     Route("/ui/{name}", "/ui/{name}", ui, public=True),
+    Route("/favicon.ico", "/favicon.ico", favicon, public=True),
 )
 
 

@@ -110,7 +110,7 @@ def test_the_text_form_summarizes_long_lists(tmp_path: Path, capsys: pytest.Capt
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "50 scopes, 100 recurrences (suggested): 'port already bound'"
     assert out[1].endswith("scope-007 … 42 more (--json lists them)")
-    assert out[2].endswith("… 61 more (--json lists them); beyond these 64, more were seen")
+    assert out[2].endswith("… 61 more kept (--json lists them), and more not kept")
     assert out[2].count("scope-") == 3
 
 

@@ -154,6 +154,8 @@ def test_kill_9_of_the_coordinator_resumes_byte_identical_and_leaves_no_worker(
     if jobs == "2" and "commit, after" in point:
         # The shards were still running (and flushing) batches the main store had committed.
         assert b"again for partitions a crash left behind the ledger" in rerun.stderr
+    # Warnings included, every line reads like the command's own (no logging format).
+    assert all(line.startswith(b"recurrence replay: ") for line in rerun.stderr.splitlines()), rerun.stderr
     assert _outputs(state, out) == clean
 
 

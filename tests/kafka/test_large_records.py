@@ -69,9 +69,14 @@ def test_publish_refuses_a_line_larger_than_the_journal_takes_and_names_it(
     result = deployment.run("publish", str(journal), check=False)
     assert result.returncode == 2, result.stderr
     assert f"journal line 4 is {JOURNAL_MAX_RECORD_BYTES:,} bytes" in result.stderr
-    assert "the 3 entries before it were published" in result.stderr
+    assert "3 entries before it were published, nothing after it. To go on without it: --from-line 5" in result.stderr
     assert "Traceback" not in result.stderr
     assert asyncio.run(_journal_records(deployment)) == 3
+    # As it says: the rest goes on past the line, and the summary says where it started.
+    resumed = deployment.run("publish", str(journal), "--from-line", "5", check=False)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "recurrence publish: 2 entries from line 5 " in resumed.stderr
+    assert asyncio.run(_journal_records(deployment)) == 5
 
 
 async def _journal_records(deployment: Deployment) -> int:

@@ -213,6 +213,7 @@ def test_crash_between_ledger_write_and_state_commit_is_repaired(tmp_path: Path)
     done = replay(EXAMPLE, state, out)
     assert done.returncode == 0
     assert b"recovered the ledger" in done.stderr
+    assert all(line.startswith(b"recurrence replay: ") for line in done.stderr.splitlines()), done.stderr
     assert out.read_bytes() == good
 
 

@@ -2,6 +2,7 @@
 file path they name is in the repository (``tests/kafka/test_docs.py`` runs the blocks that need a broker)."""
 
 import re
+import subprocess
 from pathlib import Path
 from typing import Final
 
@@ -97,3 +98,36 @@ def test_the_settings_table_names_every_environment_variable() -> None:
     for model in (KafkaConnection, TopicLayout, WorkerOptions):
         for name in model.model_fields:
             assert model.env_name(name) in text or name.startswith("ssl_"), name
+
+
+def _timeless(line: str) -> str:
+    return re.sub(r"in [0-9.]+s \([0-9,]+ entries/s\)", "in Ts (R entries/s)", line)
+
+
+def test_the_readmes_make_run_sample_is_what_make_run_prints(tmp_path: Path) -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    sample = readme.split("counted (the times differ from run to run", 1)[1].split("```text\n", 1)[1]
+    sample_lines = sample.split("\n```", 1)[0].splitlines()
+    out = tmp_path / "example"
+    # make run's own commands, into a scratch folder (-o: the installed venv is taken as it is).
+    done = subprocess.run(
+        ["make", "-s", "-o", ".venv/.installed", "run", f"OUT={out}"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,  # in the order a terminal shows them
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    real = [_timeless(line.replace(str(out), "out/example")) for line in done.stdout.splitlines()]
+    # Each line of the sample is the next line printed; "…" stands for any lines left out.
+    at, skipping = 0, False
+    for line in sample_lines:
+        if line.strip() == "…":
+            skipping = True
+            continue
+        wanted = _timeless(line)
+        found = real.index(wanted, at) if skipping else at
+        assert found < len(real) and real[found] == wanted, (line, real[at : at + 3])
+        at, skipping = found + 1, False
+    assert at == len(real), real[at:]  # the sample ends where the output ends

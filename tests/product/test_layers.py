@@ -37,7 +37,7 @@ WINGS: Final = (
     (f"{P}.explain", f"{P}.verify", f"{P}.synthetic", f"{P}.tune", f"{P}.statstable", f"{P}.cliargs"),
     (f"{P}.web",),
     (f"{P}.stream",),
-    (f"{P}.cli",),
+    (f"{P}.cliparser", f"{P}.cli"),
 )
 #: The core's closure may hold none of these: a store backend, a Kafka or web client, the host's I/O,
 #: a clock or randomness (the engine is a pure function of its state and the next entry).

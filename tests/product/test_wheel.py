@@ -90,7 +90,9 @@ def test_the_wheel_holds_every_module_of_the_package_and_nothing_else(wheel: Pat
     assert not any(n.startswith(("tests/", "bench/", "src/", "processor/", "schemas/", "topics/")) for n in names)
     # Package data comes along the same way: the page and the JSON Schemas.
     data = {n for n in names if not n.endswith(".py")}
-    assert {f"recurrence_ledger/processor/web/ui/{f}" for f in ("index.html", "app.js", "app.css")} <= data
+    assert {
+        f"recurrence_ledger/processor/web/ui/{f}" for f in ("index.html", "app.js", "app.css", "favicon.ico")
+    } <= data
     schemas = {p.name for p in (REPO / "schemas" / "json").glob("*.json")}
     assert schemas and {f"recurrence_ledger/schemas/json/{s}" for s in schemas} <= data
     assert "recurrence_ledger/py.typed" in data
@@ -171,6 +173,7 @@ def test_the_installed_serve_follows_its_state_and_ledger_dump_reads_its_flags(
         assert shown["journal"] == {"line": len(EXAMPLE.read_bytes().splitlines()), "offset": EXAMPLE.stat().st_size}
         assert b'recurrence_dead_letters_total{code="invalid_json"} 0.0' in get("/metrics")
         assert b"class Grid" in get("/ui/app.js")
+        assert get("/favicon.ico")[:4] == b"\x00\x00\x01\x00"  # an icon file, from the wheel's package data
     finally:
         server.terminate()
         server.wait(timeout=30)

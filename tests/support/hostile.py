@@ -131,7 +131,7 @@ def assert_secured(answer: Answer, what: str) -> None:
     assert "aiohttp" not in answer.headers.get("server", "") and "Python" not in answer.headers.get("server", "")
 
 
-PUBLIC = {"/", "/livez", "/readyz", "/health", "/ui", "/ui/{name}"}
+PUBLIC = {"/", "/livez", "/readyz", "/health", "/ui", "/ui/{name}", "/favicon.ico"}
 
 
 def check_token_guard(url: str, documented: Iterable[str], values: dict[str, str]) -> list[str]:

@@ -318,6 +318,13 @@ def test_search_by_observation_id_revision_and_signature(fifty: Page) -> None:
         driver.save_screenshot(str(SCREENSHOTS / "ui-50-scopes.png"))
 
 
+# The header's journal line, and the line of the view the totals were drawn from (one script run).
+_HEADER_AND_NUMBERS = """
+const line = /journal line ([0-9,]+)/.exec(document.getElementById("status").textContent);
+return [line ? line[1].replace(/,/g, "") : null, document.getElementById("totals").getAttribute("data-line")];
+"""
+
+
 @pytest.mark.browser
 def test_the_page_follows_a_replay_that_appends(tmp_path: Path) -> None:
     """The page open on a state; a replay appends to it; the page shows the new state without reloading."""
@@ -335,7 +342,7 @@ def test_the_page_follows_a_replay_that_appends(tmp_path: Path) -> None:
             body = driver.find_element(By.TAG_NAME, "body")
             assert body.get_attribute("data-line") == "1500"
             status = driver.find_element(By.ID, "status").text
-            assert status.startswith("state as of journal line 1,500 (byte ") and " UTC" in status
+            assert status.startswith("the state as of journal line 1,500 (byte ") and " UTC" in status
             before = table_numbers(driver)
             # Anything the page holds in memory survives only if the page is never reloaded.
             driver.execute_script("window.__sameDocument = true")
@@ -343,7 +350,14 @@ def test_the_page_follows_a_replay_that_appends(tmp_path: Path) -> None:
             _sort_by(driver, "recurred")
             open_explanation(driver, driver.find_elements(By.CSS_SELECTOR, "#top tr[data-revision]")[0])
             writer = _replay(journal, state, ledger, batch=200)
+            # While it follows, the header and the numbers come from one read: the header's line is the
+            # line of the view the totals were computed from, in every sample.
+            samples = []
+            while writer.poll() is None:
+                samples.append(driver.execute_script(_HEADER_AND_NUMBERS))
+                time.sleep(0.05)
             assert writer.wait(timeout=300) == 0, writer.stderr
+            assert samples and all(header == numbers for header, numbers in samples), samples
             ended = time.monotonic()
             # drawn for the last line (the header says it first, the tables once they are drawn)
             wait(
@@ -363,7 +377,88 @@ def test_the_page_follows_a_replay_that_appends(tmp_path: Path) -> None:
             assert driver.execute_script("return window.__sameDocument") is True
             assert _column(driver, "recurred") == sorted(_column(driver, "recurred"), reverse=True)
             assert driver.find_elements(By.CSS_SELECTOR, "#top tr.explanation-row")
-            assert driver.find_element(By.ID, "status").text.startswith(f"state as of journal line {len(lines):,} ")
+            assert driver.find_element(By.ID, "status").text.startswith(f"the state as of journal line {len(lines):,} ")
             print(f"the page showed the replay's end {followed:.2f} s after it")
     finally:
         _stop(server)
+
+
+@pytest.mark.browser
+def test_the_page_opens_at_the_top_and_says_why_it_chose_a_scope(fifty: Page) -> None:
+    from selenium.webdriver.common.by import By
+
+    stats = fifty.cli("stats")
+    busiest = sorted(stats, key=lambda s: -s["recurrence"]["recurred"])[0]["scope_id"]
+    with chromium(1400, 1300) as driver:
+        open_page(driver, fifty.url + "/ui")
+        assert _chosen(driver) == busiest and _scopes_shown(driver).index(busiest) > 5  # not the first rows
+        box = driver.find_element(By.CSS_SELECTOR, "#scopes").find_element(By.XPATH, "./ancestor::div[1]")
+        assert int(box.get_property("scrollTop")) == 0 and int(driver.execute_script("return window.scrollY")) == 0
+        assert driver.find_element(By.ID, "top-scope").text == (
+            f"in {busiest}, the scope with the most recurrences (click a scope to choose another)"
+        )
+        header = driver.find_element(By.CSS_SELECTOR, "header .state").text
+        assert header.startswith("following the state as of journal line 6,000 (byte "), header
+        assert "state state" not in header
+        # A scope chosen by a link is shown: its row scrolled into the table's view.
+        last = _scopes_shown(driver)[-1]
+        driver.get(f"{fifty.url}/ui#scope={last}")
+        driver.refresh()
+        open_page(driver, f"{fifty.url}/ui#scope={last}")
+        wait(driver, lambda d: _chosen(d) == last and int(box_of(d).get_property("scrollTop")) > 0)
+        assert driver.find_element(By.ID, "top-scope").text == f"in {last}"
+
+
+def box_of(driver: Any) -> Any:
+    from selenium.webdriver.common.by import By
+
+    return driver.find_element(By.CSS_SELECTOR, "#scopes").find_element(By.XPATH, "./ancestor::div[1]")
+
+
+@pytest.mark.browser
+def test_search_counts_its_matches_and_a_revision_without_a_failure_record_says_so(fifty: Page) -> None:
+    from selenium.webdriver.common.by import By
+
+    stats = fifty.cli("stats", "--top", "50")
+    signature = stats[0]["recurrence"]["top_revisions"][0]["signature_key"]
+    matches = sum(signature in r["signature_key"] for s in stats for r in s["recurrence"]["top_revisions"])
+    bare = None  # a revision that carries no failure record: its card has no counts
+    for line in fifty.journal.read_bytes().splitlines():
+        entry = orjson.loads(line)
+        artifact = entry.get("artifact")
+        if entry.get("type") == "artifact" and b"failure_record" not in orjson.dumps(artifact["content"]):
+            name = f"{artifact['family']}/{artifact['artifact_id']}@{artifact['revision']}"
+            cards = orjson.loads(fifty.text(f"/explain/{urllib.parse.quote(name, safe='')}?format=json"))["cards"]
+            if cards and cards[0]["failure_record"] is False:
+                bare = name
+                break
+    assert bare is not None
+    with chromium(1400, 1300) as driver:
+        open_page(driver, fifty.url + "/ui")
+        _search(driver, signature)
+        note = driver.find_element(By.ID, "search-note")
+        wait(driver, lambda d: "match" in note.text)
+        assert note.text.startswith(
+            f"{matches:,} revisions match by signature, revision or scope, searched among the top 50 revisions "
+            "of each scope"
+        ), note.text
+        _search(driver, bare)
+        wait(driver, lambda d: _attrs(d, "#search-table tr[data-found]", "data-found"))
+        assert note.text == "its yield card in 1 scope: click a row to choose the scope"
+        row = driver.find_element(By.CSS_SELECTOR, "#search-table tr[data-found]").text
+        assert "carries no failure record: the ledger never counts it" in row, row
+        assert "selected –" not in row and "recurred –" not in row, row  # no counts drawn as dashes
+
+
+@pytest.mark.browser
+def test_the_page_fits_a_narrow_window_without_sideways_scrolling(fifty: Page) -> None:
+    with chromium(420, 900) as driver:
+        # 420 CSS pixels exactly (a headless window has a minimum width of its own).
+        driver.execute_cdp_cmd(
+            "Emulation.setDeviceMetricsOverride", {"width": 420, "height": 900, "deviceScaleFactor": 1, "mobile": False}
+        )
+        open_page(driver, fifty.url + "/ui")
+        wide = driver.execute_script(
+            "return [window.innerWidth, document.documentElement.scrollWidth, document.documentElement.clientWidth]"
+        )
+        assert wide[0] == 420 and wide[1] <= wide[2], wide  # the width within the vertical scroll bar

@@ -285,7 +285,7 @@ def test_the_page_shows_what_recurrence_stats_says(served: Served) -> None:
     assert shown["review"] == needing
     assert shown["review_chosen"] == [row for row in needing if row.split(" ")[0] == shown["chosen"]]
     lines = len(served.journal_lines())
-    assert shown["worker_hidden"] and shown["status"].startswith(f"state as of journal line {lines:,} ")
+    assert shown["worker_hidden"] and shown["status"].startswith(f"the state as of journal line {lines:,} ")
     # The chosen scope's sparklines are its revisions' verdicts, as `explain` lists them.
     chosen = next(s for s in stats if s["scope_id"] == shown["chosen"])
     for revision in chosen["recurrence"]["top_revisions"][:3]:
@@ -319,6 +319,9 @@ def test_progress_is_the_states_checkpoint_and_answers_304_until_it_moves(served
     status, headers, _ = served.fetch("/statistics?top=50", {})
     assert status == 200 and served.fetch("/statistics?top=50", {"If-None-Match": headers["ETag"]})[0] == 304
     assert served.fetch("/statistics?top=5", {"If-None-Match": headers["ETag"]})[0] == 200
+    # ...and each names the view it was computed from: the page's header comes from the numbers' own answer.
+    for path in ("/statistics?top=50", "/dead-letters", "/patterns"):
+        assert orjson.loads(served.fetch(path, {})[1]["Recurrence-State"]) == orjson.loads(body), path
 
 
 def test_metrics_are_the_states_readings(served: Served) -> None:

@@ -5,6 +5,7 @@ asked as a stranger would (``tests/support/hostile.py``, the same checks as the
 worker's in ``tests/kafka/test_web.py``); its log is read afterwards.
 """
 
+import json
 import os
 import re
 import socket
@@ -369,6 +370,29 @@ def test_the_page_refuses_a_malformed_token_and_asks_for_it_again(served: Server
         asked.send_keys(TOKEN)
         asked.accept()
         loaded(driver)
-        assert driver.find_element(By.ID, "status").text.startswith("state as of journal line")
+        assert driver.find_element(By.ID, "status").text.startswith("the state as of journal line")
         errors = [entry["message"] for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
         assert not [m for m in errors if "ISO-8859-1" in m or "TypeError" in m], errors
+
+
+@pytest.mark.browser
+def test_the_footer_links_carry_the_token_and_the_icon_is_public(served: Server) -> None:
+    from selenium.webdriver.common.by import By
+
+    from tests.support.browser import chromium, open_page, wait
+
+    assert request(served.url, "/statistics").status == 401  # a plain link would be refused
+    expected = request(served.url, "/statistics", TOKEN).json()
+    icon = request(served.url, "/favicon.ico")  # no token: a tab's icon holds no data
+    assert icon.status == 200 and icon.headers["content-type"] == "image/vnd.microsoft.icon"
+    assert icon.body == (REPO / "processor" / "web" / "ui" / "favicon.ico").read_bytes()
+    with chromium() as driver:
+        open_page(driver, f"{served.url}/ui#token={TOKEN}")
+        page = driver.current_window_handle
+        driver.find_element(By.CSS_SELECTOR, 'footer a[href="/statistics"]').click()
+        wait(driver, lambda d: len(d.window_handles) == 2)
+        driver.switch_to.window(next(h for h in driver.window_handles if h != page))
+        wait(driver, lambda d: d.current_url.startswith("blob:") and d.find_element(By.TAG_NAME, "body").text)
+        assert json.loads(driver.find_element(By.TAG_NAME, "body").text) == expected
+        errors = [entry["message"] for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
+        assert not [m for m in errors if "favicon" in m or "401" in m], errors

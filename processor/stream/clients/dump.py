@@ -37,6 +37,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from ....topics.names import TopicNames
+from ...core.tally import counted
 from ...exceptions import SettingsError
 from ...host.outputfile import Writable
 from ...verify import record_id as derived_record_id
@@ -114,8 +115,8 @@ class DumpSummary:
     def line(self) -> str:
         topics = ", ".join(f"{t}={n:,}" for t, n in sorted(self.by_topic.items()))
         return (
-            f"recurrence ledger-dump: {self.distinct:,} distinct records from {self.raw_records:,} read "
-            f"({self.duplicates:,} duplicates dropped) in {self.seconds:.2f}s; {topics}"
+            f"recurrence ledger-dump: {counted(self.distinct, 'distinct record')} from {self.raw_records:,} read "
+            f"({counted(self.duplicates, 'duplicate')} dropped) in {self.seconds:.2f}s{'; ' + topics if topics else ''}"
         )
 
 

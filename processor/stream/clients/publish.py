@@ -8,7 +8,8 @@ partition 0, where the worker dead-letters it like the embedded runner would.
 The producer is idempotent with acks=all and one request in flight per
 partition, so a scope's entries land in file order. A line larger than the
 journal topic takes (``JOURNAL_MAX_RECORD_BYTES``) stops the run with its line
-number before it is sent; the lines before it are published.
+number before it is sent; the lines before it are published, and ``--from-line``
+publishes the rest (decision 121).
 """
 
 import asyncio
@@ -22,6 +23,7 @@ from aiokafka import AIOKafkaProducer
 
 from ....topics.definitions import JOURNAL_MAX_RECORD_BYTES
 from ...core.partitioning import UNKEYED_PARTITION, scope_key
+from ...core.tally import counted
 from ...exceptions import UnusableError
 from ...host.journalfile import JournalReader, Progress
 from ..settings import KafkaConnection
@@ -40,13 +42,15 @@ class PublishSummary:
     blank_lines: int = 0
     bytes: int = 0
     seconds: float = 0.0
+    from_line: int = 1  # lines before it were not read for publishing (--from-line)
 
     def line(self, topic: str) -> str:
         rate = self.entries / self.seconds if self.seconds > 0 else 0.0
+        start = f" from line {self.from_line:,}" if self.from_line > 1 else ""
         return (
-            f"recurrence publish: {self.entries:,} entries ({self.bytes:,} bytes) to {topic} in {self.seconds:.2f}s "
-            f"({rate:,.0f} entries/s); {self.unkeyed:,} without a readable scope_id (sent unkeyed to partition "
-            f"{UNKEYED_PARTITION}); {self.blank_lines:,} blank lines skipped"
+            f"recurrence publish: {counted(self.entries, 'entry', 'entries')}{start} ({self.bytes:,} bytes) to "
+            f"{topic} in {self.seconds:.2f}s ({rate:,.0f} entries/s); {self.unkeyed:,} without a readable scope_id "
+            f"(sent unkeyed to partition {UNKEYED_PARTITION}); {counted(self.blank_lines, 'blank line')} skipped"
         )
 
 
@@ -67,8 +71,10 @@ async def publish(
     connection: KafkaConnection,
     topic: str,
     progress_stream: IO[str] | None = None,
+    from_line: int = 1,
 ) -> PublishSummary:
-    summary = PublishSummary()
+    """Lines before ``from_line`` are skipped (a run stopped at a line the topic cannot take goes on past it)."""
+    summary = PublishSummary(from_line=from_line)
     began = time.monotonic()
     reader = JournalReader(journal)
     progress = Progress(reader.total_bytes, progress_stream)
@@ -88,13 +94,18 @@ async def publish(
             await require_topics(connection, producer.client, [topic])
             in_flight: list[asyncio.Future[Any]] = []
             for line, entry in reader:
+                if line < from_line:
+                    continue
                 key = scope_key(entry)
                 if len(entry) + len(key or b"") + _FRAMING > JOURNAL_MAX_RECORD_BYTES:
                     await bounded(connection, asyncio.gather(*in_flight), "WRITE")
                     raise UnusableError(
-                        f"journal line {line} is {len(entry):,} bytes, more than the journal topic takes "
-                        f"({JOURNAL_MAX_RECORD_BYTES:,} bytes a record); the {summary.entries} entries before it "
-                        "were published, nothing after it"
+                        f"journal line {line:,} is {len(entry):,} bytes, more than the journal topic takes "
+                        f"({JOURNAL_MAX_RECORD_BYTES:,} bytes a record); "
+                        f"{counted(summary.entries, 'entry', 'entries')} before it "
+                        f"{'was' if summary.entries == 1 else 'were'} published, nothing after it. "
+                        f"To go on without it: --from-line {line + 1} (the topic then lacks that entry, which an "
+                        "embedded replay of the file would read: docs/kafka.md)"
                     )
                 if key is None:
                     summary.unkeyed += 1

@@ -55,7 +55,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 from urllib.parse import quote
 
 import aiohttp
@@ -73,6 +73,7 @@ from ...explain import Explainer, NotFoundError, identity_kind
 from ...host.printable import echoed
 from ...store.base import StateStore, Transaction
 from ...web.httpapi import (
+    MAX_LISTED,
     Server,
     check_code,
     dead_letter_listing,
@@ -89,6 +90,9 @@ from ..batch.probes import ProbeInputs, liveness, readiness
 from ..batch.types import PartitionedState
 from ..settings import KafkaConnection
 from .topicarchive import Location, PassArchive, TopicReader, in_passes
+
+if TYPE_CHECKING:
+    from ..clients.deadletterfeed import DeadLetterFeed
 
 log = logging.getLogger("recurrence.stream.web")
 
@@ -160,6 +164,8 @@ class ReadSurface:
     # the topic /dead-letters/{code} lists from (any worker reads all of it: no owner to ask)
     dead_letters_topic: str | None = None
     peers: Peers = field(default_factory=Peers)
+    # /dead-letters/{code}'s reader of that topic, kept between requests (made at the first one)
+    dead_letter_feed: "DeadLetterFeed | None" = None
 
     server: Server = "worker"
 
@@ -355,15 +361,20 @@ class ReadSurface:
         check_code(code)
         if self.connection is None or self.dead_letters_topic is None:
             raise Unavailable("this worker has no broker connection to read the dead letters with")
-        from ..clients.dump import read_records  # noqa: PLC0415 - only this path reads a whole output topic
+        if self.dead_letter_feed is None:
+            from ..clients.deadletterfeed import DeadLetterFeed  # noqa: PLC0415 - only this path reads the topic
 
+            self.dead_letter_feed = DeadLetterFeed(
+                self.connection, self.dead_letters_topic, MAX_LISTED, listed_dead_letter
+            )
         try:
-            values, _ = await read_records(self.connection, [self.dead_letters_topic])
+            await self.dead_letter_feed.update()  # what the topic grew by since the last request
         except UnusableError as error:  # the broker did not answer in time, or the topic is missing
             raise Unavailable(str(error)) from None
-        records = [orjson.loads(value) for value in values]  # distinct, in journal order
-        listed = [listed_dead_letter(record) for record in records if record.get("error") == code]
-        return dead_letter_listing(code, listed, len(listed), limit)
+        listed = self.dead_letter_feed.listed(code)  # distinct, in journal order, at most MAX_LISTED
+        # How many: the state's count (what /dead-letters says), never fewer than those listed.
+        total = max(len(listed), int((await self.dead_letters(Ask()))["by_code"].get(code, 0)))
+        return dead_letter_listing(code, listed, total, limit)
 
     async def patterns(self, ask: Ask) -> dict[str, Any]:
         table = self.pattern_table

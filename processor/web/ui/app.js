@@ -35,6 +35,8 @@ const SEARCH_ROWS = 200; // signature matches listed at most
 
 const NUMBER = new Intl.NumberFormat();
 function num(value) { return value === null || value === undefined ? "–" : NUMBER.format(value); }
+// "1 scope", "2 scopes" (as counted() in processor/core/tally.py).
+function counted(count, noun, plural) { return `${num(count)} ${count === 1 ? noun : plural || noun + "s"}`; }
 
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
@@ -144,14 +146,22 @@ async function request(path, options) {
   }
 }
 
-async function getJSON(path) {
+async function getJSON(path, answered) {
   const response = await request(path, { headers: { Accept: "application/json" } });
   if (!response.ok) {
     let detail = response.statusText;
     try { detail = (await response.json()).error || detail; } catch (_) { /* not JSON */ }
     throw new Error(`${path}: ${response.status} ${detail}`);
   }
+  if (answered) answered(response);
   return response.json();
+}
+
+// On `serve`, a data answer names the view it was computed from (Recurrence-State: the /progress body of
+// that view): the header is drawn from it, so the header and the numbers come from one read.
+function stateOf(response) {
+  const raw = response.headers.get("Recurrence-State");
+  try { return raw ? JSON.parse(raw) : null; } catch (_) { return null; }
 }
 
 function refText(ref) { return `${ref.family}/${ref.artifact_id}@${ref.revision}`; }
@@ -497,7 +507,7 @@ function renderTune(body) {
     "prints this table in a terminal.";
   const note = document.getElementById("tune-note");
   note.textContent = body.incomplete_scopes.length
-    ? `${body.incomplete_scopes.length} scopes were replayed before these counters were kept and count short ` +
+    ? `${counted(body.incomplete_scopes.length, "scope")} ${body.incomplete_scopes.length === 1 ? "was" : "were"} replayed before these counters were kept and count short ` +
       `(${body.incomplete_scopes.slice(0, 5).join(", ")}${body.incomplete_scopes.length > 5 ? ", …" : ""}); ` +
       "rebuild the state to include them."
     : "flags: times a streak reached the threshold, any repair surface, head or not (= needing review + premature " +
@@ -793,8 +803,9 @@ async function loadSparks(scope) {
   if (page.chosen === scope.scope_id) topGrid.render();
 }
 
-// The chosen scope's row, scrolled into its table's view (only when the choice changed: a refresh keeps
-// where the reader scrolled).
+// The chosen scope's row, scrolled into its table's view: only when the choice changed and was made
+// away from the table (a link's #scope=, a search result); a refresh keeps where the reader scrolled, and
+// the page opens with the table at its top.
 function showChosenRow() {
   const row = byId("scopes").querySelector("tr.chosen");
   const box = row && row.closest(".scroll");
@@ -803,15 +814,19 @@ function showChosenRow() {
   box.scrollTop = Math.max(0, top);
 }
 
-async function choose(scopeId) {
+// ``why``: "reveal" scrolls the table to the row (chosen away from it); "busiest" says why the page chose it.
+async function choose(scopeId, why) {
   const changed = scopeId !== page.shown;
   page.chosen = scopeOf(scopeId) ? scopeId : null;
   page.shown = page.chosen;
-  if (page.chosen) setAddress({ scope: page.chosen });
+  if (changed) page.chosenWhy = why === "busiest" ? why : "";
+  if (page.chosen && why !== "busiest") setAddress({ scope: page.chosen });
   scopesGrid.render();
-  if (changed) showChosenRow();
+  if (changed && why === "reveal") showChosenRow();
   const scope = scopeOf(page.chosen);
-  byId("top-scope").textContent = scope ? `in ${scope.scope_id}` : "";
+  byId("top-scope").textContent = !scope ? ""
+    : page.chosenWhy === "busiest" ? `in ${scope.scope_id}, the scope with the most recurrences (click a scope to choose another)`
+    : `in ${scope.scope_id}`;
   topGrid.setRows(topRows(scope));
   renderReview();
   await loadSparks(scope);
@@ -841,10 +856,10 @@ function renderProgress(progress) {
   const live = byId("live");
   if (progress.runner === "embedded") {
     const journal = progress.journal;
-    status.textContent = `state as of journal line ${num(journal.line)} (byte ${num(journal.offset)}), ` +
+    status.textContent = `the state as of journal line ${num(journal.line)} (byte ${num(journal.offset)}), ` +
       `written at ${writtenAt(progress.written_at)} · ledger ${num(progress.ledger_bytes)} bytes`;
     document.body.setAttribute("data-line", journal.line);
-    live.textContent = progress.following ? "following the state" : "as opened";
+    live.textContent = progress.following ? "following" : "as opened";
     live.className = progress.following ? "live on" : "live";
     return;
   }
@@ -872,8 +887,9 @@ async function poll() {
   page.tag = response.headers.get("ETag");
   const progress = await response.json();
   page.progress = progress;
-  renderProgress(progress);
+  // serve: drawn with the numbers (refresh), from the view they were read from.
   if (progress.runner !== "worker") return true;
+  renderProgress(progress);
   // A worker's lag moves with every new journal entry; its data changes only when its positions do.
   const positions = JSON.stringify((progress.partitions || []).map((p) => [p.partition, p.position]));
   const moved = positions !== page.positions;
@@ -882,21 +898,36 @@ async function poll() {
 }
 
 async function refresh() {
+  let shown = null;
   const [stats, deadLetters, patterns, tune] = await Promise.all([
-    getJSON(`/statistics?top=${TOP}`), getJSON("/dead-letters"), getJSON("/patterns"), getJSON("/tune"),
+    getJSON(`/statistics?top=${TOP}`, (response) => { shown = stateOf(response); }),
+    getJSON("/dead-letters"), getJSON("/patterns"), getJSON("/tune"),
   ]);
   page.stats = stats;
+  if (page.progress.runner !== "worker") {
+    // A view replaced while the numbers were computed leaves the answer without its state: the header
+    // keeps the last one, and the next poll reads everything again.
+    if (shown) renderProgress(shown);
+    else page.tag = null;
+    page.shownState = shown || page.shownState || page.progress;
+    if (!page.loadedOnce && !shown) renderProgress(page.progress);
+    // Drawn in the same task as the header: the numbers' own line (what a test compares the header with).
+    const drawn = shown || page.shownState;
+    if (drawn && drawn.journal) byId("totals").setAttribute("data-line", drawn.journal.line);
+  }
   renderTotals(stats);
   scopesGrid.setRows(stats);
   renderDeadLetters(deadLetters);
   renderPatterns(patterns);
   renderTune(tune);
+  let why;
   if (!scopeOf(page.chosen)) {
     const wanted = new URLSearchParams(location.hash.slice(1)).get("scope");
     const busiest = [...stats].sort((a, b) => b.recurrence.recurred - a.recurrence.recurred)[0];
+    why = scopeOf(wanted) ? "reveal" : "busiest";
     page.chosen = scopeOf(wanted) ? wanted : busiest ? busiest.scope_id : null;
   }
-  await choose(page.chosen);
+  await choose(page.chosen, why);
   await search.again();
 }
 
@@ -910,7 +941,7 @@ const searchGrid = new Grid(byId("search-table"), {
   key: (r) => `${r.scope} ${r.id}`,
   rowAttrs: (r) => ({ "data-found": `${r.scope} ${r.id}` }),
   explain: (r) => ({ id: r.id, scope: r.scope }),
-  onRow: (r) => choose(r.scope),
+  onRow: (r) => choose(r.scope, "reveal"),
   empty: "nothing found",
 });
 
@@ -941,7 +972,7 @@ const search = {
     goTo.hidden = !(scope && scopeOf(scope));
     if (!goTo.hidden) {
       goTo.textContent = `show ${scope}`;
-      goTo.onclick = () => choose(scope);
+      goTo.onclick = () => choose(scope, "reveal");
     }
   },
   async run(query, fresh = true) {
@@ -978,7 +1009,7 @@ const search = {
       if (found.scope_id && scopeOf(found.scope_id)) {
         goTo.hidden = false;
         goTo.textContent = `show ${found.scope_id}`;
-        goTo.onclick = () => choose(found.scope_id);
+        goTo.onclick = () => choose(found.scope_id, "reveal");
       }
       return;
     }
@@ -992,11 +1023,13 @@ const search = {
         searchGrid.setRows([]);
         return;
       }
-      note.textContent = `its yield card in ${num(body.cards.length)} scope(s): click a row to choose the scope`;
+      note.textContent = `its yield card in ${counted(body.cards.length, "scope")}: click a row to choose the scope`;
       searchGrid.setRows(body.cards.map((card) => ({
         scope: card.scope_id, id: query, signature: card.signature_key || "", streak: card.streak,
-        detail: `selected ${num(card.selected)} · recurred ${num(card.recurred)} · avoided ${num(card.avoided)} · ` +
-          `unknown ${num(card.unknown)}`,
+        // Without a failure record the card has no counts: what `recurrence explain` says instead.
+        detail: card.failure_record === false ? card.text
+          : `selected ${num(card.selected)} · recurred ${num(card.recurred)} · avoided ${num(card.avoided)} · ` +
+            `unknown ${num(card.unknown)}`,
       })));
       return;
     }
@@ -1014,7 +1047,8 @@ const search = {
     }
     byId("search-what").textContent = `“${query}”`;
     note.textContent = rows.length
-      ? `${num(rows.length)} of the top ${TOP} revisions of each scope match by signature, revision or scope` +
+      ? `${counted(rows.length, "revision")} ${rows.length === 1 ? "matches" : "match"} by signature, revision or ` +
+        `scope, searched among the top ${TOP} revisions of each scope` +
         (rows.length > SEARCH_ROWS ? `; the first ${SEARCH_ROWS} are listed` : "") + ": click a row to choose its scope"
       : "no top revision matches: try a whole observation id (sha256:…) or a revision (family/id@revision)";
     searchGrid.setRows(rows.slice(0, SEARCH_ROWS));
@@ -1050,9 +1084,9 @@ async function cycle() {
       await refresh();
       page.loadedOnce = true;
       document.body.setAttribute("data-loaded", "true");
-      // The journal line of the state whose data is now drawn (or a newer one: the data is read after
-      // /progress, so a commit in between shows up in the numbers before the header catches up).
-      if (page.progress.journal) document.body.setAttribute("data-shown-line", page.progress.journal.line);
+      // The journal line of the state whose numbers and header are now drawn (one read, on serve).
+      const drawn = page.shownState || page.progress;
+      if (drawn.journal) document.body.setAttribute("data-shown-line", drawn.journal.line);
       document.body.setAttribute("data-refreshes", Number(document.body.getAttribute("data-refreshes") || 0) + 1);
     }
   } catch (error) {
@@ -1087,8 +1121,21 @@ function fromAddress() {
 window.addEventListener("hashchange", () => {
   fromAddress();
   const wanted = addressParams().get("scope");
-  if (page.loadedOnce && scopeOf(wanted) && wanted !== page.chosen) choose(wanted);
+  if (page.loadedOnce && scopeOf(wanted) && wanted !== page.chosen) choose(wanted, "reveal");
   if (page.loadedOnce) search.again();
+});
+
+// The footer's links lead to data paths: under a token a plain link would be refused (401), since the
+// token never leaves the page's requests. With one, a click asks with the token and opens the answer.
+document.querySelector("footer").addEventListener("click", async (event) => {
+  const link = event.target.closest("a[href]");
+  if (!link || !storedToken()) return;  // no token: the link works as it is
+  event.preventDefault();
+  const opened = window.open("", "_blank");  // opened within the click, where no popup blocker stops it
+  const response = await request(link.getAttribute("href"));
+  const type = (response.headers.get("Content-Type") || "text/plain").split(";")[0];
+  const blob = new Blob([await response.arrayBuffer()], { type: type === "application/json" ? "text/plain" : type });
+  if (opened) opened.location = URL.createObjectURL(blob);
 });
 
 takeTokenFromFragment();
