@@ -25,7 +25,7 @@ import os
 import stat
 import time
 from collections.abc import Iterator
-from contextlib import closing, contextmanager, suppress
+from contextlib import ExitStack, closing, contextmanager, suppress
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
@@ -40,7 +40,7 @@ from ..store.base import StateStore
 from .archive import JOURNAL_PATH_KEY, LEDGER_PATH_KEY
 from .coordinator import Run, RunSummary, Writer
 from .header import bind_config, check_format, has_engine_rows
-from .ledgerfile import EMPTY_LEDGER, DiscardedLedger, Ledger, LedgerMark, check_ledger
+from .ledgerfile import EMPTY_LEDGER, DiscardedLedger, Ledger, LedgerMark, check_ledger, owned
 from .paths import real
 from .shard import LocalShard, ShardClient
 from .statedir import (
@@ -97,10 +97,16 @@ def default_jobs(journal: str) -> int:
 
 
 def _open_ledger(
-    store: StateStore, out: Path | None, config: EngineConfig | None, journal: str, partitions: int | None
+    store: StateStore,
+    out: Path | None,
+    config: EngineConfig | None,
+    journal: str,
+    partitions: int | None,
+    created: bool,
 ) -> tuple[EngineConfig, "Ledger | DiscardedLedger", int, int]:
     """Check the state and the ledger against each other; stamp a fresh state before its first batch.
-    ``out`` None: a dry run, whose records are not kept (a fresh state only)."""
+    ``out`` None: a dry run, whose records are not kept (a fresh state only); ``created``: the ledger file is
+    the empty one this run's lock created (it was missing)."""
     # Where ``recurrence explain`` reads records and entries back (informational: the ledger is
     # bound by its bytes, and an explain may name other paths).
     stamps: dict[bytes, bytes] = {} if out is None else {LEDGER_PATH_KEY: os.fsencode(real(out))}
@@ -129,7 +135,7 @@ def _open_ledger(
             "the state records no ledger mark (written by an older recurrence), so its ledger cannot be checked; "
             "rebuild: replay the journal into a fresh --state with a fresh --out"
         )
-    cut = check_ledger(out, mark)
+    cut = check_ledger(out, mark, created)
     if mark is None:
         # Before any batch: a crash in the first one is then repaired like any other.
         mark = EMPTY_LEDGER
@@ -248,14 +254,18 @@ def replay(
 
         # Forked before anything else is opened (no store, no thread): see ``workers``.
         workers = fork_workers(processes)
-    if isinstance(location, StateDir) and out is not None and not holds_store(main_path(location.root)):
-        # A new state: a ledger it cannot take is refused before the state directory is created, so a
-        # refused run leaves no folder that looks like a state (``_open_ledger`` checks it again).
-        check_ledger(out, None)
     completed = False
     try:
-        # The journal is opened first: an unreadable one stops the run before the state is stamped.
-        with JournalReader(journal) as reader, _main_store(location) as main:
+        with ExitStack() as held:
+            # Taken after the fork: a worker never inherits the lock, so a killed run releases it at once.
+            created = out is not None and held.enter_context(owned(out))
+            if isinstance(location, StateDir) and out is not None and not holds_store(main_path(location.root)):
+                # A new state: a ledger it cannot take is refused before the state directory is created, so a
+                # refused run leaves no folder that looks like a state (``_open_ledger`` checks it again).
+                check_ledger(out, None)
+            # The journal is opened first: an unreadable one stops the run before the state is stamped.
+            reader = held.enter_context(JournalReader(journal))
+            main = held.enter_context(_main_store(location))
             completed = _replay(
                 journal,
                 location,
@@ -269,6 +279,7 @@ def replay(
                 main,
                 workers,
                 summary,
+                created,
             )
     except Abandon as abandoned:
         for worker in workers:
@@ -304,8 +315,9 @@ def _replay(
     main: StateStore,
     workers: "list[RemoteShard]",
     summary: RunSummary,
+    created: bool,
 ) -> bool:
-    config, ledger, summary.truncated_bytes, count = _open_ledger(main, out, config, journal, partitions)
+    config, ledger, summary.truncated_bytes, count = _open_ledger(main, out, config, journal, partitions, created)
     with closing(ledger):
         stop.waiting = lambda: reader.waiting
         reader.before_wait = stop.check
