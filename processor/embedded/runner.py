@@ -409,6 +409,7 @@ def _run(
         main.apply({CLEAN_KEY: clean_mark(start.epoch, None if raw is None else Checkpoint.decode(raw))})
     finally:
         summary.blank_lines = reader.blank_lines
+        summary.held_back = reader.held_back
         progress.update(summary.entries, reader.read_bytes, force=True)
         progress.close()
     return completed
