@@ -87,6 +87,13 @@ def _report(summary: RunSummary, journal: str) -> None:
             "replayed it whole (nothing already written is written again)",
             file=sys.stderr,
         )
+    if summary.held_back is not None:
+        print(
+            f"recurrence replay: the journal's last line ({summary.held_back.line:,}, {summary.held_back.size:,} "
+            "bytes) has no line end and is not JSON yet: held back, not applied; the next run reads it once it is "
+            "complete",
+            file=sys.stderr,
+        )
     print(summary.line(), file=sys.stderr)
     warning = summary.nothing_applied()
     if warning is not None:

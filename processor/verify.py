@@ -13,20 +13,27 @@ it must be equal.
 The tests and the benchmarks compare the two runners with this module too, so
 there is one rule. Reports name records by id (and dead letters by error code
 and position), never by their text.
+
+Both files are regular files (``-``: stdin), read a line of at most
+``OUTPUT_MAX_RECORD_BYTES`` at a time (no output topic holds a longer record),
+and every line must be an output record the comparison can name: a JSON object
+with a string ``record``, its kind's id field a string, ``scope_id`` a string
+or absent. Anything else is refused in one line (exit 2) naming the line.
 """
 
 import sys
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Final
 
 import orjson
 
 from ..schemas.canonical import digest
+from ..topics.definitions import OUTPUT_MAX_RECORD_BYTES
 from .exceptions import UnusableError
 from .host.journalfile import shown
+from .host.regularfile import bounded_lines, open_regular
 
 Grouped = dict[str | None, list[bytes]]
 
@@ -34,6 +41,19 @@ Grouped = dict[str | None, list[bytes]]
 # (``recurrence patterns`` reads them from the state).
 NOT_IN_THE_LEDGER: Final = frozenset({"pattern"})
 REPORTED_SCOPES: Final = 10
+#: The field holding a record's own id, by kind (the others are named by their digest).
+ID_FIELDS: Final = {"observation": "observation_id", "match": "match_digest", "dead_letter": "dead_letter_id"}
+
+
+def _is_output_record(record: Any) -> bool:
+    """Can the comparison name and group this: a kind, its id field if it has one, a scope (or none)?"""
+    if not isinstance(record, dict) or not isinstance(record.get("record"), str):
+        return False
+    field = ID_FIELDS.get(record["record"])
+    if field is not None and not isinstance(record.get(field), str):
+        return False
+    scope = record.get("scope_id")
+    return scope is None or isinstance(scope, str)
 
 
 def record_id(value: bytes) -> str:
@@ -208,26 +228,31 @@ def _lines(handle: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:
             yield number, line
 
 
+_WHAT_TO_GIVE: Final = "give the ledger `recurrence replay --out` wrote and the dump of `recurrence ledger-dump --out`"
+
+
 def read_records(path: str, what: str) -> list[bytes]:
     """Every output record in a ``.jsonl`` file (``-``: stdin); UnusableError naming the first line that is not one."""
+    where = f"{what} {shown(path)}"
+    advice = f"no output record is that long: {_WHAT_TO_GIVE}"
     try:
         if path == "-":
-            numbered = list(_lines(sys.stdin.buffer))
+            numbered = list(_lines(bounded_lines(sys.stdin.buffer, OUTPUT_MAX_RECORD_BYTES, where, advice)))
         else:
-            with Path(path).open("rb") as handle:
-                numbered = list(_lines(handle))
+            with open_regular(path, what) as handle:
+                numbered = list(_lines(bounded_lines(handle, OUTPUT_MAX_RECORD_BYTES, where, advice)))
     except OSError as error:
-        raise UnusableError(f"cannot read {what} {shown(path)}: {error.strerror or error}") from error
+        raise UnusableError(f"cannot read {where}: {error.strerror or error}") from error
     records, left_out = [], 0
     for number, line in numbered:
         try:
             record = orjson.loads(line)
         except orjson.JSONDecodeError:
             record = None
-        if not isinstance(record, dict) or not isinstance(record.get("record"), str):
+        if not _is_output_record(record):
             raise UnusableError(
-                f'{what} {shown(path)} line {number} is not an output record (a JSON object with "record"): '
-                "give the ledger `recurrence replay --out` wrote and the dump of `recurrence ledger-dump --out`"
+                f'{where} line {number} is not an output record (a JSON object with "record", its id and '
+                f"scope_id strings): {_WHAT_TO_GIVE}"
             )
         if record["record"] in NOT_IN_THE_LEDGER:
             left_out += 1
@@ -235,7 +260,7 @@ def read_records(path: str, what: str) -> list[bytes]:
         records.append(line)
     if left_out:
         raise UnusableError(
-            f"{what} {shown(path)} holds {left_out} pattern records, which no ledger holds: dump the default "
+            f"{where} holds {left_out} pattern records, which no ledger holds: dump the default "
             "kinds (`recurrence ledger-dump` without --kinds patterns)"
         )
     return records

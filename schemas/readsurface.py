@@ -161,8 +161,9 @@ class Progress(Value):
     """``/progress``: how far the served state is, from the state (never the server's or the browser's clock).
 
     ``serve``: the journal checkpoint of the view it serves, the ledger's length and when that batch was
-    committed (the writer's clock), and whether it follows the state. A worker: its journal partitions with
-    their positions, lag and readiness, and the readiness verdict of ``/readyz``.
+    committed (the writer's clock), whether it follows the state, and the readiness verdict of ``/readyz``
+    (not ready while the state folder is gone or replaced). A worker: its journal partitions with their
+    positions, lag and readiness, and the readiness verdict of ``/readyz``.
     """
 
     runner: Literal["embedded", "worker"]

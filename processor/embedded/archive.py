@@ -6,45 +6,65 @@ ledger and of the journal it last read. ``FileArchive`` reads a record back
 by seeking to its line, and a journal entry by its origin line number.
 
 Both files are opened as regular files only (``regularfile``): a device or a
-FIFO put where the ledger was is refused, never read until memory runs out.
-Whether the ledger is the state's is checked once, when the archive is
+FIFO put where the ledger was is refused, never read until memory runs out,
+and a line is read up to ``MAX_LINE_BYTES`` (a longer one is refused in one
+line). Whether the ledger is the state's is checked once, when the archive is
 opened for a command or a server (``embedded.open_archive``); that each
-record read back is the one asked for, by the Explainer.
+record read back is the one asked for, by the Explainer. A journal that can
+be read but has no line where the state's entry was (a shorter file) gives an
+empty entry, which the Explainer refuses as not the state's journal: only a
+journal that cannot be read at all is "not readable here".
 """
 
 import os
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, BinaryIO, Final
 
+from ...topics.definitions import OUTPUT_MAX_RECORD_BYTES
 from ..core.recordindex import record_key
 from ..core.state import key
-from ..host.regularfile import open_regular
+from ..host.journalfile import shown
+from ..host.regularfile import LineTooLongError, open_regular
 from ..store.base import StateStore
 
 LEDGER_PATH_KEY: Final = key("ledger_path")
 JOURNAL_PATH_KEY: Final = key("journal_path")
 _CHUNK: Final = 1 << 20
+#: The longest line read back: the largest record a deployment's topics hold. An entry or a record
+#: longer than that could never be on a topic; it is refused rather than read into memory whole.
+MAX_LINE_BYTES: Final = OUTPUT_MAX_RECORD_BYTES
+
+
+def _bounded_line(handle: BinaryIO, where: str) -> bytes:
+    line = handle.readline(MAX_LINE_BYTES + 2).rstrip(b"\r\n")
+    if len(line) > MAX_LINE_BYTES:
+        raise LineTooLongError(
+            f"{where} is longer than {MAX_LINE_BYTES:,} bytes, the largest record a topic holds; "
+            "explain reads no longer line (is the file the one the state wrote and read?)"
+        )
+    return line
 
 
 def _read_line(path: Path, offset: int) -> bytes | None:
     try:
         with open_regular(path, "the ledger") as handle:
             handle.seek(offset)
-            line = handle.readline()
+            line = _bounded_line(handle, f"the ledger {shown(path)} line at byte {offset:,}")
     except OSError:
         return None
-    return line.rstrip(b"\r\n") or None
+    return line or None
 
 
 def _line_number(path: Path, number: int) -> bytes | None:
-    """Line ``number`` (1-based) of a file, found by counting newlines a chunk at a time."""
+    """Line ``number`` (1-based) of a file, found by counting newlines a chunk at a time; None when the file
+    cannot be read, ``b""`` when it has no such line (or a blank one)."""
     try:
         with open_regular(path, "the journal") as handle:
             seen, start = 1, 0
             while seen < number:
                 chunk = handle.read(_CHUNK)
                 if not chunk:
-                    return None
+                    return b""  # fewer lines than the state read: not its journal
                 count = chunk.count(b"\n")
                 if seen + count < number:
                     seen += count
@@ -56,10 +76,9 @@ def _line_number(path: Path, number: int) -> bytes | None:
                 start += at + 1
                 seen = number
             handle.seek(start)
-            line = handle.readline()
+            return _bounded_line(handle, f"the journal {shown(path)} line {number:,}")
     except OSError:
         return None
-    return line.rstrip(b"\r\n") or None
 
 
 class FileArchive:

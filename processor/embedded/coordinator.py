@@ -41,7 +41,7 @@ from ..core.state import key, row_cache
 from ..core.tally import Tally
 from ..exceptions import StateDirError
 from ..host.gcpolicy import full_collections_between_batches
-from ..host.journalfile import JournalPosition, JournalReader, Progress
+from ..host.journalfile import HeldBack, JournalPosition, JournalReader, Progress
 from ..host.stopsignals import StopNow, StopSignals
 from ..store.base import StateStore, Transaction
 from .ledgerfile import DiscardedLedger, Ledger, LedgerMark
@@ -69,6 +69,7 @@ class RunSummary(Tally):
     patterns: int = 0  # cross-scope pattern suggestions made by this run (``recurrence patterns``)
     caught_up: int = 0  # lines read again for partitions a crash left behind the ledger
     processes: int = 1
+    held_back: HeldBack | None = None  # the journal's unfinished last line, left for the next run
 
     def line(self) -> str:
         rate = self.entries / self.seconds if self.seconds > 0 else 0.0
@@ -240,6 +241,7 @@ class Run:
                 self._mark_clean()
             finally:
                 summary.blank_lines = plan.reader.blank_lines
+                summary.held_back = plan.reader.held_back
                 self.progress.update(summary.entries, plan.reader.read_bytes, force=True)
                 self.progress.close()
         except BaseException:

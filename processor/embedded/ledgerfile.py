@@ -4,11 +4,19 @@ The state binds to the ledger's bytes, not its path: the mark is the committed l
 the last ``TAIL_BYTES`` before it. A ledger that is missing, shorter, or different before that length is
 refused (``check_ledger``), never silently continued; bytes after it are an uncommitted tail the next run
 cuts and regenerates.
+
+A run owns its ledger file (``owned``): it holds an ``flock`` on the file for the whole run, so a second
+run writing the same file (into another state: both would see an empty ledger and interleave their
+records) is refused at once. The kernel drops the lock when the run ends, however it ends.
 """
 
 import errno
+import fcntl
 import hashlib
 import os
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -29,6 +37,75 @@ _REBUILD: Final = (
 
 class LedgerWriteError(UnusableError):
     """The ledger cannot be written or made durable (disk full, file too large, I/O error)."""
+
+
+class LedgerInUseError(UnusableError):
+    """Another run holds the ledger file."""
+
+
+def _lock(path: Path) -> tuple[int, bool]:
+    """A descriptor of ``path`` (created if absent) holding its exclusive lock, and whether it was created."""
+    while True:
+        created = False
+        try:
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            except FileNotFoundError:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                try:
+                    fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+                except FileExistsError:
+                    continue  # another run created it first: lock that one
+                created = True
+        except OSError as error:
+            raise LedgerWriteError(f"cannot write the ledger {shown(path)}: {error.strerror or error}") from None
+        held = os.fstat(fd)
+        if not stat.S_ISREG(held.st_mode):
+            os.close(fd)
+            raise LedgerWriteError(f"the ledger {shown(path)} is not a regular file; give --out a file path")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise LedgerInUseError(
+                f"the ledger {shown(path)} is being written by another run (it holds the file until it ends); "
+                "wait for that run to finish, or give this one another --out"
+            ) from None
+        try:
+            named = os.stat(path)
+        except FileNotFoundError:
+            named = None
+        if named is not None and os.path.samestat(named, held):
+            if created:
+                sync_directory(path.parent)  # the new file's name is durable before anything refers to it
+            return fd, created
+        # Between the open and the lock, the file was removed (a refused run removing the empty file it
+        # created) or replaced: the lock is on a file no run will write. Lock the one the path names now.
+        os.close(fd)
+
+
+def _remove_if_empty(path: Path, fd: int) -> None:
+    """Remove the file this run created if it is still empty: a refused run leaves no ledger behind."""
+    try:
+        if os.fstat(fd).st_size == 0 and os.path.samestat(os.stat(path), os.fstat(fd)):
+            path.unlink()
+    except OSError:
+        return
+
+
+@contextmanager
+def owned(path: Path) -> Iterator[bool]:
+    """Hold the ledger file ``path`` for the block (created if absent: the block gets True); ``LedgerInUseError``
+    if another run holds it. A file created here and still empty when the block fails is removed again."""
+    fd, created = _lock(path)
+    try:
+        yield created
+    except BaseException:
+        if created:
+            _remove_if_empty(path, fd)
+        raise
+    finally:
+        os.close(fd)
 
 
 def _sha256(data: bytes) -> str:
@@ -83,10 +160,11 @@ def _rebuild(path: Path, bound: Path | None) -> str:
     )
 
 
-def check_ledger(path: Path, mark: LedgerMark | None, bound: Path | None = None) -> int:
+def check_ledger(path: Path, mark: LedgerMark | None, bound: Path | None = None, created: bool = False) -> int:
     """How many uncommitted bytes to cut from the ledger; refuses a ledger the state did not write.
-    ``bound``: the ledger path the state last wrote (named when ``path`` is another file)."""
-    size = _size(path)
+    ``bound``: the ledger path the state last wrote (named when ``path`` is another file). ``created``: the file
+    is the empty one this run's lock created (``owned``), so it was missing."""
+    size = None if created else _size(path)
     where = shown(path)
     if mark is None:
         if size:

@@ -25,7 +25,7 @@ import os
 import stat
 import time
 from collections.abc import Iterator
-from contextlib import closing, contextmanager, suppress
+from contextlib import ExitStack, closing, contextmanager, suppress
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
@@ -41,6 +41,7 @@ from .archive import JOURNAL_PATH_KEY, LEDGER_PATH_KEY
 from .coordinator import Run, RunPlan, RunSummary, Start
 from .header import bind_config, check_format, has_engine_rows
 from .ledgerfile import EMPTY_LEDGER, DiscardedLedger, Ledger, LedgerMark, check_ledger
+from .ledgerfile import owned as hold_ledger
 from .paths import real
 from .shard import LocalShard, ShardClient
 from .statedir import (
@@ -95,9 +96,12 @@ def default_jobs(journal: str) -> int:
     return len(os.sched_getaffinity(0))
 
 
-def _open_ledger(store: StateStore, request: "_Request") -> tuple[EngineConfig, "Ledger | DiscardedLedger", int, int]:
+def _open_ledger(
+    store: StateStore, request: "_Request", created: bool
+) -> tuple[EngineConfig, "Ledger | DiscardedLedger", int, int]:
     """Check the state and the ledger against each other; stamp a fresh state before its first batch.
-    ``out`` None: a dry run, whose records are not kept (a fresh state only)."""
+    ``out`` None: a dry run, whose records are not kept (a fresh state only); ``created``: the ledger file is
+    the empty one this run's lock created (it was missing)."""
     out, journal, partitions = request.out, request.journal, request.options.partitions
     # Where ``recurrence explain`` reads records and entries back (informational: the ledger is
     # bound by its bytes, and an explain may name other paths).
@@ -128,7 +132,7 @@ def _open_ledger(store: StateStore, request: "_Request") -> tuple[EngineConfig, 
             "rebuild: replay the journal into a fresh --state with a fresh --out"
         )
     bound = store.get(LEDGER_PATH_KEY)  # the ledger the state last wrote, named when --out is another file
-    cut = check_ledger(out, mark, None if bound is None else Path(os.fsdecode(bound)))
+    cut = check_ledger(out, mark, None if bound is None else Path(os.fsdecode(bound)), created)
     if mark is None:
         # Before any batch: a crash in the first one is then repaired like any other.
         mark = EMPTY_LEDGER
@@ -257,18 +261,21 @@ def replay(
 
         # Forked before anything else is opened (no store, no thread): see ``workers``.
         workers = fork_workers(processes)
-    if isinstance(location, StateDir) and out is not None and not holds_store(main_path(location.root)):
-        # A new state: a ledger it cannot take is refused before the state directory is created, so a
-        # refused run leaves no folder that looks like a state (``_open_ledger`` checks it again).
-        check_ledger(out, None)
     completed = False
     try:
-        # The journal is opened first: an unreadable one stops the run before the state is stamped.
-        with JournalReader(journal) as reader:
+        with ExitStack() as held:
+            # Taken after the fork: a worker never inherits the lock, so a killed run releases it at once.
+            created = out is not None and held.enter_context(hold_ledger(out))
+            if isinstance(location, StateDir) and out is not None and not holds_store(main_path(location.root)):
+                # A new state: a ledger it cannot take is refused before the state directory is created, so a
+                # refused run leaves no folder that looks like a state (``_open_ledger`` checks it again).
+                check_ledger(out, None)
+            # The journal is opened first: an unreadable one stops the run before the state is stamped.
+            reader = held.enter_context(JournalReader(journal))
             stop.waiting = lambda: reader.waiting
             reader.before_wait = stop.check
-            with open_run(request, reader, workers, summary) as plan:
-                completed = Run(plan, summary).run(stop)
+            plan = held.enter_context(open_run(request, reader, workers, summary, created))
+            completed = Run(plan, summary).run(stop)
     except StopNow:
         pass  # while resuming: waiting for the journal's first bytes
     except Abandon as abandoned:
@@ -287,14 +294,14 @@ def replay(
 
 @contextmanager
 def open_run(
-    request: _Request, reader: JournalReader, workers: "list[RemoteShard]", summary: RunSummary
+    request: _Request, reader: JournalReader, workers: "list[RemoteShard]", summary: RunSummary, created: bool
 ) -> Iterator[RunPlan]:
     """Open the main store and the ledger, check them against each other and the journal, decide where the
     run starts and which process runs which partitions: the run, described once (``RunPlan``).
     ``summary``: what the checks found (a ledger cut, a resume) is recorded in it."""
     where = shown(request.state.root) if isinstance(request.state, StateDir) else "in memory"
     with closing_store(request.state.open_main(), where) as main:
-        config, ledger, summary.truncated_bytes, count = _open_ledger(main, request)
+        config, ledger, summary.truncated_bytes, count = _open_ledger(main, request, created)
         with closing(ledger):
             existing = request.state.existing()
             start = _resume(main, request.state, reader, summary, existing)

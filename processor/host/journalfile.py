@@ -11,10 +11,17 @@ position describes, they are skipped (a seek for a regular file, read and
 discarded for a pipe) and line numbers continue where they stopped.
 Otherwise the journal is read from its first byte, as if there were no
 position.
+
+A last line without its line end that is not JSON is a line still being
+written (or cut by a crash of its writer): it is held back (``held_back``),
+not yielded, so it is never dead-lettered half; the next run reads it whole
+once it is complete. A last line without its line end that parses is yielded
+as any other (a file whose writer left off the final newline).
 """
 
 import hashlib
 import io
+import json
 import os
 import stat
 import sys
@@ -112,6 +119,27 @@ class JournalPosition:
         return cls(int(size), int(line), str(sha))
 
 
+@dataclass(frozen=True, slots=True)
+class HeldBack:
+    """The journal's last line, not yielded: no line end, not JSON (``line`` its number, ``size`` its bytes)."""
+
+    line: int
+    size: int
+
+
+def _parses(entry: bytes) -> bool:
+    """Is ``entry`` a whole JSON text? orjson first; the standard parser for what orjson alone refuses
+    (integers beyond 64 bits, which free-form fields may hold). A cut object never parses."""
+    try:
+        orjson.loads(entry)
+    except orjson.JSONDecodeError:
+        try:
+            json.loads(entry)
+        except (ValueError, RecursionError):
+            return False
+    return True
+
+
 class _Chain(io.RawIOBase):
     """Two binary streams read as one: a spooled prefix, then the rest of a pipe."""
 
@@ -180,6 +208,7 @@ class JournalReader:
         self.waiting = False
         self.before_wait: Callable[[], None] | None = None
         self.resumed: JournalPosition | None = None
+        self.held_back: HeldBack | None = None
         self._hash = hashlib.sha256()
         self._lines = 0
         self._done_bytes = 0
@@ -279,6 +308,10 @@ class JournalReader:
             if not entry or entry.isspace():  # blank: what ``strip`` strips, tested without a copy
                 self.blank_lines += 1
                 continue
+            if not line.endswith(b"\n") and not _parses(entry):
+                # Still being written: read whole by the next run, never dead-lettered half.
+                self.held_back = HeldBack(self._lines, len(line))
+                return
             yield self._lines, entry
 
     def position(self) -> JournalPosition:

@@ -4,15 +4,18 @@
 token) never ends, a FIFO blocks the command until some writer comes, a
 directory fails late with an unrelated error. Each open here does not block
 (``O_NONBLOCK``), checks what it opened (``fstat`` on the open descriptor, so
-nothing can be swapped in between a check and the open), and small files are
-read up to a bound.
+nothing can be swapped in between a check and the open), small files are
+read up to a bound, and files read a line at a time are read a bounded line
+at a time (``bounded_lines``): a file of zeros without a newline is not read
+whole into memory to find its first line.
 """
 
 import os
 import stat
-from typing import BinaryIO, Final
+from collections.abc import Iterator
+from typing import BinaryIO, Final, Protocol
 
-from ..exceptions import SettingsError
+from ..exceptions import SettingsError, UnusableError
 from .journalfile import shown
 
 #: Files read whole (a config file, a token): anything longer is not one.
@@ -75,3 +78,26 @@ def read_small(path: str | os.PathLike[str], what: str, limit: int = SMALL_FILE_
     if len(data) > limit:
         raise SettingsError(f"{what} {shown(path)} is larger than {limit:,} bytes; it is not the file meant")
     return data
+
+
+class LineTooLongError(UnusableError):
+    """A line longer than the longest the file can hold when it is what it should be."""
+
+
+class _Lines(Protocol):
+    def readline(self, size: int = -1, /) -> bytes: ...
+
+
+def bounded_lines(handle: _Lines, limit: int, what: str, advice: str) -> Iterator[bytes]:
+    """The lines of ``handle`` (with their line endings); LineTooLongError naming ``what``, the line's number
+    and ``advice`` for a line longer than ``limit`` bytes (its ending not counted), after reading at most
+    that much of it."""
+    number = 0
+    while True:
+        line = handle.readline(limit + 2)  # the line, and an ending of at most two bytes (\r\n)
+        if not line:
+            return
+        number += 1
+        if len(line.rstrip(b"\r\n")) > limit:
+            raise LineTooLongError(f"{what} line {number:,} is longer than {limit:,} bytes; {advice}")
+        yield line

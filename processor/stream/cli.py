@@ -115,6 +115,9 @@ def _cmd_publish(args: argparse.Namespace) -> int:
     settings = _settings(args)
     topic = settings.topics.journal
     summary = asyncio.run(publish(args.journal, settings.kafka, topic, from_line=args.from_line))
+    held_back = summary.held_back_line()
+    if held_back is not None:
+        print(held_back, file=sys.stderr)
     print(summary.line(topic), file=sys.stderr)
     return EXIT_OK
 

@@ -38,6 +38,16 @@ view: the end of a replay shows at once.
 What the view is as of comes from the state, never the reader's clock: the
 position the runner commits with every batch (journal lines and bytes
 applied), its ledger mark and the batch's wall-clock time (``state_mark``).
+
+Gone or replaced: every look also takes the state's *identity* (device and
+inode of the folder and of its main store, ``state_identity``). When the
+folder or its main store is gone, the follower says so (``problem``: serve's
+``/readyz`` answers 503 and the page shows it) and keeps the last view, whose
+files stay readable while it holds them; the numbers are then the last
+known, never presented as current. When the identity changed (another folder
+at the path: a restored backup, a rebuilt state), a view of the new folder
+opens at once, without waiting for the pace; until one does, that is the
+problem. A view of the state at the path clears it.
 """
 
 import asyncio
@@ -50,7 +60,16 @@ from pathlib import Path
 from typing import Any, Final
 
 from ..embedded.ledgerfile import LedgerMark
-from ..embedded.statedir import JOURNAL_KEY, LEDGER_KEY, WRITTEN_KEY, StateView, check_state, open_view
+from ..embedded.statedir import (
+    JOURNAL_KEY,
+    LEDGER_KEY,
+    WRITTEN_KEY,
+    StateView,
+    check_state,
+    is_single_store,
+    main_path,
+    open_view,
+)
 from ..exceptions import StateDirError
 from ..host.journalfile import JournalPosition, shown
 from ..store.base import StateStore
@@ -127,16 +146,56 @@ def files_signature(root: Path) -> Hashable:
     return tuple(sorted(found))
 
 
-class Follower:
-    """The current view of a followed state and its mark; ``follow`` replaces the view as the state moves."""
+def state_identity(root: Path) -> Hashable:
+    """Which folder the state at ``root`` is: device and inode of the folder and of its main store (of the
+    folder alone for a single-store state); None when the folder or its main store is gone."""
+    try:
+        folder = os.stat(root)
+        main = None if is_single_store(root) else os.stat(main_path(root)).st_ino
+    except OSError:
+        return None
+    return (folder.st_dev, folder.st_ino, main)
 
-    def __init__(self, open_view: Callable[[], StateStore], signature: Callable[[], Hashable]) -> None:
+
+class Follower:
+    """The current view of a followed state and its mark; ``follow`` replaces the view as the state moves.
+
+    ``identity``: which folder the state is (None: gone; ``state_identity``); ``problem``: why the view
+    served is not the state at the path (gone, or replaced by one that does not open), else None."""
+
+    def __init__(
+        self,
+        open_view: Callable[[], StateStore],
+        signature: Callable[[], Hashable],
+        identity: Callable[[], Hashable] = lambda: True,
+        where: str = "the state",
+    ) -> None:
         self._open = open_view
         self._signature = signature
+        self._identity = identity
+        self.where = where
+        self.identity = identity()
+        self._next_identity = self.identity
         self._seen = signature()
         self.view = open_view()
         self.mark = state_mark(self.view)
         self.views_opened = 1
+        self.problem: str | None = None
+
+    def look_identity(self) -> Hashable:
+        return self._identity()
+
+    def gone(self) -> str:
+        return (
+            f"{self.where} is gone (deleted or moved away); the numbers shown are the last view's, as of journal "
+            f"line {self.mark.line:,}, until a state is back at that path"
+        )
+
+    def replaced_by_unreadable(self, error: StateDirError) -> str:
+        return (
+            f"{self.where} was replaced by another folder that cannot be opened ({error}); the numbers shown are "
+            f"the last view's, as of journal line {self.mark.line:,}"
+        )
 
     def changed(self) -> bool:
         return self._signature() != self._seen
@@ -151,9 +210,10 @@ class Follower:
 
     def open_next(self) -> tuple[Hashable, StateStore, StateMark]:
         """A new view (may run on another thread: it touches nothing the current view's readers use)."""
-        # The signature is taken before the view opens: a commit that lands during the open changes
-        # the files again, so the next look opens another view instead of missing that commit.
+        # The signature and the identity are taken before the view opens: a commit (or a swap) that lands
+        # during the open changes them again, so the next look opens another view instead of missing it.
         seen = self._signature()
+        self._next_identity = self._identity()
         view = self._open()
         try:
             return seen, view, state_mark(view)
@@ -164,6 +224,7 @@ class Follower:
     def replace(self, seen: Hashable, view: StateStore, mark: StateMark) -> StateStore:
         """Serve ``view`` from now on; the old view, for the caller to close."""
         old, self.view, self.mark, self._seen = self.view, view, mark, seen
+        self.identity = self._next_identity
         self.views_opened += 1
         return old
 
@@ -176,27 +237,47 @@ async def follow(
     replaced: Callable[[StateStore, StateMark], None],
     interval: float = INTERVAL,
     pace: Callable[[], float] = lambda: MIN_PACE,
+    troubled: Callable[[str | None], None] = lambda _: None,
 ) -> None:
     """Look at the files every ``interval``; open a new view (off the event loop) when they changed, at most
-    every ``pace()`` seconds while they keep changing; hand it to ``replaced`` on the loop's thread (between
-    two requests), then close the old one."""
+    every ``pace()`` seconds while they keep changing, at once when the state's folder was replaced; hand it
+    to ``replaced`` on the loop's thread (between two requests), then close the old one. ``troubled`` gets
+    ``follower.problem`` whenever it changes (a message, or None once the view is the state's again)."""
     loop = asyncio.get_running_loop()
     failing = False
     opened = loop.time()
     previous: Hashable = None
+
+    def trouble(problem: str | None, kind: str = "") -> None:
+        if problem != follower.problem:
+            if problem is not None and follower.problem is None:
+                log.warning("the state is %s: serving the last view, as of journal line %d", kind, follower.mark.line)
+            elif problem is None:
+                log.warning("the state is back: serving it as of journal line %d", follower.mark.line)
+            follower.problem = problem
+            troubled(problem)
+
     while True:
         await asyncio.sleep(interval)
+        identity = follower.look_identity()
+        if identity is None:
+            trouble(follower.gone(), "gone")
+            continue
+        moved = identity != follower.identity
         current = follower.look()
         settled, previous = current == previous, current
-        if not follower.differs(current):
+        if not moved and not follower.differs(current):
+            trouble(None)  # the same folder back (moved away and back): the view served is its own
             continue
-        if not settled and loop.time() - opened < pace():
+        if not moved and not settled and loop.time() - opened < pace():
             continue  # still being written: the next view waits for the pace, or for the writer to stop
         try:
             seen, view, mark = await loop.run_in_executor(None, follower.open_next)
         except StateDirError as error:
             # The writer removed a file the open was reading, or the state is being rebuilt: keep
-            # serving the last view and look again.
+            # serving the last view and look again (saying so when it is no longer the state's).
+            if moved:
+                trouble(follower.replaced_by_unreadable(error), "replaced by a folder that does not open")
             if not failing:
                 log.warning("cannot open a new view of the state yet (%s); serving the last one", type(error).__name__)
             failing = True
@@ -206,6 +287,7 @@ async def follow(
         old = follower.replace(seen, view, mark)
         replaced(view, mark)
         old.close()
+        trouble(None if follower.look_identity() == follower.identity else follower.problem)
         log.debug("state now as of journal line %d (%d views opened)", mark.line, follower.views_opened)
 
 
@@ -219,4 +301,9 @@ def follow_state(path: Path) -> Follower:
     if not path.exists():
         raise StateDirError(f"no state directory at {shown(path)}; run 'recurrence replay' first")
     check_state(path)  # before the first view: a folder no replay wrote is refused untouched
-    return Follower(lambda: open_view(path, follower=True), lambda: files_signature(path))
+    return Follower(
+        lambda: open_view(path, follower=True),
+        lambda: files_signature(path),
+        lambda: state_identity(path),
+        f"the state folder {shown(path)}",
+    )

@@ -75,6 +75,7 @@ class EmbeddedReadSurface:
     ) -> None:
         self._ledger, self._journal = ledger, journal
         self.following = following
+        self.problem: str | None = None  # why the view served is not the state at the path (``follow``)
         self.views = 0
         # Dead letters by code from the ledger, read as far as the last listing asked (kept across views).
         self._scan = DeadLetterScan()
@@ -147,12 +148,23 @@ class EmbeddedReadSurface:
             self._patterns = patterns_body(rows, self.config.pattern_scopes)
         return self._patterns
 
+    def set_problem(self, problem: str | None) -> None:
+        self.problem = problem
+
+    def _readiness(self) -> dict[str, Any]:
+        return {
+            "status": "ok" if self.problem is None else "not ready",
+            "reasons": [] if self.problem is None else [self.problem],
+        }
+
     async def progress(self, ask: Ask) -> dict[str, Any]:
-        """How far the served view is: from the state, never the server's clock."""
-        return {"runner": "embedded", "following": self.following, **self.mark.body()}
+        """How far the served view is: from the state, never the server's clock; and whether it is still
+        the state at the path (``status`` and ``reasons`` as ``/readyz``)."""
+        return {"runner": "embedded", "following": self.following, **self.mark.body(), **self._readiness()}
 
     def version(self) -> str:
-        return self.mark.etag
+        # A state gone (or back) changes /progress without a commit: the tag says so.
+        return self.mark.etag if self.problem is None else self.mark.etag[:-1] + '-not-ready"'
 
     async def tune(self, thresholds: list[int] | None, ask: Ask) -> dict[str, Any]:
         scopes, incomplete = scope_shadows(State(Transaction(self.store)))
@@ -160,7 +172,9 @@ class EmbeddedReadSurface:
         return served(configured, incomplete, rows(scopes, thresholds or chart_thresholds(configured)))
 
     def check(self, kind: Literal["live", "ready"]) -> Probe:
-        return Probe(True, {"status": "ok", "reasons": []})
+        if kind == "live":
+            return Probe(True, {"status": "ok", "reasons": []})
+        return Probe(self.problem is None, self._readiness())
 
     def exposition(self) -> tuple[bytes, str]:
         return render(self._metrics), CONTENT_TYPE
@@ -230,7 +244,9 @@ def serve(
     if follower is not None:
 
         async def following(app: web.Application) -> AsyncIterator[None]:
-            task = asyncio.create_task(follow(follower, surface.replace, pace=surface.pace))
+            task = asyncio.create_task(
+                follow(follower, surface.replace, pace=surface.pace, troubled=surface.set_problem)
+            )
             yield
             task.cancel()
 

@@ -6,6 +6,9 @@ a subprocess per run).
 
 import os
 import shutil
+import signal
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,7 +17,8 @@ import pytest
 from recurrence_ledger.processor.cli import main
 from recurrence_ledger.processor.embedded.statedir import LEDGER_KEY, main_path
 from recurrence_ledger.processor.store.rocksdb import RocksStore
-from tests.support.embedded_cli import journal
+from tests.support.embedded_cli import Hook, hook_env, journal, one_line
+from tests.support.embedded_cli import replay as cli_replay
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "rfc-minimum.jsonl"
 
@@ -53,7 +57,7 @@ def test_a_deleted_ledger_is_refused(built: tuple[Path, Path, Path, bytes], caps
     path, state, out, good = built
     out.unlink()
     refused(replay(capsys, path, state, out), "is missing", f"recorded {len(good):,} bytes", "restore", REBUILD)
-    assert not out.exists()  # nothing was written
+    assert not out.exists()  # nothing was written (the file its lock created is removed again)
 
 
 def test_a_ledger_truncated_mid_line_is_refused(
@@ -206,3 +210,35 @@ def test_an_unreadable_journal_is_refused_before_the_state_or_the_ledger_exists(
     refused(replay(capsys, tmp_path / "missing.jsonl", state, out), "cannot read journal", "No such file")
     refused(replay(capsys, tmp_path, state, out), "cannot read journal", "is a directory")
     assert not state.exists() and not out.exists()
+
+
+# -- one run per ledger file (issue 40, 4) --------------------------------------------------------
+
+
+def _stopped_at_first_commit(tmp_path: Path, path: Path, state: Path, out: Path) -> "subprocess.Popen[bytes]":
+    """A replay stopped (SIGSTOP) just before its first batch commits: it holds the ledger, mid-run."""
+    env = hook_env(tmp_path / "hooks", [Hook("commit", "before", 1, (signal.SIGSTOP,))])
+    command = [sys.executable, "-m", "recurrence_ledger.processor.cli", "replay", str(path)]
+    run = subprocess.Popen([*command, "--state", str(state), "--out", str(out), "--batch", "50"], env=env)
+    _, status = os.waitpid(run.pid, os.WUNTRACED)  # returns once it has stopped (or ended)
+    assert os.WIFSTOPPED(status), status
+    return run
+
+
+def test_a_second_run_on_the_same_ledger_is_refused_while_the_first_holds_it(tmp_path: Path) -> None:
+    path = journal(tmp_path / "journal.jsonl", entries=300)
+    one_shot = tmp_path / "one-shot.jsonl"
+    assert cli_replay(path, tmp_path / "one-shot-state", one_shot).returncode == 0
+    state, other_state, out = tmp_path / "state", tmp_path / "other", tmp_path / "ledger.jsonl"
+    first = _stopped_at_first_commit(tmp_path, path, state, out)
+    try:
+        second = cli_replay(path, other_state, out)
+        assert second.returncode == 2
+        assert "is being written by another run" in one_line(second.stderr)
+        assert not other_state.exists()  # refused before the state was created
+    finally:
+        first.kill()  # the kernel drops the lock of a killed run
+        first.wait()
+    resumed = cli_replay(path, state, out)
+    assert resumed.returncode == 0, resumed.stderr
+    assert out.read_bytes() == one_shot.read_bytes()

@@ -137,20 +137,54 @@ def test_stdin_with_another_prefix_is_replayed_whole_from_the_spooled_prefix(tmp
     assert non_dead == [line for line in once.read_bytes().splitlines() if b'"dead_letter"' not in line]
 
 
-def test_a_last_line_without_its_newline_is_read_again_but_never_written_twice(
+def test_an_unfinished_last_line_is_held_back_and_dead_lettered_only_once_complete(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = tmp_path / "j.jsonl"
     path.write_bytes(EXAMPLE.read_bytes() + b"{broken")
     state, out = tmp_path / "state", tmp_path / "ledger.jsonl"
-    run(capsys, path, state, out)
-    assert "already written" in run(capsys, path, state, out)
+    assert "the journal's last line (11, 7 bytes) has no line end and is not JSON yet: held back" in run(
+        capsys, path, state, out
+    )
+    assert "held back" in run(capsys, path, state, out)
+    assert dead_letters(out) == []
     path.write_bytes(path.read_bytes() + b" and now longer\n")
-    run(capsys, path, state, out)
-    assert [(d["origin"]["line"], d["raw"]) for d in dead_letters(out)] == [
-        (11, "{broken"),
-        (11, "{broken and now longer"),
-    ]
+    assert "held back" not in run(capsys, path, state, out)
+    assert [(d["origin"]["line"], d["raw"]) for d in dead_letters(out)] == [(11, "{broken and now longer")]
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_half_written_last_line_completed_later_gives_the_ledger_of_one_run(tmp_path: Path, jobs: str) -> None:
+    whole = journal(tmp_path / "whole.jsonl", entries=300, seed=6, scopes=4, garbage=0.05)
+    data = whole.read_bytes()
+    last = data.rindex(b"\n", 0, len(data) - 1) + 1
+    cut = last + (len(data) - last) // 2
+    path = tmp_path / "j.jsonl"
+    path.write_bytes(data[:cut])
+    state, out = tmp_path / "state", tmp_path / "ledger.jsonl"
+    first = replay(path, state, out, "--jobs", jobs)
+    assert first.returncode == 0, first.stderr
+    said = f"recurrence replay: the journal's last line (300, {cut - last:,} bytes) has no line end and is not JSON"
+    assert said.encode() in first.stderr
+    path.write_bytes(data)  # its writer finished the line
+    second = replay(path, state, out, "--jobs", jobs)
+    assert second.returncode == 0, second.stderr
+    assert b"held back" not in second.stderr and b"resumed after line 299" in second.stderr
+    once_state, once = tmp_path / "once", tmp_path / "once.jsonl"
+    assert replay(whole, once_state, once, "--jobs", jobs).returncode == 0
+    assert out.read_bytes() == once.read_bytes()
+
+
+def test_a_last_line_without_its_newline_that_parses_is_applied(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "j.jsonl"
+    path.write_bytes(EXAMPLE.read_bytes().rstrip(b"\n"))
+    state, out = tmp_path / "state", tmp_path / "ledger.jsonl"
+    assert "held back" not in run(capsys, path, state, out)
+    once_state, once = tmp_path / "once", tmp_path / "once.jsonl"
+    run(capsys, EXAMPLE, once_state, once)
+    assert out.read_bytes() == once.read_bytes()
 
 
 # -- the reader's position ---------------------------------------------------------------
@@ -158,14 +192,14 @@ def test_a_last_line_without_its_newline_is_read_again_but_never_written_twice(
 
 def test_the_checkpoint_covers_whole_lines_only(tmp_path: Path) -> None:
     path = tmp_path / "j.jsonl"
-    path.write_bytes(b'{"a": 1}\n\n{"b": 2}\n{"c"')
+    path.write_bytes(b'{"a": 1}\n\n{"b": 2}\n{"c": 3}')
     with JournalReader(str(path)) as reader:
         assert [n for n, _ in reader] == [1, 3, 4]
         mark = reader.position()
     assert (mark.offset, mark.line) == (len(b'{"a": 1}\n\n{"b": 2}\n'), 3)
     with JournalReader(str(path)) as reader:
         assert reader.resume(mark)
-        assert list(reader) == [(4, b'{"c"')]
+        assert list(reader) == [(4, b'{"c": 3}')]
 
 
 def test_resume_refuses_a_prefix_that_differs_and_reads_from_the_start(tmp_path: Path) -> None:

@@ -3,7 +3,7 @@
 import io
 from pathlib import Path
 
-from recurrence_ledger.processor.host.journalfile import JournalReader, Progress
+from recurrence_ledger.processor.host.journalfile import HeldBack, JournalReader, Progress
 
 
 class _Terminal(io.StringIO):
@@ -18,6 +18,23 @@ def test_reader_strips_line_endings_and_skips_blank_lines(tmp_path: Path) -> Non
         assert list(reader) == [(1, b'{"a": 1}'), (4, b'{"b": 2}'), (5, b'{"c": 3}')]
         assert reader.blank_lines == 2
         assert reader.read_bytes == reader.total_bytes == journal.stat().st_size
+
+
+def test_an_unterminated_last_line_is_held_back_unless_it_parses(tmp_path: Path) -> None:
+    journal = tmp_path / "j.jsonl"
+    cases = {
+        b'{"a": 1}\n{"b": 2': HeldBack(2, 7),  # cut inside an object
+        b'{"a": 1}\n{"s": "caf\xc3': HeldBack(2, 11),  # cut inside a UTF-8 character
+        b'{"a": 1}\n{"b": 2}': None,  # whole, only its newline missing
+        b'{"a": 1}\n{"n": 123456789012345678901234567890}': None,  # beyond 64 bits: still JSON
+        b'{"a": 1}\n{"b"\n': None,  # a whole line that is not JSON is the engine's to dead-letter
+    }
+    for data, held in cases.items():
+        journal.write_bytes(data)
+        with JournalReader(str(journal)) as reader:
+            lines = list(reader)
+        assert reader.held_back == held, data
+        assert len(lines) == (1 if held else 2), data
 
 
 def test_progress_draws_only_on_a_terminal() -> None:

@@ -222,6 +222,54 @@ def test_file_arguments_must_be_regular_files_and_are_refused_at_once(
         assert time.monotonic() - began < 10, argv
 
 
+def test_verify_refuses_devices_fifos_long_lines_and_malformed_records_in_one_line(
+    big: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    _, ledger, _ = big
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    no_newline = tmp_path / "zeros.jsonl"
+    with no_newline.open("wb") as handle:
+        handle.truncate(64 << 20)  # sparse: 64 MiB of NUL bytes and no line end
+    malformed = {
+        "match.jsonl": b'{"record":"match"}\n',
+        "observation.jsonl": b'{"record":"observation","observation_id":7}\n',
+        "scope.jsonl": b'{"record":"review_proposal","scope_id":{"a":1}}\n',
+    }
+    cases: list[tuple[list[str], str]] = [
+        (["--ledger", "/dev/zero", "--outputs", str(ledger)], "--ledger /dev/zero is a device"),
+        (["--ledger", str(ledger), "--outputs", str(fifo)], "is a FIFO"),
+        (["--ledger", str(fifo), "--outputs", str(ledger)], "is a FIFO"),
+        (["--ledger", str(no_newline), "--outputs", str(ledger)], "line 1 is longer than 8,388,608 bytes"),
+    ]
+    for name, content in malformed.items():
+        (tmp_path / name).write_bytes(ledger.read_bytes()[:2000].rsplit(b"\n", 1)[0] + b"\n" + content)
+        cases.append((["--ledger", str(ledger), "--outputs", str(tmp_path / name)], "is not an output record"))
+    for argv, said in cases:
+        refused(run("verify", *argv, timeout=30), said)
+
+
+def test_explain_refuses_a_journal_that_is_not_the_states(big: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    state, ledger, journal = big
+    identity = str(next(r for r in _records(ledger) if r["record"] == "observation")["observation_id"])
+    short = tmp_path / "short.jsonl"
+    short.write_bytes(b"root:x:0:0:root:/root:/bin/bash\n")  # a file, but fewer lines than the state read
+    refused(run("explain", identity, "--state", str(state), "--journal", str(short)), "is not the entry the state")
+    if Path("/etc/passwd").is_file():
+        refused(run("explain", identity, "--state", str(state), "--journal", "/etc/passwd"), "is not the entry")
+    # The state's own journal with the Task Outcome's line grown (JSON whitespace) past the largest record:
+    # refused in one line, not read into memory whole.
+    record = next(r for r in _records(ledger) if r.get("observation_id") == identity)
+    wanted = (record["scope_id"], record["task_outcome_position"])
+    padded = tmp_path / "padded.jsonl"
+    with padded.open("wb") as handle:
+        for line in journal.read_bytes().splitlines(keepends=True):
+            entry = orjson.loads(line)
+            grown = (entry["scope_id"], entry["position"]) == wanted
+            handle.write(line.rstrip(b"\n") + b" " * (9 << 20) + b"\n" if grown else line)
+    refused(run("explain", identity, "--state", str(state), "--journal", str(padded)), "is longer than 8,388,608")
+
+
 def _hostile_journal(path: Path) -> None:
     """The RFC example with escape sequences in its scope, artifact and source ids."""
     text = EXAMPLE.read_text()

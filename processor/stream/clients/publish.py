@@ -9,7 +9,9 @@ The producer is idempotent with acks=all and one request in flight per
 partition, so a scope's entries land in file order. A line larger than the
 journal topic takes (``JOURNAL_MAX_RECORD_BYTES``) stops the run with its line
 number before it is sent; the lines before it are published, and ``--from-line``
-publishes the rest (decision 121).
+publishes the rest (decision 121). A last line without its line end that is not
+JSON (still being written) is held back, not sent, as ``replay`` holds it back
+(``JournalReader``); the summary says so.
 """
 
 import asyncio
@@ -25,7 +27,7 @@ from ....topics.definitions import JOURNAL_MAX_RECORD_BYTES
 from ...core.partitioning import UNKEYED_PARTITION, scope_key
 from ...core.tally import counted
 from ...exceptions import UnusableError
-from ...host.journalfile import JournalReader, Progress
+from ...host.journalfile import HeldBack, JournalReader, Progress
 from ..settings import KafkaConnection
 from .brokers import bounded, require_topics, started
 from .diagnosis import NotAuthorizedError, topic_refused
@@ -43,6 +45,16 @@ class PublishSummary:
     bytes: int = 0
     seconds: float = 0.0
     from_line: int = 1  # lines before it were not read for publishing (--from-line)
+    held_back: HeldBack | None = None
+
+    def held_back_line(self) -> str | None:
+        if self.held_back is None:
+            return None
+        return (
+            f"recurrence publish: the journal's last line ({self.held_back.line:,}, {self.held_back.size:,} bytes) "
+            "has no line end and is not JSON yet: held back, not published (it is still being written, or its "
+            "writer stopped)"
+        )
 
     def line(self, topic: str) -> str:
         rate = self.entries / self.seconds if self.seconds > 0 else 0.0
@@ -125,6 +137,7 @@ async def publish(
     finally:
         reader.close()
         summary.blank_lines = reader.blank_lines
+        summary.held_back = reader.held_back
         progress.update(summary.entries, reader.read_bytes, force=True)
         progress.close()
     summary.seconds = time.monotonic() - began

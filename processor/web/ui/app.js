@@ -861,6 +861,15 @@ function renderProgress(progress) {
     document.body.setAttribute("data-line", journal.line);
     live.textContent = progress.following ? "following" : "as opened";
     live.className = progress.following ? "live on" : "live";
+    // The state is gone or replaced (serve's /readyz is 503): the numbers are the last view's, said so.
+    const reasons = progress.reasons || [];
+    const problem = byId("state-problem");
+    problem.hidden = !reasons.length;
+    problem.textContent = reasons.length ? `not current: ${reasons.join("; ")}` : "";
+    if (reasons.length) {
+      live.textContent = "state not current";
+      live.className = "live off";
+    }
     return;
   }
   const parts = progress.partitions || [];
