@@ -3,17 +3,36 @@
 ``RocksStore`` opens a database directory it owns, or wraps a handle someone
 else owns (Faust's per-partition databases), so both runners read and scan
 RocksDB through the same code.
+
+A storage error is never data: every get and every scan verifies block
+checksums, and a scan asks the iterator's ``status()`` when it runs out,
+because an iterator that meets a corrupt block simply stops being ``valid()``
+(rocksdict's ``items()`` then ends early without a word: half the rows, no
+error). Whatever RocksDB reports (a checksum mismatch, a truncated or missing
+table file) becomes ``StorageError`` naming the file RocksDB names, with what
+to do; the engine lets it stop the run (``core.engine``).
 """
 
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
-from rocksdict import AccessType, BlockBasedOptions, Cache, Options, Rdict, WriteBatch, WriteOptions
+from rocksdict import (
+    AccessType,
+    BlockBasedOptions,
+    Cache,
+    DBRecoveryMode,
+    Options,
+    Rdict,
+    ReadOptions,
+    WriteBatch,
+    WriteOptions,
+)
 
-from ..exceptions import StateDirError
+from ..exceptions import StateDirError, StorageError
 
 # RocksDB's resident memory is memtables plus the block cache; both are capped
 # so a long replay's footprint stays flat. Index and filter blocks stay out of
@@ -37,11 +56,36 @@ def rocks_options(cache: Cache | None = None) -> Options:
     table.set_cache_index_and_filter_blocks(False)
     options = Options(raw_mode=True)
     options.create_if_missing(True)
+    options.set_paranoid_checks(True)  # RocksDB's default, said here: a damaged file fails the open, not a read
+    # RocksDB's default (point in time) stops replaying the write-ahead log at the first damaged record and opens
+    # with the writes before it, silently. Only a record cut short at the very end (a write a crash interrupted,
+    # never acknowledged) is dropped; any other damage fails the open.
+    options.set_wal_recovery_mode(DBRecoveryMode.tolerate_corrupted_tail_records())
     options.set_write_buffer_size(_WRITE_BUFFER_BYTES)
     options.set_max_write_buffer_number(_MAX_WRITE_BUFFERS)
     options.set_target_file_size_base(_TARGET_FILE_BYTES)
     options.set_block_based_table_factory(table)
     return options
+
+
+#: What to do about a state store that cannot be read back (the embedded runner's; the Kafka worker says its own).
+RESTORE_OR_REBUILD: Final = (
+    "restore the whole state folder from one backup, or rebuild it: replay the journal into a fresh --state with "
+    "a fresh --out"
+)
+
+
+def verifying_reads() -> ReadOptions:
+    """Read options that verify every block's checksum (RocksDB's default, made explicit: reads rely on it)."""
+    read = ReadOptions()
+    read.set_verify_checksums(True)
+    return read
+
+
+def storage_error(error: BaseException, where: str, advice: str) -> StorageError:
+    """RocksDB's error (it names the damaged file) as one line: what cannot be read, and what to do."""
+    detail = re.sub(r"\s+", " ", str(error)).strip() or type(error).__name__
+    return StorageError(f"{where} cannot be read back ({detail}); {advice}")
 
 
 def write_batch(changes: Mapping[bytes, bytes | None]) -> WriteBatch:
@@ -55,14 +99,57 @@ def write_batch(changes: Mapping[bytes, bytes | None]) -> WriteBatch:
     return batch
 
 
+def verified_rows(
+    source: Any, prefix: bytes, where: str, advice: str, read: ReadOptions | None = None
+) -> Iterator[tuple[bytes, bytes]]:
+    """(key, value) of ``source`` (a database or a snapshot of one) under ``prefix``, in key order, every block
+    verified; a block that cannot be read ends the scan with ``StorageError``, never early (module docstring)."""
+    try:
+        rows = source.iter(read if read is not None else verifying_reads())
+        rows.seek(prefix)
+        valid, key, value, step = rows.valid, rows.key, rows.value, rows.next
+        while valid():
+            raw_key = bytes(key())
+            if not raw_key.startswith(prefix):
+                return
+            yield raw_key, bytes(value())
+            step()
+        # Not valid any more: the end of the rows, or a block it could not read. Only status() tells.
+        rows.status()
+    except Exception as error:  # rocksdict raises plain Exception
+        raise storage_error(error, where, advice) from error
+
+
+def _open_error(error: BaseException, path: Path) -> StateDirError:
+    """A store that does not open: damaged (a corrupt, truncated or missing file) or held (locked) or absent."""
+    text = re.sub(r"\s+", " ", str(error)).strip()
+    if text.startswith(("Corruption", "IO error: No such file")) and "LOCK" not in text:
+        return storage_error(error, f"the state store {path}", RESTORE_OR_REBUILD)
+    return StateDirError(f"cannot open state directory {path}: {text}")
+
+
 class RocksStore:
     #: Whether this process has opened a database: RocksDB's background threads then exist, and a
     #: forked child must not use RocksDB (``workers`` starts fresh interpreters instead).
     opened_in_process = False
 
-    def __init__(self, db: Any, owned: bool = True, durable: bool = False, scratch: Path | None = None) -> None:
+    def __init__(
+        self,
+        db: Any,
+        owned: bool = True,
+        durable: bool = False,
+        scratch: Path | None = None,
+        where: str = "the state store",
+        advice: str = RESTORE_OR_REBUILD,
+    ) -> None:
         self._db = db
         self._owned = owned
+        # Named in a storage error (the path RocksDB gives names the damaged file itself).
+        self.where = where
+        self.advice = advice
+        self._read = verifying_reads()
+        if owned:
+            db.set_read_options(self._read)
         # a follower's own directory (its RocksDB info log), removed on close
         self._scratch = scratch
         # durable: every apply reaches the disk before it returns (the WAL is fsync'ed). The
@@ -90,8 +177,8 @@ class RocksStore:
             # data block, misses included (7 µs instead of under 1 µs at a million entries).
             db = Rdict(str(path), options=options, column_families={"default": options}, access_type=access)
         except Exception as error:  # rocksdict raises plain Exception subclasses
-            raise StateDirError(f"cannot open state directory {path}: {error}") from error
-        return cls(db, durable=durable)
+            raise _open_error(error, path) from error
+        return cls(db, durable=durable, where=f"the state store {path}")
 
     @classmethod
     def open_follower(cls, path: Path) -> "RocksStore":
@@ -117,19 +204,18 @@ class RocksStore:
             )
         except Exception as error:  # rocksdict raises plain Exception subclasses
             shutil.rmtree(scratch, ignore_errors=True)
-            raise StateDirError(f"cannot open state directory {path}: {error}") from error
-        return cls(db, scratch=scratch)
+            raise _open_error(error, path) from error
+        return cls(db, scratch=scratch, where=f"the state store {path}")
 
     def get(self, key: bytes) -> bytes | None:
-        value = self._db.get(key)
+        try:
+            value = self._db.get(key)
+        except Exception as error:  # rocksdict raises plain Exception: a corrupt block, an unreadable file
+            raise storage_error(error, self.where, self.advice) from error
         return None if value is None else bytes(value)
 
     def iterate_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
-        for key, value in self._db.items(from_key=prefix):
-            raw_key = bytes(key)
-            if not raw_key.startswith(prefix):
-                break
-            yield raw_key, bytes(value)
+        return verified_rows(self._db, prefix, self.where, self.advice, self._read)
 
     def estimated_rows(self) -> int:
         """RocksDB's estimate of the rows in the store (exact for one that was never overwritten)."""
