@@ -184,11 +184,13 @@ def split(root: Path, count: int, progress: Progress) -> Split:
         _checkpoint(root, probe)
     finally:
         probe.close()
+    # For writing only to hold the lock (nothing is written to it), and before anything is touched: a second
+    # migrate of the same state is refused here, not after it removed the first one's work folder.
+    store = RocksStore.open(root)
     work = root / MIGRATING
-    if work.exists():
-        shutil.rmtree(work)  # an interrupted run's: built again from the start
-    store = RocksStore.open(root)  # for writing only to hold the lock: nothing is written to it
     try:
+        if work.exists():
+            shutil.rmtree(work)  # an interrupted run's: built again from the start
         result = Split(checkpoint=_checkpoint(root, store), single_store_bytes=_store_bytes(root))
         checkpoint = result.checkpoint
         at = (0, 0) if checkpoint is None else (checkpoint.offset, checkpoint.line)
@@ -214,12 +216,37 @@ def split(root: Path, count: int, progress: Progress) -> Split:
         except BaseException:
             writer.abort()
             raise
+        # The single store stays until every row read from it is read back from the new stores.
+        _check_written(root, work, result, len(main_rows), len(header))
     finally:
         store.close()
     _sync_tree(work)
     _commit(root, work)
     remove_leftovers(root)
     return result
+
+
+def _count(path: Path) -> int:
+    store = RocksStore.open(path, read_only=True)
+    try:
+        return sum(1 for _ in store.iterate_prefix(b""))
+    finally:
+        store.close()
+
+
+def _check_written(root: Path, work: Path, result: Split, main_extra: int, header: int) -> None:
+    """Every store built counts the rows read for it (plus the rows a migration adds), else nothing is moved."""
+    expected = {main_path(work): result.main_rows + main_extra}
+    for partition, rows in result.partition_rows.items():
+        expected[work / PARTITIONS / f"{partition:03d}"] = rows + header
+    for path, rows in expected.items():
+        found = _count(path)
+        if found != rows:
+            raise _refuse(
+                root,
+                f"the new store {shown(path)} holds {found:,} rows where {rows:,} were written; the single store is "
+                "left as it was",
+            )
 
 
 def _commit(root: Path, work: Path) -> None:

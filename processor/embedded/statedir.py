@@ -128,7 +128,30 @@ def is_single_store(root: Path) -> bool:
     return (root / "CURRENT").exists() and not main_path(root).exists()
 
 
+def enclosing_state(path: Path) -> tuple[Path, str] | None:
+    """The state ``path`` is a part of (its main store, or one of its partition stores), and which part."""
+    if path.name == MAIN and holds_store(path) and (path.parent / PARTITIONS).is_dir():
+        return path.parent, "its main store"
+    if path.parent.name == PARTITIONS and len(path.name) == 3 and path.name.isdigit():
+        root = path.parent.parent
+        if holds_store(main_path(root)):
+            return root, f"its partition {path.name}"
+    return None
+
+
+def refuse_part_of_state(path: Path) -> None:
+    """A store inside a state is never a state of its own: reading it alone would give part of the evidence, and
+    upgrading or replaying into it would break the state it belongs to."""
+    found = enclosing_state(path)
+    if found is not None:
+        root, part = found
+        raise StateDirError(
+            f"{shown(path)} is part of the state {shown(root)} ({part}), not a state: pass --state {shown(root)}"
+        )
+
+
 def refuse_single_store(root: Path) -> None:
+    refuse_part_of_state(root)
     if is_single_store(root):
         raise StateDirError(
             f"the state {shown(root)} has state format 1 (the single store of a recurrence before 1.0.0), which "
@@ -399,6 +422,7 @@ def check_state(root: Path) -> None:
     if not root.is_dir():
         what = "is not a directory" if root.exists() else "does not exist"
         raise StateDirError(f"{shown(root)} {what}; pass the --state directory that 'recurrence replay' wrote")
+    refuse_part_of_state(root)
     if not (holds_store(main_path(root)) or is_single_store(root)):
         raise StateDirError(
             f"{shown(root)} is not a recurrence state (no {MAIN}/CURRENT in it); pass the --state directory that "

@@ -190,3 +190,43 @@ def test_the_engine_never_dead_letters_an_entry_because_the_store_failed(built: 
     engine = Engine(Transaction(_FailingStore()))
     with pytest.raises(StorageError):
         engine.process(entry, {"line": 1})
+
+
+# -- 6. read commands write nothing ------------------------------------------------------------------------
+
+
+def _tree(root: Path) -> dict[str, tuple[int, int, bytes]]:
+    return {
+        str(path.relative_to(root)): (path.stat().st_mode, path.stat().st_mtime_ns, path.read_bytes())
+        for path in sorted(root.rglob("*"))
+        if path.is_file()
+    }
+
+
+def test_read_commands_leave_every_file_as_it_was(
+    built: Built, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state, _ = copy(built, tmp_path)
+    before = _tree(state)
+    for argv in (["stats"], ["stats", "--table"], ["patterns"], ["tune"]):
+        code, _, err = _run([*argv, "--state", str(state)], capsys)
+        assert code == 0, err
+    assert _tree(state) == before
+
+
+@pytest.mark.parametrize("part", ["main", "partitions/003"])
+def test_a_part_of_a_state_is_refused_naming_the_state(
+    part: str, built: Built, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state, ledger = copy(built, tmp_path)
+    before = _tree(state)
+    for argv in (
+        ["stats", "--state", str(state / part)],
+        ["patterns", "--state", str(state / part)],
+        ["migrate", "--state", str(state / part)],
+        ["replay", str(built.journal), "--state", str(state / part), "--out", str(ledger)],
+    ):
+        code, _, err = _run(argv, capsys)
+        line = _one_refusal(code, err, argv[0])
+        assert f"is part of the state {state}" in line and f"pass --state {state}" in line, line
+    assert _tree(state) == before
