@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+import orjson
+
 from ..core.formats import STATE_FORMAT
 from ..core.stateheader import CONFIG_KEY, FORMAT_KEY, ROW_LAYOUT
 from ..exceptions import StateDirError
@@ -41,6 +43,7 @@ from .statedir import (
     EPOCH_KEY,
     JOURNAL_KEY,
     LEDGER_KEY,
+    MIGRATED_KEY,
     MIGRATING,
     PARTITIONS,
     PARTITIONS_KEY,
@@ -49,9 +52,9 @@ from .statedir import (
     Store,
     clean_mark,
     home,
-    leftovers,
     main_path,
     remove_leftovers,
+    store_files,
 )
 from .stateformat import STATE_FORMAT_KEY
 
@@ -110,7 +113,7 @@ def _routed(
 
 
 def _store_bytes(root: Path) -> int:
-    return sum(path.stat().st_size for path in leftovers(root) if path.is_file())
+    return sum((root / name).stat().st_size for name in store_files(root) if (root / name).is_file())
 
 
 def estimated_rows(root: Path) -> int:
@@ -184,6 +187,7 @@ def split(root: Path, count: int, progress: Progress) -> Split:
         _checkpoint(root, probe)
     finally:
         probe.close()
+    found = store_files(root)
     # For writing only to hold the lock (nothing is written to it), and before anything is touched: a second
     # migrate of the same state is refused here, not after it removed the first one's work folder.
     store = RocksStore.open(root)
@@ -206,6 +210,8 @@ def split(root: Path, count: int, progress: Progress) -> Split:
                 PARTITIONS_KEY: b"%d" % count,
                 EPOCH_KEY: b"%d" % _EPOCH,
                 STATE_FORMAT_KEY: b"%d" % STATE_FORMAT,
+                # What the clean-up may remove: the files found now and those the open above added.
+                MIGRATED_KEY: orjson.dumps(sorted({*found, *store_files(root)})),
             }
             if checkpoint is not None:
                 # Every partition stands at the checkpoint: the next replay need not look at them.

@@ -230,3 +230,17 @@ def test_a_part_of_a_state_is_refused_naming_the_state(
         line = _one_refusal(code, err, argv[0])
         assert f"is part of the state {state}" in line and f"pass --state {state}" in line, line
     assert _tree(state) == before
+
+
+# -- 5. a run deletes only what it created -----------------------------------------------------------------
+
+
+def test_files_beside_the_stores_that_the_state_does_not_own_stay(
+    built: Built, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state, ledger = copy(built, tmp_path)
+    foreign = {"LOG": b"an operator's log\n", "CURRENT": b"MANIFEST-000001\n", "notes.txt": b"mine\n", "7.blob": b"x"}
+    for name, body in foreign.items():
+        (state / name).write_bytes(body)
+    assert refused_or_intact(built, state, ledger, capsys) == []
+    assert {name: (state / name).read_bytes() for name in foreign} == foreign
