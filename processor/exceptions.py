@@ -36,6 +36,10 @@ class StateDirError(UnusableError):
     """The state directory cannot be used (locked, not a database, unwritable, full)."""
 
 
+class StorageError(StateDirError):
+    """A store could not read back what it holds (a corrupt block, a truncated or missing file): never data."""
+
+
 class ConfigMismatchError(UnusableError):
     """The state was built with a different engine configuration."""
 

@@ -14,7 +14,9 @@ builds its records directly as ledger lines (``records``).
 
 No entry can stop the stream: each runs inside an entry savepoint, and any
 exception while applying it discards everything the entry staged and becomes
-an ``internal_error`` dead letter naming only the exception's class.
+an ``internal_error`` dead letter naming only the exception's class. A store
+that fails (``StateDirError``: a corrupt block, a full disk) is not the entry's
+fault: it stops the run, and the entry is never dead-lettered for it.
 """
 
 import hashlib
@@ -44,6 +46,7 @@ from ...schemas.journal import (
 from ...schemas.normalize import normalize
 from ...schemas.powercontext import HandoffReceipt, TaskOutcome
 from ...schemas.statistics import ScopeStatistics
+from ..exceptions import StateDirError
 from ..store.base import Transaction
 from . import deadletters
 from .admission import AdmissionGate
@@ -142,6 +145,10 @@ class Engine:
         except _RejectedEntryError as rejected:
             txn.abort_entry()
             return [self._rejected(raw, origin, rejected)]
+        except StateDirError:
+            # The store failed, not the entry: a valid entry is never dead-lettered for it (the run stops).
+            txn.abort_entry()
+            raise
         except Exception as error:
             txn.abort_entry()
             # The class only: an exception's text may quote the entry.

@@ -32,6 +32,7 @@ from .statedir import (
     leftovers,
     main_path,
     partition_count,
+    refuse_part_of_state,
     remove_leftovers,
 )
 from .stateformat import SINGLE_STORE, check_state_format
@@ -54,6 +55,7 @@ def migrate(
     started = time.monotonic()
     if not root.is_dir():
         raise StateDirError(f"no state directory at {shown(root)}")
+    refuse_part_of_state(root)
     if is_single_store(root):
         report = _split(root, dry_run, partitions or DEFAULT_PARTITIONS, progress_stream)
     elif main_path(root).is_dir():

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+import orjson
+
 from ..core.formats import STATE_FORMAT
 from ..core.stateheader import CONFIG_KEY, FORMAT_KEY, ROW_LAYOUT
 from ..exceptions import StateDirError
@@ -41,6 +43,7 @@ from .statedir import (
     EPOCH_KEY,
     JOURNAL_KEY,
     LEDGER_KEY,
+    MIGRATED_KEY,
     MIGRATING,
     PARTITIONS,
     PARTITIONS_KEY,
@@ -49,9 +52,9 @@ from .statedir import (
     Store,
     clean_mark,
     home,
-    leftovers,
     main_path,
     remove_leftovers,
+    store_files,
 )
 from .stateformat import STATE_FORMAT_KEY
 
@@ -110,7 +113,7 @@ def _routed(
 
 
 def _store_bytes(root: Path) -> int:
-    return sum(path.stat().st_size for path in leftovers(root) if path.is_file())
+    return sum((root / name).stat().st_size for name in store_files(root) if (root / name).is_file())
 
 
 def estimated_rows(root: Path) -> int:
@@ -184,11 +187,14 @@ def split(root: Path, count: int, progress: Progress) -> Split:
         _checkpoint(root, probe)
     finally:
         probe.close()
+    found = store_files(root)
+    # For writing only to hold the lock (nothing is written to it), and before anything is touched: a second
+    # migrate of the same state is refused here, not after it removed the first one's work folder.
+    store = RocksStore.open(root)
     work = root / MIGRATING
-    if work.exists():
-        shutil.rmtree(work)  # an interrupted run's: built again from the start
-    store = RocksStore.open(root)  # for writing only to hold the lock: nothing is written to it
     try:
+        if work.exists():
+            shutil.rmtree(work)  # an interrupted run's: built again from the start
         result = Split(position=_checkpoint(root, store), single_store_bytes=_store_bytes(root))
         position = result.position
         at = (0, 0) if position is None else (position.offset, position.line)
@@ -204,6 +210,8 @@ def split(root: Path, count: int, progress: Progress) -> Split:
                 PARTITIONS_KEY: b"%d" % count,
                 EPOCH_KEY: b"%d" % _EPOCH,
                 STATE_FORMAT_KEY: b"%d" % STATE_FORMAT,
+                # What the clean-up may remove: the files found now and those the open above added.
+                MIGRATED_KEY: orjson.dumps(sorted({*found, *store_files(root)})),
             }
             if position is not None:
                 # Every partition stands at the position: the next replay need not look at them.
@@ -214,12 +222,37 @@ def split(root: Path, count: int, progress: Progress) -> Split:
         except BaseException:
             writer.abort()
             raise
+        # The single store stays until every row read from it is read back from the new stores.
+        _check_written(root, work, result, len(main_rows), len(header))
     finally:
         store.close()
     _sync_tree(work)
     _commit(root, work)
     remove_leftovers(root)
     return result
+
+
+def _count(path: Path) -> int:
+    store = RocksStore.open(path, read_only=True)
+    try:
+        return sum(1 for _ in store.iterate_prefix(b""))
+    finally:
+        store.close()
+
+
+def _check_written(root: Path, work: Path, result: Split, main_extra: int, header: int) -> None:
+    """Every store built counts the rows read for it (plus the rows a migration adds), else nothing is moved."""
+    expected = {main_path(work): result.main_rows + main_extra}
+    for partition, rows in result.partition_rows.items():
+        expected[work / PARTITIONS / f"{partition:03d}"] = rows + header
+    for path, rows in expected.items():
+        found = _count(path)
+        if found != rows:
+            raise _refuse(
+                root,
+                f"the new store {shown(path)} holds {found:,} rows where {rows:,} were written; the single store is "
+                "left as it was",
+            )
 
 
 def _commit(root: Path, work: Path) -> None:

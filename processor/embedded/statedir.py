@@ -75,6 +75,7 @@ MAIN_NAMESPACES: Final = frozenset(
         "dl",
         "pat",
         "state_format",
+        "migrated",
     }
 )
 #: Where ``recurrence migrate`` builds a state's new stores before they are moved into place.
@@ -89,6 +90,9 @@ JOURNAL_KEY: Final = b'["journal"]'
 WRITTEN_KEY: Final = b'["written"]'
 #: [epoch, position] when a run ended with every partition durable at that position.
 CLEAN_KEY: Final = b'["clean"]'
+#: The names of the single store's files a migration found beside it (JSON list): the only files beside the main
+#: store a run removes (``remove_leftovers``); anything else there is not the state's, and stays.
+MIGRATED_KEY: Final = b'["migrated"]'
 #: Partition-store row: [epoch, offset, line] -- every journal line of this partition up to there is applied.
 APPLIED_KEY: Final = b'["applied"]'
 
@@ -128,7 +132,30 @@ def is_single_store(root: Path) -> bool:
     return (root / "CURRENT").exists() and not main_path(root).exists()
 
 
+def enclosing_state(path: Path) -> tuple[Path, str] | None:
+    """The state ``path`` is a part of (its main store, or one of its partition stores), and which part."""
+    if path.name == MAIN and holds_store(path) and (path.parent / PARTITIONS).is_dir():
+        return path.parent, "its main store"
+    if path.parent.name == PARTITIONS and len(path.name) == 3 and path.name.isdigit():
+        root = path.parent.parent
+        if holds_store(main_path(root)):
+            return root, f"its partition {path.name}"
+    return None
+
+
+def refuse_part_of_state(path: Path) -> None:
+    """A store inside a state is never a state of its own: reading it alone would give part of the evidence, and
+    upgrading or replaying into it would break the state it belongs to."""
+    found = enclosing_state(path)
+    if found is not None:
+        root, part = found
+        raise StateDirError(
+            f"{shown(path)} is part of the state {shown(root)} ({part}), not a state: pass --state {shown(root)}"
+        )
+
+
 def refuse_single_store(root: Path) -> None:
+    refuse_part_of_state(root)
     if is_single_store(root):
         raise StateDirError(
             f"the state {shown(root)} has state format 1 (the single store of a recurrence before 1.0.0), which "
@@ -145,13 +172,33 @@ _STORE_FILE: Final = re.compile(
 
 
 def leftovers(root: Path) -> list[Path]:
-    """The single store's files still in ``root`` (and the work folder of a migration)."""
+    """The single store's files a migration recorded (``MIGRATED_KEY``) still in ``root``, and the work folder
+    of a migration. A file of a store's name that the migration did not record (an operator's ``LOG``, a copied
+    ``CURRENT``) is not one: it is left where it is."""
     try:
         names = os.listdir(root)
     except FileNotFoundError:
         return []
-    found = [root / name for name in sorted(names) if _STORE_FILE.fullmatch(name)]
+    recorded = _migrated(root)
+    found = [root / name for name in sorted(names) if name in recorded and _STORE_FILE.fullmatch(name)]
     return [*found, root / MIGRATING] if (root / MIGRATING).exists() else found
+
+
+def store_files(root: Path) -> list[str]:
+    """The names of the files a single store in ``root`` keeps (what a migration records)."""
+    return sorted(name for name in os.listdir(root) if _STORE_FILE.fullmatch(name))
+
+
+def _migrated(root: Path) -> frozenset[str]:
+    main = main_path(root)
+    if not holds_store(main):
+        return frozenset()
+    store = RocksStore.open(main, read_only=True)
+    try:
+        raw = store.get(MIGRATED_KEY)
+    finally:
+        store.close()
+    return frozenset() if raw is None else frozenset(str(name) for name in orjson.loads(raw))
 
 
 def remove_leftovers(root: Path) -> int:
@@ -399,6 +446,7 @@ def check_state(root: Path) -> None:
     if not root.is_dir():
         what = "is not a directory" if root.exists() else "does not exist"
         raise StateDirError(f"{shown(root)} {what}; pass the --state directory that 'recurrence replay' wrote")
+    refuse_part_of_state(root)
     if not (holds_store(main_path(root)) or is_single_store(root)):
         raise StateDirError(
             f"{shown(root)} is not a recurrence state (no {MAIN}/CURRENT in it); pass the --state directory that "

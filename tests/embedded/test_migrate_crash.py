@@ -65,7 +65,7 @@ def test_the_points_are_where_the_migration_calls_them(tmp_path: Path) -> None:
     calls = call_counts(
         tmp_path / "hooks", ["migrate", "--state", tmp_path / "state"], ["apply", "fsync", "rename", "unlink"]
     )
-    assert calls == {"apply-before": 6, "fsync-before": 11, "rename-before": 2, "unlink-before": 10}
+    assert calls == {"apply-before": 6, "fsync-before": 11, "rename-before": 2, "unlink-before": 11}
 
 
 def _kill_and_rerun(expected: Expected, workdir: Path, point: tuple[Target, When, int]) -> Iterator[str]:

@@ -33,7 +33,7 @@ another partition.
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import faust
 from faust.stores import memory as faust_memory
@@ -43,7 +43,7 @@ from yarl import URL
 
 from ...store.base import StateStore, Transaction
 from ...store.memory import MemoryStore
-from ...store.rocksdb import RocksStore
+from ...store.rocksdb import RocksStore, verified_rows
 from ..batch import changeset
 from ..batch.types import ChangelogRecord
 from ..clients.faustcompat import open_databases
@@ -102,6 +102,28 @@ class KeptRocksDBOptions(faust_rocksdb.RocksDBOptions):
         return db
 
 
+#: What to do about a worker's local table store that cannot be read back: the changelog is the source of truth.
+REBUILD_LOCAL: Final = (
+    "stop the worker, remove its --datadir and start it again: it restores its partitions from the changelog"
+)
+
+
+def _where(store: Any, partition: int) -> str:
+    return f"the worker's local store of table {store.table.name!r} partition {partition}"
+
+
+class VerifiedSnapshot:
+    """A point-in-time view of a partition database whose rows are read with every block verified: a corrupt
+    block ends ``items`` with ``StorageError``, never early (a short snapshot would be shipped as whole)."""
+
+    def __init__(self, snapshot: Any, where: str) -> None:
+        self.snapshot = snapshot
+        self.where = where
+
+    def items(self) -> Iterator[tuple[bytes, bytes]]:
+        return verified_rows(self.snapshot, b"", self.where, REBUILD_LOCAL)
+
+
 class SnapshotHook(Protocol):
     """What the store asks of ``snapshots.Snapshots`` (set on the table by the app)."""
 
@@ -143,10 +165,10 @@ class ChangeSetRocksStore(faust_rocksdb.Store):
         raw = None if db is None else db.get(OFFSET_KEY)
         return None if raw is None else int(raw)
 
-    def snapshot_view(self, partition: int) -> Any | None:
+    def snapshot_view(self, partition: int) -> "VerifiedSnapshot | None":
         """A point-in-time view of an open partition database (rows in key order, the offset among them)."""
         db = open_databases(self).get(partition)
-        return None if db is None else db.snapshot()
+        return None if db is None else VerifiedSnapshot(db.snapshot(), _where(self, partition))
 
     def open_scratch(self, path: Path) -> Any:
         """A new database with the store's options, to load a snapshot into before it is renamed into place."""
@@ -164,11 +186,12 @@ class ChangeSetRocksStore(faust_rocksdb.Store):
         db.write(batch, options)
 
     def partition_state(self, partition: int) -> StateStore:
-        return RocksStore(self._db_for_partition(partition), owned=False)
+        db = self._db_for_partition(partition)
+        return RocksStore(db, owned=False, where=_where(self, partition), advice=REBUILD_LOCAL)
 
     def open_partition_state(self, partition: int) -> StateStore | None:
         db = open_databases(self).get(partition)
-        return None if db is None else RocksStore(db, owned=False)
+        return None if db is None else RocksStore(db, owned=False, where=_where(self, partition), advice=REBUILD_LOCAL)
 
     def generation(self, partition: int) -> int:
         generations: dict[int, int] = self.__dict__.setdefault("_generations", {})

@@ -1,0 +1,246 @@
+"""A damaged state is refused in one line (exit 2), or gives exactly the intact state's answer: the fault suite.
+
+One small state is built once (a journal's first lines replayed into it); each case copies it, damages the
+copy by one class of fault (a flipped byte in a store's files, a part deleted, swapped in from an older copy
+or from another state, an older main, a partition whose creation a crash cut short, foreign files, a read
+that must leave every file as it was) and runs the commands an operator would: ``stats`` and the ``replay``
+that resumes with the rest of the journal. Each must either refuse with one line naming what is wrong and
+exit 2, or end with the intact run's statistics and ledger, byte for byte; never exit 0 with another answer,
+never a traceback.
+"""
+
+import json
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import pytest
+
+from recurrence_ledger.processor.cli import main
+from recurrence_ledger.processor.core.engine import Engine
+from recurrence_ledger.processor.exceptions import StorageError
+from recurrence_ledger.processor.store.base import Transaction
+from recurrence_ledger.processor.store.memory import MemoryStore
+from recurrence_ledger.processor.store.rocksdb import RocksStore
+from tests.support.embedded_cli import head, journal, stats
+
+#: Lines of the journal in the state every case starts from; the resuming replay reads all of them.
+FIRST: Final = 1200
+TOTAL: Final = 2000
+
+
+@dataclass(frozen=True)
+class Built:
+    journal: Path
+    first: Path
+    state: Path  # after the first lines
+    ledger: Path
+    stats: Any  # ``stats`` of that state
+    resumed_ledger: bytes  # the ledger after the intact state resumed with the whole journal
+    resumed_stats: Any
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
+    base = tmp_path_factory.mktemp("faults")
+    whole = journal(base / "journal.jsonl", entries=TOTAL, scopes=40, seed=3)
+    first = head(whole, base / "first.jsonl", FIRST)
+    state, ledger = base / "S", base / "L.jsonl"
+    argv = ["replay", str(first), "--state", str(state), "--out", str(ledger), "--jobs", "1"]
+    assert main(argv) == 0
+    first_stats = stats(state)
+    resumed = base / "resumed"
+    shutil.copytree(state, resumed / "S")
+    shutil.copy(ledger, resumed / "L.jsonl")
+    argv = ["replay", str(whole), "--state", str(resumed / "S"), "--out", str(resumed / "L.jsonl"), "--jobs", "1"]
+    assert main(argv) == 0
+    yield Built(whole, first, state, ledger, first_stats, (resumed / "L.jsonl").read_bytes(), stats(resumed / "S"))
+
+
+def copy(built: Built, where: Path) -> tuple[Path, Path]:
+    state, ledger = where / "S", where / "L.jsonl"
+    shutil.copytree(built.state, state)
+    shutil.copy(built.ledger, ledger)
+    return state, ledger
+
+
+def refused_or_intact(
+    built: Built, state: Path, ledger: Path, capsys: pytest.CaptureFixture[str], resume: bool = True
+) -> list[str]:
+    """``stats`` then the resuming ``replay``: each refused in one line with exit 2, or the intact answer.
+    The lines printed by the refusals."""
+    lines = []
+    code, out, err = _run(["stats", "--state", str(state)], capsys)
+    if code == 0:
+        assert json.loads(out) == built.stats
+    else:
+        lines.append(_one_refusal(code, err, "stats"))
+    if not resume:
+        return lines
+    code, out, err = _run(
+        ["replay", str(built.journal), "--state", str(state), "--out", str(ledger), "--jobs", "1"], capsys
+    )
+    if code == 0:
+        assert ledger.read_bytes() == built.resumed_ledger
+        assert stats(state) == built.resumed_stats
+    else:
+        lines.append(_one_refusal(code, err, "replay"))
+    return lines
+
+
+def _one_refusal(code: int, err: str, command: str) -> str:
+    lines = err.strip().splitlines()
+    assert code == 2, err
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith(f"recurrence {command}: "), lines
+    return lines[0]
+
+
+def flip(path: Path, offset: int) -> None:
+    with path.open("r+b") as handle:
+        handle.seek(offset)
+        byte = handle.read(1)
+        handle.seek(offset)
+        handle.write(bytes([byte[0] ^ 0x5A]))
+
+
+def _store_files(built: Built) -> list[tuple[str, float]]:
+    cases = []
+    for part in ("main", "partitions/003"):
+        for path in sorted((built.state / part).iterdir()):
+            if path.suffix in {".sst", ".log"} or path.name.startswith(("MANIFEST", "CURRENT")):
+                cases += [(f"{part}/{path.name}", at) for at in (0.05, 0.3, 0.6, 0.95)]
+    return cases
+
+
+# -- 1. storage errors are never data ----------------------------------------------------------------------
+
+
+def test_flipped_bytes_in_any_store_file_are_refused_or_change_nothing(
+    built: Built, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cases = _store_files(built)
+    assert any(name.endswith(".sst") for name, _ in cases)
+    refused = 0
+    for number, (name, at) in enumerate(cases):
+        state, ledger = copy(built, tmp_path / str(number))
+        target = state / name
+        size = target.stat().st_size
+        if not size:
+            continue
+        flip(target, min(size - 1, int(size * at)))
+        lines = refused_or_intact(built, state, ledger, capsys)
+        for line in lines:
+            assert "cannot be read back" in line and "restore the whole state folder" in line, line
+        refused += bool(lines)
+    assert refused  # a flip inside a data block or the manifest is always found
+
+
+def test_a_corrupt_block_ends_a_scan_with_an_error_naming_the_file_never_early(tmp_path: Path) -> None:
+    path = tmp_path / "db"
+    store = RocksStore.open(path)
+    store.apply({b"k%06d" % n: b"v" * 40 for n in range(20_000)})
+    store.close()
+    (table,) = path.glob("*.sst")
+    flip(table, table.stat().st_size // 2)
+    store = RocksStore.open(path, read_only=True)
+    try:
+        seen = 0
+        with pytest.raises(StorageError, match=rf"{table.name}.*restore the whole state folder"):
+            for _ in store.iterate_prefix(b"k"):
+                seen += 1
+        assert 0 < seen < 20_000
+        failures = 0
+        for n in range(20_000):
+            try:
+                assert store.get(b"k%06d" % n) == b"v" * 40
+            except StorageError:
+                failures += 1
+        assert failures  # the rows of the damaged block: an error, never "absent"
+    finally:
+        store.close()
+
+
+def test_a_missing_table_file_is_refused_at_open(tmp_path: Path) -> None:
+    path = tmp_path / "db"
+    store = RocksStore.open(path)
+    store.apply({b"k%06d" % n: b"v" for n in range(1000)})
+    store.close()
+    (table,) = path.glob("*.sst")
+    table.unlink()
+    with pytest.raises(StorageError, match="cannot be read back"):
+        RocksStore.open(path, read_only=True)
+
+
+class _FailingStore(MemoryStore):
+    def get(self, key: bytes) -> bytes | None:
+        raise StorageError("the state store X cannot be read back (Corruption: block checksum mismatch)")
+
+
+def test_the_engine_never_dead_letters_an_entry_because_the_store_failed(built: Built) -> None:
+    entry = built.journal.read_bytes().splitlines()[0]
+    engine = Engine(Transaction(_FailingStore()))
+    with pytest.raises(StorageError):
+        engine.process(entry, {"line": 1})
+
+
+# -- 6. read commands write nothing ------------------------------------------------------------------------
+
+
+def _tree(root: Path) -> dict[str, tuple[int, int, bytes]]:
+    return {
+        str(path.relative_to(root)): (path.stat().st_mode, path.stat().st_mtime_ns, path.read_bytes())
+        for path in sorted(root.rglob("*"))
+        if path.is_file()
+    }
+
+
+def test_read_commands_leave_every_file_as_it_was(
+    built: Built, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state, _ = copy(built, tmp_path)
+    before = _tree(state)
+    for argv in (["stats"], ["stats", "--table"], ["patterns"], ["tune"]):
+        code, _, err = _run([*argv, "--state", str(state)], capsys)
+        assert code == 0, err
+    assert _tree(state) == before
+
+
+@pytest.mark.parametrize("part", ["main", "partitions/003"])
+def test_a_part_of_a_state_is_refused_naming_the_state(
+    part: str, built: Built, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state, ledger = copy(built, tmp_path)
+    before = _tree(state)
+    for argv in (
+        ["stats", "--state", str(state / part)],
+        ["patterns", "--state", str(state / part)],
+        ["migrate", "--state", str(state / part)],
+        ["replay", str(built.journal), "--state", str(state / part), "--out", str(ledger)],
+    ):
+        code, _, err = _run(argv, capsys)
+        line = _one_refusal(code, err, argv[0])
+        assert f"is part of the state {state}" in line and f"pass --state {state}" in line, line
+    assert _tree(state) == before
+
+
+# -- 5. a run deletes only what it created -----------------------------------------------------------------
+
+
+def test_files_beside_the_stores_that_the_state_does_not_own_stay(
+    built: Built, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state, ledger = copy(built, tmp_path)
+    foreign = {"LOG": b"an operator's log\n", "CURRENT": b"MANIFEST-000001\n", "notes.txt": b"mine\n", "7.blob": b"x"}
+    for name, body in foreign.items():
+        (state / name).write_bytes(body)
+    assert refused_or_intact(built, state, ledger, capsys) == []
+    assert {name: (state / name).read_bytes() for name in foreign} == foreign
