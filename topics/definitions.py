@@ -94,11 +94,9 @@ class TopicSpec:
     uses: Mapping[Role, tuple[Operation, ...]] = field(default_factory=lambda: MappingProxyType({}))
 
 
-class Layout(Protocol):
-    """What the definitions read of a deployment (``StreamSettings`` is one)."""
+class Counts(Protocol):
+    """How many of each the topics have (``TopicLayout`` is one)."""
 
-    @property
-    def topics(self) -> TopicNames: ...
     @property
     def partitions(self) -> int: ...
     @property
@@ -107,9 +105,19 @@ class Layout(Protocol):
     def min_insync(self) -> int: ...
 
 
+class Layout(Protocol):
+    """What the definitions read of a deployment (``StreamSettings`` is one)."""
+
+    @property
+    def topics(self) -> TopicNames: ...
+    @property
+    def layout(self) -> Counts: ...
+
+
 def topic_specs(settings: Layout) -> list[TopicSpec]:
     names = settings.topics
-    insync = {"min.insync.replicas": str(settings.min_insync)}
+    counts = settings.layout
+    insync = {"min.insync.replicas": str(counts.min_insync)}
 
     def spec(
         name: str,
@@ -124,8 +132,8 @@ def topic_specs(settings: Layout) -> list[TopicSpec]:
         return TopicSpec(
             name,
             role,
-            settings.partitions,
-            settings.replication,
+            counts.partitions,
+            counts.replication,
             {**policy, **insync},
             description,
             at_least,

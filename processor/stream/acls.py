@@ -103,11 +103,11 @@ def acl_set(settings: StreamSettings, role: Role, principal: str) -> list[Acl]:
         wanted += [(TOPIC, spec.name, LITERAL, DESCRIBE_CONFIGS) for spec in specs]
         if settings.worker.create_topics:
             wanted += [(TOPIC, spec.name, LITERAL, CREATE) for spec in specs]
-        wanted.append((GROUP, settings.group_id, LITERAL, READ))
-        if settings.processing_guarantee == "exactly_once":
-            wanted.append((TRANSACTIONAL_ID, settings.group_id + TRANSACTIONAL_ID_SEPARATOR, PREFIXED, WRITE))
+        wanted.append((GROUP, settings.layout.group_id, LITERAL, READ))
+        if settings.worker.processing_guarantee == "exactly_once":
+            wanted.append((TRANSACTIONAL_ID, settings.layout.group_id + TRANSACTIONAL_ID_SEPARATOR, PREFIXED, WRITE))
     elif role == "read":
-        wanted.append((GROUP, settings.group_id, LITERAL, DESCRIBE))
+        wanted.append((GROUP, settings.layout.group_id, LITERAL, DESCRIBE))
     order = {spec.name: i for i, spec in enumerate(specs)}
     unique = dict.fromkeys(wanted)  # first occurrence wins; keeps the definitions' order
     acls = [Acl(principal, *entry) for entry in unique]
@@ -132,9 +132,9 @@ ROLE_NAMES: Final[dict[Role, str]] = {"worker": "worker", "publish": "publisher"
 
 
 def describe(settings: StreamSettings, role: Role) -> str:
-    guarantee = f", {settings.processing_guarantee}" if role == "worker" else ""
+    guarantee = f", {settings.worker.processing_guarantee}" if role == "worker" else ""
     creates = ", --create-topics" if role == "worker" and settings.worker.create_topics else ""
-    return f"app id {settings.group_id}, topic prefix {settings.layout.topic_prefix}{guarantee}{creates}"
+    return f"app id {settings.layout.group_id}, topic prefix {settings.layout.topic_prefix}{guarantee}{creates}"
 
 
 def as_commands(acls: Sequence[Acl], settings: StreamSettings, role: Role, command_config: str) -> str:

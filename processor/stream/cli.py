@@ -147,7 +147,7 @@ def _cmd_ledger_dump(args: argparse.Namespace) -> int:
     if args.until_caught_up:
         # Pattern suggestions come from the patterns agent, behind the journal by the repartition topic.
         inputs = [settings.topics.journal, *([settings.topics.recurred] if settings.topics.patterns in topics else [])]
-        progress = asyncio.run(wait_caught_up(settings.kafka, inputs, settings.group_id, args.max_wait))
+        progress = asyncio.run(wait_caught_up(settings.kafka, inputs, settings.layout.group_id, args.max_wait))
         entries = sum(p.end for p in progress.partitions)
         print(
             f"recurrence ledger-dump: group {progress.group} caught up ({entries:,} journal entries)", file=sys.stderr
@@ -194,7 +194,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     inputs = [settings.topics.journal, settings.topics.recurred]
-    progress = asyncio.run(group_progress(settings.kafka, inputs, settings.group_id))
+    progress = asyncio.run(group_progress(settings.kafka, inputs, settings.layout.group_id))
     if args.json:
         sys.stdout.buffer.write(orjson.dumps(progress.as_json()) + b"\n")
     else:
@@ -204,16 +204,16 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 def check_web_port(settings: StreamSettings) -> None:
     """A busy web port is an operator error (exit 2, one line), not a traceback from deep inside Faust."""
-    family = socket.AF_INET6 if ":" in settings.web_host else socket.AF_INET
+    family = socket.AF_INET6 if ":" in settings.worker.web_host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         # The same option aiohttp sets, so a port in TIME_WAIT is not mistaken for a busy one.
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            probe.bind((settings.web_host, settings.web_port))
+            probe.bind((settings.worker.web_host, settings.worker.web_port))
         except OSError as error:
             why = "is in use" if error.errno == errno.EADDRINUSE else f"cannot be bound ({error.strerror})"
             raise UnusableError(
-                f"web port {settings.web_host}:{settings.web_port} {why}; choose another --web-port "
+                f"web port {settings.worker.web_host}:{settings.worker.web_port} {why}; choose another --web-port "
                 "(RECURRENCE_WEB_PORT) or stop the process holding it"
             ) from None
 
@@ -226,8 +226,8 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     # Before anything reaches the broker: a second worker on this folder stops here, and the group never sees it.
-    lock_folder(settings.datadir)
-    warning = exposure_warning(settings.web_host, Access(settings.web_token()))
+    lock_folder(settings.worker.datadir)
+    warning = exposure_warning(settings.worker.web_host, Access(settings.web_token()))
     if warning is not None:
         print(f"recurrence worker: {warning}", file=sys.stderr, flush=True)
     check_web_port(settings)

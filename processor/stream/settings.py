@@ -14,8 +14,9 @@ variable, validation and help:
 Where a value comes from, strongest first: a command-line flag (derived from
 the field by ``cliflags``), the environment, the config file (``--config`` or
 ``RECURRENCE_CONFIG``: TOML with ``[kafka]``, ``[topics]`` and ``[worker]``
-tables keyed by field name), the default. ``StreamSettings`` bundles the three
-for the worker and exposes the attribute names the stream path reads.
+tables keyed by field name), the default. ``StreamSettings`` bundles the three;
+each setting is read in one place, its section (``settings.layout.replication``), and only what
+combines sections (the topic names, the effective batch size, the web URL) is computed here.
 """
 
 import socket
@@ -25,7 +26,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Final, Generic, Literal, TypeVar, overload
+from typing import Annotated, Any, ClassVar, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic.fields import FieldInfo
@@ -390,41 +391,15 @@ _SECTIONS: Final[dict[str, type[SettingsModel]]] = {
 }
 
 
-T = TypeVar("T")
-
-
-class Forward(Generic[T]):
-    """A ``StreamSettings`` attribute read from the section model that declares it, under the same name."""
-
-    def __init__(self, section: str) -> None:
-        self.section = section
-        self.name = ""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    @overload
-    def __get__(self, settings: None, owner: type | None = None) -> "Forward[T]": ...
-
-    @overload
-    def __get__(self, settings: object, owner: type | None = None) -> T: ...
-
-    def __get__(self, settings: object | None, owner: type | None = None) -> "T | Forward[T]":
-        if settings is None:
-            return self
-        value: T = getattr(getattr(settings, self.section), self.name)
-        return value
-
-
 class StreamSettings(BaseModel):
-    """The three models of one worker; the attributes the stream path reads are forwarded from them.
+    """The three models of one worker, each setting read from its own (``settings.worker.web_port``).
 
     Flat keywords (``StreamSettings(topic_prefix="p", partitions=6)``) are routed to
     their model, for tests and embedding; values come only from the arguments and
     the defaults -- the environment and the file are read by ``load``.
     """
 
-    model_config = ConfigDict(frozen=True, ignored_types=(Forward,))
+    model_config = ConfigDict(frozen=True)
 
     kafka: KafkaConnection = Field(default_factory=KafkaConnection.defaults)
     layout: TopicLayout = Field(default_factory=TopicLayout.defaults)
@@ -448,32 +423,12 @@ class StreamSettings(BaseModel):
             section[key] = value
         return routed
 
-    # -- the names the stream path reads: each the field (or property) of the same name in its section
-    topic_prefix: ClassVar[Forward[str]] = Forward("layout")
-    journal_topic: ClassVar[Forward[str | None]] = Forward("layout")
-    app_id: ClassVar[Forward[str | None]] = Forward("layout")
-    group_id: ClassVar[Forward[str]] = Forward("layout")
-    partitions: ClassVar[Forward[int]] = Forward("layout")
-    replication: ClassVar[Forward[int]] = Forward("layout")
-    min_insync: ClassVar[Forward[int]] = Forward("layout")
-    datadir: ClassVar[Forward[Path]] = Forward("worker")
-    web_host: ClassVar[Forward[str]] = Forward("worker")
-    web_port: ClassVar[Forward[int]] = Forward("worker")
-    web_advertise: ClassVar[Forward[str | None]] = Forward("worker")
-    standby_replicas: ClassVar[Forward[int]] = Forward("worker")
-    processing_guarantee: ClassVar[Forward[Guarantee]] = Forward("worker")
-    review_threshold: ClassVar[Forward[int]] = Forward("worker")
-    pattern_scopes: ClassVar[Forward[int]] = Forward("worker")
-    batch_min: ClassVar[Forward[int]] = Forward("worker")
-    batch_within: ClassVar[Forward[float]] = Forward("worker")
-    session_timeout: ClassVar[Forward[float]] = Forward("worker")
-    instance_id: ClassVar[Forward[str | None]] = Forward("worker")
-
     @property
-    def batch_max(self) -> int:
+    def batch_entries(self) -> int:
+        """Entries per durable batch: ``--batch-max``, else the guarantee's default."""
         if self.worker.batch_max is not None:
             return self.worker.batch_max
-        if self.processing_guarantee == "exactly_once":
+        if self.worker.processing_guarantee == "exactly_once":
             return BATCH_MAX_EXACTLY_ONCE
         return BATCH_MAX_AT_LEAST_ONCE
 
@@ -497,7 +452,7 @@ class StreamSettings(BaseModel):
 
     @property
     def topics(self) -> TopicNames:
-        return topic_names(self.layout.topic_prefix, self.group_id, self.layout.journal_topic)
+        return topic_names(self.layout.topic_prefix, self.layout.group_id, self.layout.journal_topic)
 
 
 def read_config_file(path: Path) -> dict[str, Any]:

@@ -43,7 +43,7 @@ def test_every_set_is_least_privilege(settings: StreamSettings, role: Role) -> N
         if acl.resource_type == "TOPIC":
             assert acl.resource_name in topics and acl.pattern_type == "LITERAL"
         if acl.resource_type == "GROUP":
-            assert acl.resource_name == settings.group_id
+            assert acl.resource_name == settings.layout.group_id
     operations = {a.operation for a in acls}
     if role == "read":
         assert not operations & WRITES, "a reader may write nothing"
@@ -68,11 +68,11 @@ def test_the_worker_set_follows_the_definitions_and_the_settings(settings: Strea
     assert not by_topic
     names = settings.topics
     assert "WRITE" not in {a.operation for a in acls if a.resource_name == names.journal}, "a worker never writes it"
-    assert ("GROUP", settings.group_id, "LITERAL", "READ") in {(*a.resource, a.operation) for a in acls}
+    assert ("GROUP", settings.layout.group_id, "LITERAL", "READ") in {(*a.resource, a.operation) for a in acls}
     transactional = [a for a in acls if a.resource_type == "TRANSACTIONAL_ID"]
-    if settings.processing_guarantee == "exactly_once":
+    if settings.worker.processing_guarantee == "exactly_once":
         assert [(a.resource_name, a.pattern_type, a.operation) for a in transactional] == [
-            (f"{settings.group_id}-", "PREFIXED", "WRITE")
+            (f"{settings.layout.group_id}-", "PREFIXED", "WRITE")
         ]
     else:
         assert transactional == []
@@ -84,9 +84,9 @@ def test_the_transactional_ids_are_the_ones_faust_gives_its_producers() -> None:
     (prefix,) = [a.resource_name for a in acls if a.resource_type == "TRANSACTIONAL_ID"]
     for group, partition in ((0, 0), (0, 11), (1, 3)):
         made = TransactionManager.transactional_id_format.format(
-            group_id=settings.group_id, tpg=SimpleNamespace(group=group, partition=partition)
+            group_id=settings.layout.group_id, tpg=SimpleNamespace(group=group, partition=partition)
         )
-        assert made.startswith(prefix) and prefix == settings.group_id + TRANSACTIONAL_ID_SEPARATOR
+        assert made.startswith(prefix) and prefix == settings.layout.group_id + TRANSACTIONAL_ID_SEPARATOR
 
 
 def test_the_reader_describes_the_inputs_and_the_group() -> None:
@@ -95,7 +95,7 @@ def test_the_reader_describes_the_inputs_and_the_group() -> None:
         (a.resource_type, a.resource_name) for a in acl_set(settings, "read", "User:r") if a.operation == "DESCRIBE"
     }
     names = settings.topics
-    assert described == {("TOPIC", names.journal), ("TOPIC", names.recurred), ("GROUP", settings.group_id)}
+    assert described == {("TOPIC", names.journal), ("TOPIC", names.recurred), ("GROUP", settings.layout.group_id)}
 
 
 def test_the_json_form_uses_kafkas_names() -> None:
