@@ -34,9 +34,16 @@ from .settings import KafkaConnection, StreamSettings, TopicLayout, WorkerOption
 DEFAULT_MAX_WAIT: Final = 120.0
 
 
-def _settings(args: argparse.Namespace) -> StreamSettings:
-    quiet_client_logs(bool(getattr(args, "verbose", False)))
-    return load(args)
+def _settings(args: argparse.Namespace, connects: bool = True) -> StreamSettings:
+    """The command's settings; with ``--verbose`` (and always for a worker) where the connection came from."""
+    verbose = bool(getattr(args, "verbose", False))
+    quiet_client_logs(verbose)
+    settings = load(args, connects=connects)
+    if connects and (verbose or args.command == "worker"):
+        print(
+            f"recurrence {args.command}: Kafka settings: {settings.connection_sources()}", file=sys.stderr, flush=True
+        )
+    return settings
 
 
 Command = Callable[[argparse.Namespace], int]
@@ -183,7 +190,7 @@ def _cmd_acls(args: argparse.Namespace) -> int:
     check_principal(args.principal)
     form = "json" if args.json else "strimzi" if args.strimzi else "text"
     role = cast(Role, args.role)  # argparse's choices are the roles
-    text = render(_settings(args), role, args.principal, form, args.command_config, args.strimzi or "")
+    text = render(_settings(args, connects=False), role, args.principal, form, args.command_config, args.strimzi or "")
     sys.stdout.buffer.write(text)
     return EXIT_OK
 

@@ -28,7 +28,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -37,6 +37,7 @@ from ..core.engineconfig import worker_field
 from ..exceptions import SettingsError
 from ..host.regularfile import check_regular, read_small
 from ..web.webtoken import TOKEN_ENV, TOKEN_FILE_LIMIT, check_token, load_token, read_token_file
+from .origins import UNRECORDED, Origin
 
 DEFAULT_BOOTSTRAP: Final = "127.0.0.1:19092"
 DEFAULT_PREFIX: Final = "recurrence"
@@ -62,6 +63,9 @@ Port = Annotated[int, Field(ge=1, le=65535)]
 
 # The config file's tables, per model section; set only while ``load`` builds the models.
 _CONFIG_FILE: ContextVar[Mapping[str, Any] | None] = ContextVar("recurrence_config_file", default=None)
+# False while ``load`` builds the settings of a command that never connects (``acls`` only prints):
+# its connection needs no credentials.
+_CONNECTS: ContextVar[bool] = ContextVar("recurrence_connects", default=True)
 
 
 def flag(*, metavar: str | None = None, short: str | None = None, cli: bool = True) -> dict[str, Any]:
@@ -157,6 +161,13 @@ class KafkaConnection(SettingsModel):
 
     @model_validator(mode="after")
     def _sasl_complete(self) -> "KafkaConnection":
+        if self.sasl_password is not None and self.sasl_password_file is not None:
+            raise ValueError(
+                "the SASL password is given twice, as KAFKA_SASL_PASSWORD and as a password file "
+                "(--sasl-password-file / KAFKA_SASL_PASSWORD_FILE / sasl_password_file); keep one"
+            )
+        if not _CONNECTS.get():
+            return self
         if self.uses_sasl and not self.sasl_username:
             raise ValueError(f"{self.security_protocol} needs a SASL username (--sasl-username, KAFKA_SASL_USERNAME)")
         if self.uses_sasl and self.sasl_password is None and self.sasl_password_file is None:
@@ -383,6 +394,15 @@ class WorkerOptions(SettingsModel):
         "info", description="worker log level", json_schema_extra=flag(short="-l")
     )
 
+    @model_validator(mode="after")
+    def _one_token(self) -> "WorkerOptions":
+        if self.http_token is not None and self.http_token_file is not None:
+            raise ValueError(
+                "the web port's token is given twice, as RECURRENCE_HTTP_TOKEN and as a token file "
+                "(--http-token-file / RECURRENCE_HTTP_TOKEN_FILE / http_token_file); keep one"
+            )
+        return self
+
 
 _SECTIONS: Final[dict[str, type[SettingsModel]]] = {
     "kafka": KafkaConnection,
@@ -404,6 +424,37 @@ class StreamSettings(BaseModel):
     kafka: KafkaConnection = Field(default_factory=KafkaConnection.defaults)
     layout: TopicLayout = Field(default_factory=TopicLayout.defaults)
     worker: WorkerOptions = Field(default_factory=WorkerOptions.defaults)
+    # "<section>.<field>" -> where its value came from (``cliflags.load`` records them).
+    _origins: dict[str, Origin] = PrivateAttr(default_factory=dict)
+
+    def with_origins(self, origins: Mapping[str, Origin]) -> "StreamSettings":
+        self._origins = dict(origins)
+        return self
+
+    def origin(self, section: str, name: str) -> Origin:
+        return self._origins.get(f"{section}.{name}", UNRECORDED)
+
+    def connection_sources(self) -> str:
+        """Where the connection's bootstrap servers, protocol and credentials came from, in one line."""
+        kafka = self.kafka
+        shown: list[tuple[str, str]] = [
+            ("bootstrap_servers", kafka.bootstrap_servers),
+            ("security_protocol", kafka.security_protocol),
+        ]
+        if kafka.uses_sasl:
+            shown += [("sasl_mechanism", kafka.sasl_mechanism), ("sasl_username", str(kafka.sasl_username))]
+            if kafka.sasl_password_file is not None:
+                shown.append(("sasl_password_file", str(kafka.sasl_password_file)))
+            elif kafka.sasl_password is not None:
+                shown.append(("sasl_password", "(set)"))
+        for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+            value = getattr(kafka, name)
+            if kafka.uses_ssl and value is not None:
+                shown.append((name, str(value)))
+        by_origin: dict[Origin, list[str]] = {}
+        for name, value in shown:
+            by_origin.setdefault(self.origin("kafka", name), []).append(f"{name} {value}")
+        return "; ".join(f"{', '.join(names)} ({origin})" for origin, names in by_origin.items())
 
     @model_validator(mode="before")
     @classmethod
@@ -471,9 +522,11 @@ def read_config_file(path: Path) -> dict[str, Any]:
 
 
 @contextmanager
-def config_file(data: Mapping[str, Any]) -> Iterator[None]:
-    token = _CONFIG_FILE.set(data)
+def config_file(data: Mapping[str, Any], connects: bool = True) -> Iterator[None]:
+    """While the models are built: the config file's tables, and whether the command connects."""
+    token, connecting = _CONFIG_FILE.set(data), _CONNECTS.set(connects)
     try:
         yield
     finally:
         _CONFIG_FILE.reset(token)
+        _CONNECTS.reset(connecting)

@@ -166,12 +166,23 @@ def classify(connection: KafkaConnection, where: str, error: BaseException) -> B
             if found is not None:
                 return found
     if isinstance(error, errors.KafkaConnectionError) and isinstance(cause, asyncio.IncompleteReadError | EOFError):
-        return ProtocolMismatchError(
-            f"Kafka at {where} hung up at the first request, as a listener that speaks another security protocol "
-            f"than {connection.security_protocol} does; set --security-protocol / KAFKA_SECURITY_PROTOCOL "
-            "(PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL) to the listener's, and check that it is a Kafka listener"
-        )
+        return mismatch(connection, where, "at the first request")
+    # A listener without TLS reads the ClientHello as a request of absurd size and drops the connection;
+    # one without SASL answers the handshake with ILLEGAL_SASL_STATE.
+    dropped = (ConnectionResetError, ssl.SSLEOFError, asyncio.IncompleteReadError, EOFError)
+    if connection.uses_ssl and any(isinstance(candidate, dropped) for candidate in (error, cause)):
+        return mismatch(connection, where, "at the TLS handshake")
+    if connection.uses_sasl and isinstance(error, errors.IllegalSaslStateError):
+        return mismatch(connection, where, "at the SASL handshake")
     return None
+
+
+def mismatch(connection: KafkaConnection, where: str, when: str) -> ProtocolMismatchError:
+    return ProtocolMismatchError(
+        f"Kafka at {where} hung up {when}, as a listener that speaks another security protocol "
+        f"than {connection.security_protocol} does; set --security-protocol / KAFKA_SECURITY_PROTOCOL "
+        "(PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL) to the listener's, and check that it is a Kafka listener"
+    )
 
 
 async def connection_failure(
