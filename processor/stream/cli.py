@@ -21,7 +21,7 @@ from typing import IO, Any, Final, cast
 
 import orjson
 
-from ...topics.definitions import ROLES, Role
+from ...topics.definitions import CONSUMER_GROUPS, ROLES, Role
 from ..cliargs import non_negative_int
 from ..exceptions import EXIT_OK, BrokerError, TopicDriftError, UnusableError
 from ..host.outputfile import Writable, check_output, output
@@ -185,13 +185,39 @@ def _cmd_statistics_dump(args: argparse.Namespace) -> int:
 
 
 def _cmd_acls(args: argparse.Namespace) -> int:
-    from .acls import check_principal, render  # noqa: PLC0415
+    from .acls import Grant, check_principal, render  # noqa: PLC0415
 
     check_principal(args.principal)
-    form = "json" if args.json else "strimzi" if args.strimzi else "text"
     role = cast(Role, args.role)  # argparse's choices are the roles
-    text = render(_settings(args, connects=False), role, args.principal, form, args.command_config, args.strimzi or "")
-    sys.stdout.buffer.write(text)
+    if args.apply or args.remove:
+        return _change_acls(args)
+    form = "json" if args.json else "strimzi" if args.strimzi else "text"
+    grant = Grant(_settings(args, connects=False), role, args.principal, args.group)
+    sys.stdout.buffer.write(render(grant, form, args.command_config, args.strimzi or ""))
+    return EXIT_OK
+
+
+@acting_as(None, "ALTER")
+def _change_acls(args: argparse.Namespace) -> int:
+    """``--apply`` / ``--remove``: the set through the admin API, as the principal the settings name."""
+    from .acls import ROLE_NAMES, Grant  # noqa: PLC0415
+    from .clients.aclsapply import apply_acls, remove_acls  # noqa: PLC0415
+
+    role = cast(Role, args.role)
+    settings = _settings(args)
+    grant = Grant(settings, role, args.principal, args.group)
+    acls = grant.acls()
+    change = remove_acls if args.remove else apply_acls
+    done = asyncio.run(change(settings.kafka, acls))
+    said, kept = ("removed", "were not there") if args.remove else ("created", "already there")
+    for word, group in ((said, done.changed), (kept, done.unchanged)):
+        for acl in group:
+            print(f"{word}\t{acl.resource_type} {acl.resource_name} {acl.pattern_type} {acl.operation}")
+    print(
+        f"recurrence acls: {args.principal} as a recurrence {ROLE_NAMES[role]} ({grant.described()}): "
+        f"{len(done.changed)} {said}, {len(done.unchanged)} {kept} on {settings.kafka.bootstrap_servers}",
+        file=sys.stderr,
+    )
     return EXIT_OK
 
 
@@ -344,7 +370,8 @@ def register(commands: Any) -> None:
     p.set_defaults(func=_cmd_statistics_dump)
 
     p = commands.add_parser(
-        "acls", help="the least Kafka ACLs a principal needs as a worker, a publisher or a reader (no broker needed)"
+        "acls",
+        help="the least Kafka ACLs a principal needs for one role (no broker needed); --apply creates them",
     )
     _common(p, layout=None)
     add_model_arguments(p, WorkerOptions, "worker", only=("processing_guarantee", "create_topics"))
@@ -354,8 +381,24 @@ def register(commands: Any) -> None:
         "--role",
         required=True,
         choices=ROLES,
-        help="worker: recurrence worker; publish: recurrence publish; read: ledger-dump, statistics-dump, status",
+        help="worker: recurrence worker; publish: recurrence publish; read: ledger-dump, statistics-dump, status; "
+        "review: a Review service consuming <prefix>.review; statistics: a service consuming <prefix>.statistics",
     )
+    g.add_argument(
+        "--group",
+        metavar="GROUP",
+        help="review and statistics: the service's own consumer group (default "
+        + ", ".join(f"{role} {group}" for role, group in CONSUMER_GROUPS.items())
+        + ")",
+    )
+    change = g.add_mutually_exclusive_group()
+    change.add_argument(
+        "--apply",
+        action="store_true",
+        help="create the set on the brokers through the admin API, as the principal the settings name (an admin); "
+        "what is already there is left as it is",
+    )
+    change.add_argument("--remove", action="store_true", help="delete the set's ACLs from the brokers")
     form = g.add_mutually_exclusive_group()
     form.add_argument(
         "--json",

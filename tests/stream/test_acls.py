@@ -15,10 +15,10 @@ import pytest
 from faust.transport.consumer import TransactionManager
 
 from devkit.localrun import recurrence_command
-from recurrence_ledger.processor.exceptions import EXIT_UNUSABLE
-from recurrence_ledger.processor.stream.acls import TRANSACTIONAL_ID_SEPARATOR, acl_set, as_json, render
+from recurrence_ledger.processor.exceptions import EXIT_UNUSABLE, SettingsError
+from recurrence_ledger.processor.stream.acls import TRANSACTIONAL_ID_SEPARATOR, Grant, acl_set, as_json, render
 from recurrence_ledger.processor.stream.settings import StreamSettings
-from recurrence_ledger.topics.definitions import ROLES, Role, topic_specs
+from recurrence_ledger.topics.definitions import CONSUMER_GROUPS, ROLES, Role, topic_specs
 
 LAYOUTS = [
     StreamSettings(),
@@ -43,10 +43,16 @@ def test_every_set_is_least_privilege(settings: StreamSettings, role: Role) -> N
         if acl.resource_type == "TOPIC":
             assert acl.resource_name in topics and acl.pattern_type == "LITERAL"
         if acl.resource_type == "GROUP":
-            assert acl.resource_name == settings.layout.group_id
+            assert acl.resource_name == CONSUMER_GROUPS.get(role, settings.layout.group_id)
     operations = {a.operation for a in acls}
-    if role == "read":
+    if role in ("read", "review", "statistics"):
         assert not operations & WRITES, "a reader may write nothing"
+    if role in CONSUMER_GROUPS:
+        topic = {"review": settings.topics.review, "statistics": settings.topics.statistics}[role]
+        assert [(a.resource_type, a.resource_name, a.operation) for a in acls] == [
+            ("TOPIC", topic, "READ"),
+            ("GROUP", CONSUMER_GROUPS[role], "READ"),
+        ]
     if role == "publish":
         assert [(a.resource_type, a.resource_name, a.operation) for a in acls] == [
             ("TOPIC", settings.topics.journal, "WRITE")
@@ -109,7 +115,7 @@ def test_the_json_form_uses_kafkas_names() -> None:
 def test_the_text_form_is_one_kafka_acls_command_per_resource() -> None:
     settings = StreamSettings(topic_prefix="p", processing_guarantee="exactly_once")
     acls = acl_set(settings, "worker", "User:CN=w,O=x")
-    text = render(settings, "worker", "User:CN=w,O=x", "text", "/etc/admin.properties").decode()
+    text = render(Grant(settings, "worker", "User:CN=w,O=x"), "text", "/etc/admin.properties").decode()
     commands = [shlex.split(line) for line in text.splitlines() if line and not line.startswith("#")]
     assert len(commands) == len({a.resource for a in acls})
     granted = set()
@@ -148,3 +154,14 @@ def test_a_principal_that_is_not_one_is_refused_in_one_line() -> None:
         "recurrence acls: --principal 'alice' is not a Kafka principal: write User:NAME (the SCRAM user name, or "
         "the name a client certificate maps to)"
     ]
+
+
+def test_a_consuming_service_gets_its_own_group() -> None:
+    settings = StreamSettings(topic_prefix="p")
+    acls = acl_set(settings, "review", "User:r", group="review-service")
+    assert ("GROUP", "review-service", "LITERAL", "READ") in {(*a.resource, a.operation) for a in acls}
+    with pytest.raises(SettingsError, match="--group is for the roles"):
+        acl_set(settings, "worker", "User:w", group="g")
+    text = render(Grant(settings, "statistics", "User:s", "stats-svc"), "text").decode()
+    assert "as a recurrence statistics service (app id p, topic prefix p, consumer group stats-svc)" in text
+    assert "--group stats-svc" in text

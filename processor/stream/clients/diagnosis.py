@@ -76,7 +76,7 @@ class NotAuthorizedError(BrokerError):
             f"{self.connection.bootstrap_servers} ({self.code})"
         )
         if self.role is None:
-            return head + "; grant it, or run this as a principal that may (a super user applies topics)"
+            return head + "; grant it, or run this as a principal that may (a super user applies topics and ACLs)"
         who = principal if principal.startswith("User:") else "User:NAME"
         return (
             f"{head}; 'recurrence acls --principal {who} --role {self.role}' prints the ACLs "
