@@ -44,7 +44,13 @@ CLIENT_CERTIFICATE_ALERTS: Final = (
     "ACCESS_DENIED",
 )
 #: A role's principal as the ``recurrence acls`` hint names it.
-ROLE_NAMES: Final = {"worker": "a worker", "publish": "a publisher", "read": "a reader"}
+ROLE_NAMES: Final = {
+    "worker": "a worker",
+    "publish": "a publisher",
+    "read": "a reader",
+    "review": "a Review service",
+    "statistics": "a statistics service",
+}
 
 
 class AuthenticationFailedError(BrokerError):
@@ -67,6 +73,7 @@ class NotAuthorizedError(BrokerError):
     ) -> None:
         self.connection, self.operation, self.resource, self.name = connection, operation, resource, name
         self.code, self.role = code, role
+        self.role_flags = ""  # further flags of the acls command (a consuming service's --group)
         super().__init__(self.line())
 
     def line(self) -> str:
@@ -79,13 +86,16 @@ class NotAuthorizedError(BrokerError):
             return head + "; grant it, or run this as a principal that may (a super user applies topics and ACLs)"
         who = principal if principal.startswith("User:") else "User:NAME"
         return (
-            f"{head}; 'recurrence acls --principal {who} --role {self.role}' prints the ACLs "
+            f"{head}; 'recurrence acls --principal {who} --role {self.role}{self.role_flags}' prints the ACLs "
             f"{ROLE_NAMES.get(self.role, self.role)} needs"
         )
 
-    def for_role(self, role: str) -> "NotAuthorizedError":
-        """The same refusal, naming the ``recurrence acls`` command of the command's role."""
-        return NotAuthorizedError(self.connection, self.operation, self.resource, self.name, self.code, role)
+    def for_role(self, role: str, flags: str = "") -> "NotAuthorizedError":
+        """The same refusal, naming the ``recurrence acls`` command of the command's role (and its ``flags``)."""
+        found = NotAuthorizedError(self.connection, self.operation, self.resource, self.name, self.code, role)
+        found.role_flags = flags
+        found.args = (found.line(),)
+        return found
 
 
 def principal_of(connection: KafkaConnection) -> str:
