@@ -111,6 +111,10 @@ MEMBERS: Final = (
     ),
     Member(f"{_FAUST_KAFKA}:AIOKafkaConsumerThread", "_ensure_consumer", THROUGH, "thread_consumer"),
     Member(f"{_FAUST_CONSUMER}:TransactionManager", "on_rebalance", OVERRIDES, f"{_WORKERAPP}:_TransactionManager"),
+    Member(
+        f"{_FAUST_CONSUMER}:TransactionManager", "_start_transactions", OVERRIDES, f"{_WORKERAPP}:_TransactionManager"
+    ),
+    Member(f"{_FAUST_KAFKA}:Producer", "_new_producer", THROUGH, "new_transaction_producer"),
     Member("faust.tables:TableManager", "on_start", OVERRIDES, f"{_WORKERAPP}:WorkerTableManager"),
     Member("faust.tables:TableManager", "_update_channels", CALLS, f"{_WORKERAPP}:WorkerTableManager"),
     # webserver: Faust's aiohttp driver serving the read surface's routes and none of Faust's blueprints.
@@ -137,6 +141,11 @@ MEMBERS: Final = (
 def transaction_producer(app: Any, transactional_id: str) -> Any | None:
     """Faust's transactional producer for one id (``<app id>-<group>-<partition>``), if it exists."""
     return transaction_producers(app.producer).get(transactional_id)
+
+
+def new_transaction_producer(producer: Any, transactional_id: str) -> Any:
+    """A transactional AIOKafkaProducer for the id, configured as Faust's Producer makes one (not started)."""
+    return producer._new_producer(transactional_id=transactional_id)
 
 
 def transaction_lock(app: Any, transactional_id: str) -> asyncio.Lock:
