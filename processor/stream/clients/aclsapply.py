@@ -28,6 +28,7 @@ from ..acls import ALLOW, Acl
 from ..settings import KafkaConnection
 from .brokers import bounded, started
 from .diagnosis import authorization
+from .faustcompat import admin_request
 
 # Kafka's wire codes (org.apache.kafka.common.acl / resource): resource type, pattern type, operation, permission.
 RESOURCE_TYPES: Final = {"ANY": 1, "TOPIC": 2, "GROUP": 3, "CLUSTER": 4, "TRANSACTIONAL_ID": 5}
@@ -119,7 +120,7 @@ async def held(connection: KafkaConnection, admin: AIOKafkaAdminClient, principa
     request = DescribeAclsRequest(
         RESOURCE_TYPES["ANY"], None, PATTERN_TYPES["ANY"], principal, None, OPERATIONS["ANY"], PERMISSIONS["ANY"]
     )
-    response = await bounded(connection, admin._send_request(request), "DESCRIBE")  # noqa: SLF001 - aiokafka's own path
+    response = await bounded(connection, admin_request(admin, request), "DESCRIBE")
     _check(connection, response.error_code, response.error_message, "DESCRIBE")
     types = {v: k for k, v in RESOURCE_TYPES.items()}
     patterns = {v: k for k, v in PATTERN_TYPES.items()}
@@ -153,7 +154,7 @@ async def apply_acls(connection: KafkaConnection, acls: Sequence[Acl]) -> Applie
         missing = [acl for acl in acls if acl not in there]
         if missing:
             request = _CreateAcls([_row(acl) for acl in missing])
-            response = await bounded(connection, admin._send_request(request), "ALTER")  # noqa: SLF001
+            response = await bounded(connection, admin_request(admin, request), "ALTER")
             for code, message in response.creation_responses:
                 _check(connection, code, message, "ALTER")
         return Applied(missing, [acl for acl in acls if acl in there])
@@ -165,7 +166,7 @@ async def remove_acls(connection: KafkaConnection, acls: Sequence[Acl]) -> Appli
         if not acls:
             return Applied([], [])
         request = _DeleteAcls([_row(acl) for acl in acls])
-        response = await bounded(connection, admin._send_request(request), "ALTER")  # noqa: SLF001
+        response = await bounded(connection, admin_request(admin, request), "ALTER")
         removed: list[Acl] = []
         absent: list[Acl] = []
         for acl, (code, message, matching) in zip(acls, response.filter_responses, strict=True):

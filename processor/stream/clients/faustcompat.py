@@ -133,6 +133,11 @@ MEMBERS: Final = (
     Member("faust.stores.rocksdb:Store", "_dbs", THROUGH, "open_databases"),
     Member("faust.stores.rocksdb:RocksDBOptions", "open", OVERRIDES, f"{_TABLESTORE}:KeptRocksDBOptions"),
     Member("faust.stores.memory:Store", "apply_changelog_batch", OVERRIDES, f"{_TABLESTORE}:ChangeSetMemoryStore"),
+    # aclsapply: Kafka's ACL requests carrying a whole set (aiokafka's own carry one ACL each), sent as its
+    # admin client sends its requests.
+    Member("aiokafka.protocol.api:Request", "build", OVERRIDES, "clients.aclsapply:_CreateAcls"),
+    Member("aiokafka.protocol.api:Request", "build", OVERRIDES, "clients.aclsapply:_DeleteAcls"),
+    Member("aiokafka.admin:AIOKafkaAdminClient", "_send_request", THROUGH, "admin_request"),
     # frameworklog: the root logger's handlers, once the worker has set them up, drop the framework's chatter.
     Member("faust:Worker", "on_setup_root_logger", OVERRIDES, "worker.frameworklog:Worker"),
 )
@@ -141,6 +146,12 @@ MEMBERS: Final = (
 def transaction_producer(app: Any, transactional_id: str) -> Any | None:
     """Faust's transactional producer for one id (``<app id>-<group>-<partition>``), if it exists."""
     return transaction_producers(app.producer).get(transactional_id)
+
+
+def admin_request(admin: Any, request: Any) -> Awaitable[Any]:
+    """Send a protocol request to any broker through an AIOKafkaAdminClient, as its own methods do."""
+    response: Awaitable[Any] = admin._send_request(request)
+    return response
 
 
 def new_transaction_producer(producer: Any, transactional_id: str) -> Any:
