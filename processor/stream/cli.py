@@ -253,24 +253,34 @@ def check_web_port(settings: StreamSettings) -> None:
 
 @acting_as("worker", "DESCRIBE")
 def _cmd_worker(args: argparse.Namespace) -> int:
-    from ..host.folderlock import lock_folder  # noqa: PLC0415
+    from ..host.folderlock import lock_folder, release_folder  # noqa: PLC0415
     from ..web.websecurity import exposure_warning  # noqa: PLC0415
     from ..web.webtoken import Access  # noqa: PLC0415
 
     settings = _settings(args)
     # Before anything reaches the broker: a second worker on this folder stops here, and the group never sees it.
     lock_folder(settings.worker.datadir)
-    warning = exposure_warning(settings.worker.web_host, Access(settings.web_token()))
-    if warning is not None:
-        print(f"recurrence worker: {warning}", file=sys.stderr, flush=True)
-    check_web_port(settings)
-    _apply(settings, create=settings.worker.create_topics, brief=True)
+    try:
+        warning = exposure_warning(settings.worker.web_host, Access(settings.web_token()))
+        if warning is not None:
+            print(f"recurrence worker: {warning}", file=sys.stderr, flush=True)
+        check_web_port(settings)
+        _apply(settings, create=settings.worker.create_topics, brief=True)
 
-    from .worker.build import build_worker  # noqa: PLC0415
-    from .worker.frameworklog import Worker  # noqa: PLC0415
+        from .worker.build import build_worker  # noqa: PLC0415
+        from .worker.frameworklog import Worker  # noqa: PLC0415
 
-    service = build_worker(settings)
-    worker = Worker(service.app, loglevel=settings.worker.loglevel, quiet=True, redirect_stdouts=False)
+        service = build_worker(settings)
+    except BaseException:
+        release_folder(settings.worker.datadir)  # a refused start leaves no data folder it created behind
+        raise
+    worker = Worker(
+        service.app,
+        loglevel=settings.worker.loglevel,
+        quiet=True,
+        redirect_stdouts=False,
+        stop_timeout=settings.worker.stop_timeout,
+    )
     worker.execute_from_commandline()
     return EXIT_OK  # pragma: no cover - execute_from_commandline always raises SystemExit
 

@@ -55,7 +55,7 @@ def _choices(annotation: Any) -> tuple[str, ...] | None:
 
 def _default_text(model: type[SettingsModel], name: str) -> str:
     info = model.model_fields[name]
-    if info.default is None:
+    if info.default is None or info.default_factory is not None:  # a computed default: the help says it
         return ""
     if isinstance(info.default, bool):
         return "off" if not info.default else "on"

@@ -19,6 +19,7 @@ each setting is read in one place, its section (``settings.layout.replication``)
 combines sections (the topic names, the effective batch size, the web URL) is computed here.
 """
 
+import os
 import socket
 import ssl
 import tomllib
@@ -43,7 +44,12 @@ DEFAULT_BOOTSTRAP: Final = "127.0.0.1:19092"
 DEFAULT_PREFIX: Final = "recurrence"
 DEFAULT_PARTITIONS: Final = 4
 DEFAULT_WEB_PORT: Final = 6066
-DEFAULT_DATADIR: Final = "recurrence-data"
+#: Under the user's state folder (XDG_STATE_HOME, else ~/.local/state), never the working directory:
+#: a worker started in a checkout left an untracked folder there.
+DATADIR_NAME: Final = ("recurrence", "worker-data")
+#: Seconds a worker waits after SIGTERM or SIGINT for a clean stop before it exits anyway (the broker gone,
+#: a stop waits on requests no one answers); under Kubernetes' default grace period of 30 s.
+STOP_TIMEOUT: Final = 8.0
 CONFIG_ENV: Final = "RECURRENCE_CONFIG"
 # Entries per durable batch when --batch-max is not given. Under exactly_once every batch pays a
 # transaction cycle (AddPartitionsToTxn, EndTxn and the markers) and its durability
@@ -83,6 +89,12 @@ class _ConfigFileSection(PydanticBaseSettingsSource):
         section: str = getattr(self.settings_cls, "section", "")
         table = (_CONFIG_FILE.get() or {}).get(section, {})
         return dict(table) if isinstance(table, Mapping) else {}
+
+
+def default_datadir() -> Path:
+    """The worker's data folder when none is given: under the user's state folder (XDG base directories)."""
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state).joinpath(*DATADIR_NAME)
 
 
 class SettingsModel(BaseSettings):
@@ -280,8 +292,9 @@ class WorkerOptions(SettingsModel):
     model_config = SettingsConfigDict(env_prefix="RECURRENCE_")
 
     datadir: Path = Field(
-        Path(DEFAULT_DATADIR),
-        description="local state directory, one per worker process (locked: a second worker on it exits 2)",
+        default_factory=default_datadir,
+        description="local state directory, one per worker process (locked: a second worker on it exits 2); "
+        "default $XDG_STATE_HOME/recurrence/worker-data (~/.local/state/...)",
         json_schema_extra=flag(metavar="PATH"),
     )
     web_host: str = Field(
@@ -389,6 +402,13 @@ class WorkerOptions(SettingsModel):
         description="also ship one once a partition has this many change sets (batches) past the last "
         "(0: not by count)",
         json_schema_extra=flag(metavar="N"),
+    )
+    stop_timeout: float = Field(
+        STOP_TIMEOUT,
+        gt=0,
+        le=600,
+        description="seconds a worker waits after SIGTERM/SIGINT for a clean stop before it exits anyway",
+        json_schema_extra=flag(metavar="SECONDS"),
     )
     loglevel: Literal["debug", "info", "warning", "error"] = Field(
         "info", description="worker log level", json_schema_extra=flag(short="-l")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from devkit.localrun import free_port
 from recurrence_ledger.processor.cli import build_parser, main
 from recurrence_ledger.processor.exceptions import SettingsError
 from recurrence_ledger.processor.stream.clients.diagnosis import connection_failure
@@ -131,3 +132,27 @@ def test_a_tls_client_that_meets_a_listener_without_tls_gets_the_protocol_line(p
     line = asyncio.run(scenario())
     assert line.startswith("Kafka at 127.0.0.1:") and "hung up at the TLS handshake" in line, line
     assert f"another security protocol than {protocol}" in line and "is the broker up" not in line
+
+
+def test_a_refused_worker_start_leaves_no_data_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:1")  # nothing listens: the topic check is refused
+    monkeypatch.setenv("RECURRENCE_TIMEOUT", "0.5")
+    datadir = tmp_path / "new" / "data"
+    port = str(free_port())
+    assert main(["worker", "--datadir", str(datadir), "--web-port", port]) == 2
+    assert "cannot reach Kafka" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists(), "the refused start left the folder it created"
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    assert main(["worker", "--datadir", str(kept), "--web-port", port]) == 2
+    assert [p.name for p in kept.iterdir()] == [".recurrence.lock"]  # a folder that was there stays, as it was
+
+
+def test_the_default_data_folder_is_under_the_state_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    assert load(parse("worker")).worker.datadir == tmp_path / "recurrence" / "worker-data"
+    monkeypatch.delenv("XDG_STATE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert load(parse("worker")).worker.datadir == tmp_path / ".local" / "state" / "recurrence" / "worker-data"

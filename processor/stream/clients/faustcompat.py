@@ -140,6 +140,9 @@ MEMBERS: Final = (
     Member("aiokafka.admin:AIOKafkaAdminClient", "_send_request", THROUGH, "admin_request"),
     # frameworklog: the root logger's handlers, once the worker has set them up, drop the framework's chatter.
     Member("faust:Worker", "on_setup_root_logger", OVERRIDES, "worker.frameworklog:Worker"),
+    # frameworklog: a stop bounded by --stop-timeout from the first SIGTERM or SIGINT.
+    Member("faust:Worker", "_on_sigterm", OVERRIDES, "worker.frameworklog:Worker"),
+    Member("faust:Worker", "_on_sigint", OVERRIDES, "worker.frameworklog:Worker"),
 )
 
 
