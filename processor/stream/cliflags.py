@@ -179,6 +179,8 @@ def _overridden(data: Mapping[str, Any], path: Path | None, origins: Mapping[str
             origin = origins[f"{attribute}.{name}"]
             if origin.kind != ENVIRONMENT or not isinstance(table, Mapping) or name not in table:
                 continue
+            if os.environ.get(origin.where) == str(table[name]):
+                continue  # the same value twice overrides nothing
             secret = "password" in name or "token" in name
             now = "" if secret else f" ({os.environ.get(origin.where)})"
             before = "" if secret else f" ({table[name]})"
