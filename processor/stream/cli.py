@@ -35,11 +35,11 @@ DEFAULT_MAX_WAIT: Final = 120.0
 
 
 def _settings(args: argparse.Namespace, connects: bool = True) -> StreamSettings:
-    """The command's settings; with ``--verbose`` (and always for a worker) where the connection came from."""
+    """The command's settings; with ``--verbose``, where the connection came from (a worker says it once started)."""
     verbose = bool(getattr(args, "verbose", False))
     quiet_client_logs(verbose)
     settings = load(args, connects=connects)
-    if connects and (verbose or args.command == "worker"):
+    if connects and verbose:
         print(
             f"recurrence {args.command}: Kafka settings: {settings.connection_sources()}", file=sys.stderr, flush=True
         )
@@ -271,6 +271,8 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         from .worker.frameworklog import Worker  # noqa: PLC0415
 
         service = build_worker(settings)
+        if not getattr(args, "verbose", False):  # its start log says where the connection came from
+            print(f"recurrence worker: Kafka settings: {settings.connection_sources()}", file=sys.stderr, flush=True)
     except BaseException:
         release_folder(settings.worker.datadir)  # a refused start leaves no data folder it created behind
         raise
