@@ -17,8 +17,9 @@ key) its output partition, and the patterns agent's repartition topic and
 changelog line up the same way by signature key.
 
 Who uses each topic, and how (``uses``): the client roles of a deployment -- the worker, the
-publisher (``recurrence publish``) and a reader (``ledger-dump``, ``statistics-dump``,
-``status``) -- each with the Kafka operations it performs on that topic. ``recurrence acls``
+publisher (``recurrence publish``), a reader (``ledger-dump``, ``statistics-dump``,
+``status``), a Review service and a statistics service -- each with the Kafka operations it
+performs on that topic. ``recurrence acls``
 derives a principal's least ACL set from these (``processor/stream/acls.py``); READ and WRITE
 imply DESCRIBE in Kafka, so DESCRIBE appears only where nothing else is granted.
 
@@ -62,9 +63,17 @@ SNAPSHOTS: Final = {
 }
 
 
-#: The clients of a deployment, one role per principal (``recurrence acls --role``).
-Role = Literal["worker", "publish", "read"]
-ROLES: Final[tuple[Role, ...]] = ("worker", "publish", "read")
+#: The clients of a deployment, one role per principal (``recurrence acls --role``): the worker, the
+#: publisher, a reader (the dump and status commands), and the downstream services that consume an
+#: output in a consumer group of their own: a Review service (``<prefix>.review``) and a statistics
+#: service (``<prefix>.statistics``).
+Role = Literal["worker", "publish", "read", "review", "statistics"]
+ROLES: Final[tuple[Role, ...]] = ("worker", "publish", "read", "review", "statistics")
+#: The roles that consume in a consumer group of their own, and its name unless ``--group`` says otherwise
+#: (the example consumers' default, ``processor/stream/clients/outputconsumer.py``).
+CONSUMER_GROUPS: Final[Mapping[Role, str]] = MappingProxyType(
+    {"review": "recurrence-review", "statistics": "recurrence-statistics"}
+)
 #: Kafka's names of the topic operations the roles perform.
 Operation = Literal["READ", "WRITE", "DESCRIBE"]
 READ: Final = "READ"
@@ -77,6 +86,10 @@ LEDGER_USES: Final[Mapping[Role, tuple[Operation, ...]]] = {"worker": (WRITE, RE
 WORKER_STATE: Final[Mapping[Role, tuple[Operation, ...]]] = {"worker": (READ, WRITE)}
 # Written by the worker, read by readers (statistics-dump, ledger-dump --kinds patterns).
 PUBLISHED: Final[Mapping[Role, tuple[Operation, ...]]] = {"worker": (WRITE,), "read": (READ,)}
+# The review topic: the ledger topics' uses, and a Review service's.
+REVIEW_USES: Final[Mapping[Role, tuple[Operation, ...]]] = {**LEDGER_USES, "review": (READ,)}
+# The statistics table topic: published, and a statistics service's.
+STATISTICS_USES: Final[Mapping[Role, tuple[Operation, ...]]] = {**PUBLISHED, "statistics": (READ,)}
 
 
 @dataclass(frozen=True)
@@ -94,11 +107,9 @@ class TopicSpec:
     uses: Mapping[Role, tuple[Operation, ...]] = field(default_factory=lambda: MappingProxyType({}))
 
 
-class Layout(Protocol):
-    """What the definitions read of a deployment (``StreamSettings`` is one)."""
+class Counts(Protocol):
+    """How many of each the topics have (``TopicLayout`` is one)."""
 
-    @property
-    def topics(self) -> TopicNames: ...
     @property
     def partitions(self) -> int: ...
     @property
@@ -107,9 +118,19 @@ class Layout(Protocol):
     def min_insync(self) -> int: ...
 
 
+class Layout(Protocol):
+    """What the definitions read of a deployment (``StreamSettings`` is one)."""
+
+    @property
+    def topics(self) -> TopicNames: ...
+    @property
+    def layout(self) -> Counts: ...
+
+
 def topic_specs(settings: Layout) -> list[TopicSpec]:
     names = settings.topics
-    insync = {"min.insync.replicas": str(settings.min_insync)}
+    counts = settings.layout
+    insync = {"min.insync.replicas": str(counts.min_insync)}
 
     def spec(
         name: str,
@@ -124,8 +145,8 @@ def topic_specs(settings: Layout) -> list[TopicSpec]:
         return TopicSpec(
             name,
             role,
-            settings.partitions,
-            settings.replication,
+            counts.partitions,
+            counts.replication,
             {**policy, **insync},
             description,
             at_least,
@@ -142,7 +163,7 @@ def topic_specs(settings: Layout) -> list[TopicSpec]:
             {**APPEND_ONLY, **JOURNAL_RECORDS},
         ),
         spec(names.ledger, "ledger", "match and observation records, keyed by scope_id", LEDGER_USES, OUTPUT),
-        spec(names.review, "review", "review_proposal and admission records, keyed by scope_id", LEDGER_USES, OUTPUT),
+        spec(names.review, "review", "review_proposal and admission records, keyed by scope_id", REVIEW_USES, OUTPUT),
         spec(
             names.dead_letters, "dead-letters", "dead_letter records (key scope_id when readable)", LEDGER_USES, OUTPUT
         ),
@@ -153,7 +174,7 @@ def topic_specs(settings: Layout) -> list[TopicSpec]:
             names.statistics,
             "statistics",
             "each changed scope's RecurrenceStatistics after every batch, keyed by scope_id (last value wins)",
-            PUBLISHED,
+            STATISTICS_USES,
             {**COMPACTED, **OUTPUT_RECORDS},
         ),
         spec(

@@ -35,7 +35,8 @@ KAFKA_CLUSTER_CONTROLLER_PORT="${KAFKA_CLUSTER_CONTROLLER_PORT:-19195}"
 KAFKA_SECURE_PORT="${KAFKA_SECURE_PORT:-19292}"
 KAFKA_SECURE_MTLS_PORT="${KAFKA_SECURE_MTLS_PORT:-19293}"
 KAFKA_SECURE_CONTROLLER_PORT="${KAFKA_SECURE_CONTROLLER_PORT:-19294}"
-# SCRAM users created with the secured node's storage beside the super user `admin` (space-separated).
+# SCRAM users beside the super user `admin` (space-separated): created with the secured node's
+# storage; an `up` naming more adds them to the running node.
 KAFKA_SECURE_USERS="${KAFKA_SECURE_USERS:-}"
 # Kafka's own default heap. With -Xmx512m -Xms256m, G1 ran concurrent marking without pause
 # under load: 40% of a core beside the worker on a 2-core machine (docs/performance.md).
@@ -492,6 +493,32 @@ format_storage() { # cluster-id
       -Dlog4j2.configurationFile="$LOG4J_CONF" -cp "$LIBS_DIR/*" \
       kafka.tools.StorageTool format -t "$cid" -c "$PROPS" "${scram[@]}" >"$NODE_DIR/format.log" 2>&1 \
     || { cat "$NODE_DIR/format.log" >&2; die "kafka-storage format failed"; }
+  if [[ "$TOPOLOGY" == secure ]]; then secure_users >"$CLIENTS_DIR/scram-users"; fi
+}
+
+# Users of KAFKA_SECURE_USERS the running secured node does not hold yet (a later `up` naming more
+# users, on a running node or on kept storage): their client files, and their SCRAM credentials
+# through the admin API as the super user (Kafka's ConfigCommand from the jars).
+add_secure_users() {
+  local user added=() known="$CLIENTS_DIR/scram-users"
+  for user in $(secure_users); do
+    grep -qxF "$user" "$known" 2>/dev/null || added+=("$user")
+  done
+  (( ${#added[@]} == 0 )) && return
+  [[ -f "$CLIENTS_DIR/admin.password" ]] \
+    || die "the running secured node's client files are gone ($CLIENTS_DIR): 'down secure' and 'up secure' again"
+  check_java
+  write_clients
+  for user in "${added[@]}"; do
+    "$JAVA" -Xmx256m -XX:TieredStopAtLevel=1 -XX:+UseSerialGC \
+        -Dlog4j2.configurationFile="$LOG4J_CONF" -cp "$LIBS_DIR/*" \
+        kafka.admin.ConfigCommand --bootstrap-server "$KAFKA_HOST:$KAFKA_SECURE_PORT" \
+        --command-config "$CLIENTS_DIR/admin.properties" --alter --entity-type users --entity-name "$user" \
+        --add-config "SCRAM-SHA-512=[password=$(cat "$CLIENTS_DIR/$user.password")]" >"$NODE_DIR/users.log" 2>&1 \
+      || { cat "$NODE_DIR/users.log" >&2; die "could not add user $user to the running node: 'down secure' and 'up secure' with KAFKA_SECURE_USERS naming every user"; }
+    echo "$user" >>"$known"
+  done
+  say "added SCRAM-SHA-512 user(s) ${added[*]} to the running node (client settings in $CLIENTS_DIR)"
 }
 
 wait_ready() { # pid [kill-on-timeout]
@@ -579,6 +606,7 @@ cmd_up() {
       select_node "$n"
       wait_ready "$(broker_pid)"
     done
+    if [[ "$TOPOLOGY" == secure ]]; then add_secure_users; fi
     say "ready: $(bootstrap)"
     export_line
     return
@@ -618,6 +646,7 @@ cmd_up() {
     select_node "$n"
     wait_ready "${pids[$((n - 1))]}" kill-on-timeout
   done
+  if [[ "$TOPOLOGY" == secure ]]; then add_secure_users; fi
   say "ready: $(bootstrap) (pid ${pids[*]}, ${SECONDS}s)"
   export_line
 }

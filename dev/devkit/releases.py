@@ -23,9 +23,9 @@ from pathlib import Path
 from .localrun import REPO
 
 CACHE = REPO / ".cache" / "releases"
-#: The release before this one (0.1.0, state format 2): the old worker of the rolling-upgrade test, and
+#: The release before this one (1.0.0 at 44f59ac, state format 2): the old worker of the rolling-upgrade test, and
 #: the writer of its fixture. Move it forward when a release is made (docs/upgrading.md, "Making a release").
-PREVIOUS = "ceefe4838816fdf339f683d209ba4bf46f6ea5b2"
+PREVIOUS = "44f59ac9e0c68f68a3323f91bb63e9ee52665812"
 
 
 class ReleaseUnavailableError(RuntimeError):

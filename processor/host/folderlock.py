@@ -23,6 +23,8 @@ LOCK_NAME: Final = ".recurrence.lock"
 
 # The descriptors of the locks this process holds: open until it exits.
 _HELD: Final[dict[Path, int]] = {}
+# Per held folder, the outermost folder its lock created (None: it existed): what ``release_folder`` removes.
+_CREATED: Final[dict[Path, Path | None]] = {}
 
 
 def _holder(fd: int) -> str:
@@ -41,6 +43,7 @@ def lock_folder(folder: Path, who: str = "worker") -> None:
     folder = folder.resolve()
     if folder in _HELD:
         return
+    missing = [path for path in (folder, *folder.parents) if not path.exists()]
     try:
         folder.mkdir(parents=True, exist_ok=True)
         fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -61,3 +64,26 @@ def lock_folder(folder: Path, who: str = "worker") -> None:
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
     _HELD[folder] = fd
+    _CREATED[folder] = missing[-1] if missing else None
+
+
+def release_folder(folder: Path) -> None:
+    """Give the folder up after a refused start: the lock released and, if the lock created the folder
+    (and its parents) and nothing else was written there, the folders removed -- a refused start leaves
+    nothing behind."""
+    folder = folder.resolve()
+    fd = _HELD.pop(folder, None)
+    created = _CREATED.pop(folder, None)
+    if fd is None:
+        return
+    os.close(fd)
+    if created is None:
+        return
+    (folder / LOCK_NAME).unlink(missing_ok=True)
+    for path in (folder, *folder.parents):
+        try:
+            path.rmdir()  # only an empty folder: anything written there stays
+        except OSError:
+            return
+        if path == created:
+            return

@@ -13,6 +13,9 @@ what the commands of the role do with the settings given:
   allows to any principal that may write a topic, KIP-679);
 * read: what ``ledger-dump``, ``statistics-dump`` and ``status`` read, and ``DESCRIBE`` on the
   group (they read its committed offsets), nothing it could write.
+* review, statistics: a downstream service consuming ``<prefix>.review`` or ``<prefix>.statistics``
+  in a consumer group of its own (``--group``, default ``CONSUMER_GROUPS``): ``READ`` on that topic
+  and ``READ`` on that group (join, commit); read_committed needs nothing more.
 
 No ``ALL``, no wildcard, nothing on the cluster: Kafka 3.0+ needs ``IDEMPOTENT_WRITE`` on the
 cluster from nobody who may write a topic, and Faust's topic declarations are off (topics are
@@ -28,7 +31,7 @@ from typing import Final
 
 import orjson
 
-from ...topics.definitions import DESCRIBE, READ, WRITE, Role, topic_specs
+from ...topics.definitions import CONSUMER_GROUPS, DESCRIBE, READ, WRITE, Role, topic_specs
 from ..exceptions import SettingsError
 from .settings import StreamSettings
 
@@ -92,9 +95,21 @@ def check_principal(principal: str) -> str:
     return principal
 
 
-def acl_set(settings: StreamSettings, role: Role, principal: str) -> list[Acl]:
+def consumer_group(role: Role, group: str | None) -> str | None:
+    """The consumer group of a role that consumes in its own (``--group``, else its default); None for the others."""
+    if role not in CONSUMER_GROUPS:
+        if group is not None:
+            raise SettingsError(
+                f"--group is for the roles with a consumer group of their own: {', '.join(CONSUMER_GROUPS)}"
+            )
+        return None
+    return group or CONSUMER_GROUPS[role]
+
+
+def acl_set(settings: StreamSettings, role: Role, principal: str, group: str | None = None) -> list[Acl]:
     """The least ACLs ``principal`` needs to act as ``role`` for this deployment (the module's docstring)."""
     check_principal(principal)
+    own_group = consumer_group(role, group)
     specs = topic_specs(settings)
     wanted: list[tuple[str, str, str, str]] = []
     for spec in specs:
@@ -103,11 +118,13 @@ def acl_set(settings: StreamSettings, role: Role, principal: str) -> list[Acl]:
         wanted += [(TOPIC, spec.name, LITERAL, DESCRIBE_CONFIGS) for spec in specs]
         if settings.worker.create_topics:
             wanted += [(TOPIC, spec.name, LITERAL, CREATE) for spec in specs]
-        wanted.append((GROUP, settings.group_id, LITERAL, READ))
-        if settings.processing_guarantee == "exactly_once":
-            wanted.append((TRANSACTIONAL_ID, settings.group_id + TRANSACTIONAL_ID_SEPARATOR, PREFIXED, WRITE))
+        wanted.append((GROUP, settings.layout.group_id, LITERAL, READ))
+        if settings.worker.processing_guarantee == "exactly_once":
+            wanted.append((TRANSACTIONAL_ID, settings.layout.group_id + TRANSACTIONAL_ID_SEPARATOR, PREFIXED, WRITE))
     elif role == "read":
-        wanted.append((GROUP, settings.group_id, LITERAL, DESCRIBE))
+        wanted.append((GROUP, settings.layout.group_id, LITERAL, DESCRIBE))
+    elif own_group is not None:
+        wanted.append((GROUP, own_group, LITERAL, READ))
     order = {spec.name: i for i, spec in enumerate(specs)}
     unique = dict.fromkeys(wanted)  # first occurrence wins; keeps the definitions' order
     acls = [Acl(principal, *entry) for entry in unique]
@@ -128,20 +145,44 @@ def camel(operation: str) -> str:
 
 
 #: How the comments name a role's principal.
-ROLE_NAMES: Final[dict[Role, str]] = {"worker": "worker", "publish": "publisher", "read": "reader"}
+ROLE_NAMES: Final[dict[Role, str]] = {
+    "worker": "worker",
+    "publish": "publisher",
+    "read": "reader",
+    "review": "Review service",
+    "statistics": "statistics service",
+}
 
 
-def describe(settings: StreamSettings, role: Role) -> str:
-    guarantee = f", {settings.processing_guarantee}" if role == "worker" else ""
-    creates = ", --create-topics" if role == "worker" and settings.worker.create_topics else ""
-    return f"app id {settings.group_id}, topic prefix {settings.layout.topic_prefix}{guarantee}{creates}"
+@dataclass(frozen=True)
+class Grant:
+    """Who gets a role's set, for which deployment (and, for a consuming service, which consumer group)."""
+
+    settings: StreamSettings
+    role: Role
+    principal: str
+    group: str | None = None
+
+    def acls(self) -> list[Acl]:
+        return acl_set(self.settings, self.role, self.principal, self.group)
+
+    def described(self) -> str:
+        settings, role = self.settings, self.role
+        guarantee = f", {settings.worker.processing_guarantee}" if role == "worker" else ""
+        creates = ", --create-topics" if role == "worker" and settings.worker.create_topics else ""
+        own = consumer_group(role, self.group)
+        consumes = f", consumer group {own}" if own else ""
+        return (
+            f"app id {settings.layout.group_id}, topic prefix {settings.layout.topic_prefix}"
+            f"{guarantee}{creates}{consumes}"
+        )
 
 
-def as_commands(acls: Sequence[Acl], settings: StreamSettings, role: Role, command_config: str) -> str:
+def as_commands(grant: Grant, acls: Sequence[Acl], command_config: str) -> str:
     """The ``kafka-acls`` commands that grant the set, one per resource, run as a super user."""
-    principal = acls[0].principal if acls else ""
+    principal, settings = grant.principal, grant.settings
     lines = [
-        f"# The least ACLs for {principal} as a recurrence {ROLE_NAMES[role]} ({describe(settings, role)}): "
+        f"# The least ACLs for {principal} as a recurrence {ROLE_NAMES[grant.role]} ({grant.described()}): "
         f"{len(acls)} ACLs.",
         f"# Run as a super user; {command_config} holds its client settings (security.protocol, sasl.*, "
         "ssl.truststore.*).",
@@ -182,15 +223,15 @@ def strimzi_name(principal: str) -> str:
     return name
 
 
-def as_strimzi(acls: Sequence[Acl], settings: StreamSettings, role: Role, principal: str, cluster: str) -> str:
+def as_strimzi(grant: Grant, acls: Sequence[Acl], cluster: str) -> str:
     """A Strimzi ``KafkaUser`` (SCRAM-SHA-512, simple authorization) holding the set, as YAML."""
-    name = strimzi_name(principal)
+    name = strimzi_name(grant.principal)
     if not _K8S_NAME.match(cluster):
         raise SettingsError(f"--strimzi {cluster!r} is not the name of a Strimzi Kafka cluster resource")
     kinds = {TOPIC: "topic", GROUP: "group", TRANSACTIONAL_ID: "transactionalId"}
     patterns = {LITERAL: "literal", PREFIXED: "prefix"}
     lines = [
-        f"# The least ACLs for a recurrence {ROLE_NAMES[role]} ({describe(settings, role)}), from `recurrence acls`.",
+        f"# The least ACLs for a recurrence {ROLE_NAMES[grant.role]} ({grant.described()}), from `recurrence acls`.",
         "apiVersion: kafka.strimzi.io/v1beta2",
         "kind: KafkaUser",
         "metadata:",
@@ -221,18 +262,11 @@ def _yaml_string(value: str) -> str:
     return orjson.dumps(value).decode()
 
 
-def render(
-    settings: StreamSettings,
-    role: Role,
-    principal: str,
-    form: str,
-    command_config: str = "admin.properties",
-    cluster: str = "",
-) -> bytes:
+def render(grant: Grant, form: str, command_config: str = "admin.properties", cluster: str = "") -> bytes:
     """The set in one of the three forms: ``text`` (kafka-acls commands), ``json``, ``strimzi``."""
-    acls = acl_set(settings, role, principal)
+    acls = grant.acls()
     if form == "json":
         return as_json(acls)
     if form == "strimzi":
-        return as_strimzi(acls, settings, role, principal, cluster).encode()
-    return as_commands(acls, settings, role, command_config).encode()
+        return as_strimzi(grant, acls, cluster).encode()
+    return as_commands(grant, acls, command_config).encode()

@@ -21,7 +21,7 @@ from typing import IO, Any, Final, cast
 
 import orjson
 
-from ...topics.definitions import ROLES, Role
+from ...topics.definitions import CONSUMER_GROUPS, ROLES, Role
 from ..cliargs import non_negative_int, path_arg, positive_int
 from ..core.tally import counted
 from ..exceptions import EXIT_OK, BrokerError, TopicDriftError, UnusableError
@@ -35,9 +35,16 @@ from .settings import KafkaConnection, StreamSettings, TopicLayout, WorkerOption
 DEFAULT_MAX_WAIT: Final = 120.0
 
 
-def _settings(args: argparse.Namespace) -> StreamSettings:
-    quiet_client_logs(bool(getattr(args, "verbose", False)))
-    return load(args)
+def _settings(args: argparse.Namespace, connects: bool = True) -> StreamSettings:
+    """The command's settings; with ``--verbose``, where the connection came from (a worker says it once started)."""
+    verbose = bool(getattr(args, "verbose", False))
+    quiet_client_logs(verbose)
+    settings = load(args, connects=connects)
+    if connects and verbose:
+        print(
+            f"recurrence {args.command}: Kafka settings: {settings.connection_sources()}", file=sys.stderr, flush=True
+        )
+    return settings
 
 
 Command = Callable[[argparse.Namespace], int]
@@ -151,7 +158,7 @@ def _cmd_ledger_dump(args: argparse.Namespace) -> int:
     if args.until_caught_up:
         # Pattern suggestions come from the patterns agent, behind the journal by the repartition topic.
         inputs = [settings.topics.journal, *([settings.topics.recurred] if settings.topics.patterns in topics else [])]
-        progress = asyncio.run(wait_caught_up(settings.kafka, inputs, settings.group_id, args.max_wait))
+        progress = asyncio.run(wait_caught_up(settings.kafka, inputs, settings.layout.group_id, args.max_wait))
         entries = sum(p.end for p in progress.partitions)
         print(
             f"recurrence ledger-dump: group {progress.group} caught up ({entries:,} journal entries)", file=sys.stderr
@@ -185,13 +192,39 @@ def _cmd_statistics_dump(args: argparse.Namespace) -> int:
 
 
 def _cmd_acls(args: argparse.Namespace) -> int:
-    from .acls import check_principal, render  # noqa: PLC0415
+    from .acls import Grant, check_principal, render  # noqa: PLC0415
 
     check_principal(args.principal)
-    form = "json" if args.json else "strimzi" if args.strimzi else "text"
     role = cast(Role, args.role)  # argparse's choices are the roles
-    text = render(_settings(args), role, args.principal, form, args.command_config, args.strimzi or "")
-    sys.stdout.buffer.write(text)
+    if args.apply or args.remove:
+        return _change_acls(args)
+    form = "json" if args.json else "strimzi" if args.strimzi else "text"
+    grant = Grant(_settings(args, connects=False), role, args.principal, args.group)
+    sys.stdout.buffer.write(render(grant, form, args.command_config, args.strimzi or ""))
+    return EXIT_OK
+
+
+@acting_as(None, "ALTER")
+def _change_acls(args: argparse.Namespace) -> int:
+    """``--apply`` / ``--remove``: the set through the admin API, as the principal the settings name."""
+    from .acls import ROLE_NAMES, Grant  # noqa: PLC0415
+    from .clients.aclsapply import apply_acls, remove_acls  # noqa: PLC0415
+
+    role = cast(Role, args.role)
+    settings = _settings(args)
+    grant = Grant(settings, role, args.principal, args.group)
+    acls = grant.acls()
+    change = remove_acls if args.remove else apply_acls
+    done = asyncio.run(change(settings.kafka, acls))
+    said, kept = ("removed", "were not there") if args.remove else ("created", "already there")
+    for word, group in ((said, done.changed), (kept, done.unchanged)):
+        for acl in group:
+            print(f"{word}\t{acl.resource_type} {acl.resource_name} {acl.pattern_type} {acl.operation}")
+    print(
+        f"recurrence acls: {args.principal} as a recurrence {ROLE_NAMES[role]} ({grant.described()}): "
+        f"{len(done.changed)} {said}, {len(done.unchanged)} {kept} on {settings.kafka.bootstrap_servers}",
+        file=sys.stderr,
+    )
     return EXIT_OK
 
 
@@ -201,7 +234,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     inputs = [settings.topics.journal, settings.topics.recurred]
-    progress = asyncio.run(group_progress(settings.kafka, inputs, settings.group_id))
+    progress = asyncio.run(group_progress(settings.kafka, inputs, settings.layout.group_id))
     if args.json:
         sys.stdout.buffer.write(orjson.dumps(progress.as_json()) + b"\n")
     else:
@@ -211,40 +244,52 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 def check_web_port(settings: StreamSettings) -> None:
     """A busy web port is an operator error (exit 2, one line), not a traceback from deep inside Faust."""
-    family = socket.AF_INET6 if ":" in settings.web_host else socket.AF_INET
+    family = socket.AF_INET6 if ":" in settings.worker.web_host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         # The same option aiohttp sets, so a port in TIME_WAIT is not mistaken for a busy one.
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            probe.bind((settings.web_host, settings.web_port))
+            probe.bind((settings.worker.web_host, settings.worker.web_port))
         except OSError as error:
             why = "is in use" if error.errno == errno.EADDRINUSE else f"cannot be bound ({error.strerror})"
             raise UnusableError(
-                f"web port {settings.web_host}:{settings.web_port} {why}; choose another --web-port "
+                f"web port {settings.worker.web_host}:{settings.worker.web_port} {why}; choose another --web-port "
                 "(RECURRENCE_WEB_PORT) or stop the process holding it"
             ) from None
 
 
 @acting_as("worker", "DESCRIBE")
 def _cmd_worker(args: argparse.Namespace) -> int:
-    from ..host.folderlock import lock_folder  # noqa: PLC0415
+    from ..host.folderlock import lock_folder, release_folder  # noqa: PLC0415
     from ..web.websecurity import exposure_warning  # noqa: PLC0415
     from ..web.webtoken import Access  # noqa: PLC0415
 
     settings = _settings(args)
     # Before anything reaches the broker: a second worker on this folder stops here, and the group never sees it.
-    lock_folder(settings.datadir)
-    warning = exposure_warning(settings.web_host, Access(settings.web_token()))
-    if warning is not None:
-        print(f"recurrence worker: {warning}", file=sys.stderr, flush=True)
-    check_web_port(settings)
-    _apply(settings, create=settings.worker.create_topics, brief=True)
+    lock_folder(settings.worker.datadir)
+    try:
+        warning = exposure_warning(settings.worker.web_host, Access(settings.web_token()))
+        if warning is not None:
+            print(f"recurrence worker: {warning}", file=sys.stderr, flush=True)
+        check_web_port(settings)
+        _apply(settings, create=settings.worker.create_topics, brief=True)
 
-    from .worker.build import build_worker  # noqa: PLC0415
-    from .worker.frameworklog import Worker  # noqa: PLC0415
+        from .worker.build import build_worker  # noqa: PLC0415
+        from .worker.frameworklog import Worker  # noqa: PLC0415
 
-    service = build_worker(settings)
-    worker = Worker(service.app, loglevel=settings.worker.loglevel, quiet=True, redirect_stdouts=False)
+        service = build_worker(settings)
+        if not getattr(args, "verbose", False):  # its start log says where the connection came from
+            print(f"recurrence worker: Kafka settings: {settings.connection_sources()}", file=sys.stderr, flush=True)
+    except BaseException:
+        release_folder(settings.worker.datadir)  # a refused start leaves no data folder it created behind
+        raise
+    worker = Worker(
+        service.app,
+        loglevel=settings.worker.loglevel,
+        quiet=True,
+        redirect_stdouts=False,
+        stop_timeout=settings.worker.stop_timeout,
+    )
     worker.execute_from_commandline()
     return EXIT_OK  # pragma: no cover - execute_from_commandline always raises SystemExit
 
@@ -352,7 +397,8 @@ def register(commands: Any) -> None:
     p.set_defaults(func=_cmd_statistics_dump)
 
     p = commands.add_parser(
-        "acls", help="the least Kafka ACLs a principal needs as a worker, a publisher or a reader (no broker needed)"
+        "acls",
+        help="the least Kafka ACLs a principal needs for one role (no broker needed); --apply creates them",
     )
     _common(p, layout=None)
     add_model_arguments(p, WorkerOptions, "worker", only=("processing_guarantee", "create_topics"))
@@ -362,8 +408,24 @@ def register(commands: Any) -> None:
         "--role",
         required=True,
         choices=ROLES,
-        help="worker: recurrence worker; publish: recurrence publish; read: ledger-dump, statistics-dump, status",
+        help="worker: recurrence worker; publish: recurrence publish; read: ledger-dump, statistics-dump, status; "
+        "review: a Review service consuming <prefix>.review; statistics: a service consuming <prefix>.statistics",
     )
+    g.add_argument(
+        "--group",
+        metavar="GROUP",
+        help="review and statistics: the service's own consumer group (default "
+        + ", ".join(f"{role} {group}" for role, group in CONSUMER_GROUPS.items())
+        + ")",
+    )
+    change = g.add_mutually_exclusive_group()
+    change.add_argument(
+        "--apply",
+        action="store_true",
+        help="create the set on the brokers through the admin API, as the principal the settings name (an admin); "
+        "what is already there is left as it is",
+    )
+    change.add_argument("--remove", action="store_true", help="delete the set's ACLs from the brokers")
     form = g.add_mutually_exclusive_group()
     form.add_argument(
         "--json",

@@ -9,9 +9,10 @@ the config file; the model validates every source alike.
 
 import argparse
 import os
+import sys
 import types
 import typing
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -19,6 +20,7 @@ from pydantic import SecretStr, ValidationError
 
 from ..cliargs import path_arg
 from ..exceptions import SettingsError
+from .origins import CONFIG_FILE, DEFAULT, ENVIRONMENT, FLAG, Origin
 from .settings import (
     CONFIG_ENV,
     KafkaConnection,
@@ -54,7 +56,7 @@ def _choices(annotation: Any) -> tuple[str, ...] | None:
 
 def _default_text(model: type[SettingsModel], name: str) -> str:
     info = model.model_fields[name]
-    if info.default is None:
+    if info.default is None or info.default_factory is not None:  # a computed default: the help says it
         return ""
     if isinstance(info.default, bool):
         return "off" if not info.default else "on"
@@ -138,14 +140,82 @@ def _config_path(args: argparse.Namespace) -> Path | None:
     return Path(raw) if raw else None
 
 
-def load(args: argparse.Namespace) -> StreamSettings:
-    """The settings of one command: flags over environment over the config file over defaults."""
+#: The models by the ``StreamSettings`` attribute that holds each (the origins' keys).
+_MODELS: Final[dict[str, type[SettingsModel]]] = {
+    "kafka": KafkaConnection,
+    "layout": TopicLayout,
+    "worker": WorkerOptions,
+}
+#: Secrets that may come as a value or as a file, never both: (section, value field, file field, what).
+_SECRETS: Final = (
+    ("kafka", "sasl_password", "sasl_password_file", "SASL password"),
+    ("worker", "http_token", "http_token_file", "web port's token"),
+)
+#: The notes already printed by this process (``load`` runs again when a command reports a refusal).
+_SAID: set[str] = set()
+
+
+def _origins(args: argparse.Namespace, data: Mapping[str, Any], path: Path | None) -> dict[str, Origin]:
+    """Per ``<section>.<field>``: the source the models took its value from (flags, environment, file, default)."""
+    found: dict[str, Origin] = {}
+    for attribute, model in _MODELS.items():
+        given = _flags(args, model)
+        table = data.get(model.section, {})
+        for name in model.model_fields:
+            env = model.env_name(name)
+            if name in given:
+                origin = Origin(FLAG, f"--{name.replace('_', '-')}")
+            elif os.environ.get(env):
+                origin = Origin(ENVIRONMENT, env)
+            elif isinstance(table, Mapping) and name in table:
+                origin = Origin(CONFIG_FILE, f"{path} [{model.section}]")
+            else:
+                origin = Origin(DEFAULT)
+            found[f"{attribute}.{name}"] = origin
+    return found
+
+
+def _overridden(data: Mapping[str, Any], path: Path | None, origins: Mapping[str, Origin]) -> list[str]:
+    """One note per variable of the environment that overrides a value of the config file."""
+    notes = []
+    for attribute, model in _MODELS.items():
+        table = data.get(model.section, {})
+        for name in model.model_fields:
+            origin = origins[f"{attribute}.{name}"]
+            if origin.kind != ENVIRONMENT or not isinstance(table, Mapping) or name not in table:
+                continue
+            if os.environ.get(origin.where) == str(table[name]):
+                continue  # the same value twice overrides nothing
+            secret = "password" in name or "token" in name
+            now = "" if secret else f" ({os.environ.get(origin.where)})"
+            before = "" if secret else f" ({table[name]})"
+            notes.append(
+                f"{origin.where}{now} from the environment overrides {name}{before} of [{model.section}] in {path}"
+            )
+    return notes
+
+
+def load(args: argparse.Namespace, *, connects: bool = True, program: str = "") -> StreamSettings:
+    """The settings of one command: flags over environment over the config file over defaults, each with its
+    origin. An environment variable that overrides the config file is said once on stderr (``program: ...``).
+    ``connects=False``: the command only prints (``acls``), so the connection needs no credentials."""
     path = _config_path(args)
     data = read_config_file(path) if path is not None else {}
     source = f" / [{{}}] in {path}" if path is not None else ""
-    with config_file(data):
-        return StreamSettings(
+    origins = _origins(args, data, path)
+    for section, value, file, what in _SECRETS:
+        given = origins[f"{section}.{value}"], origins[f"{section}.{file}"]
+        if all(origin.kind != DEFAULT for origin in given):
+            raise SettingsError(f"the {what} is given twice: {value} ({given[0]}) and {file} ({given[1]}); keep one")
+    with config_file(data, connects):
+        settings = StreamSettings(
             kafka=_load(KafkaConnection, args, source.format(KafkaConnection.section)),
             layout=_load(TopicLayout, args, source.format(TopicLayout.section)),
             worker=_load(WorkerOptions, args, source.format(WorkerOptions.section)),
-        )
+        ).with_origins(origins)
+    name = program or f"recurrence {getattr(args, 'command', '')}".rstrip()
+    for note in _overridden(data, path, origins):
+        if note not in _SAID:
+            _SAID.add(note)
+            print(f"{name}: {note}", file=sys.stderr, flush=True)
+    return settings

@@ -14,10 +14,12 @@ variable, validation and help:
 Where a value comes from, strongest first: a command-line flag (derived from
 the field by ``cliflags``), the environment, the config file (``--config`` or
 ``RECURRENCE_CONFIG``: TOML with ``[kafka]``, ``[topics]`` and ``[worker]``
-tables keyed by field name), the default. ``StreamSettings`` bundles the three
-for the worker and exposes the attribute names the stream path reads.
+tables keyed by field name), the default. ``StreamSettings`` bundles the three;
+each setting is read in one place, its section (``settings.layout.replication``), and only what
+combines sections (the topic names, the effective batch size, the web URL) is computed here.
 """
 
+import os
 import socket
 import ssl
 import tomllib
@@ -25,9 +27,9 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Final, Generic, Literal, TypeVar, overload
+from typing import Annotated, Any, ClassVar, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -36,12 +38,18 @@ from ..core.engineconfig import worker_field
 from ..exceptions import SettingsError
 from ..host.regularfile import check_regular, read_small
 from ..web.webtoken import TOKEN_ENV, TOKEN_FILE_LIMIT, check_token, load_token, read_token_file
+from .origins import UNRECORDED, Origin
 
 DEFAULT_BOOTSTRAP: Final = "127.0.0.1:19092"
 DEFAULT_PREFIX: Final = "recurrence"
 DEFAULT_PARTITIONS: Final = 4
 DEFAULT_WEB_PORT: Final = 6066
-DEFAULT_DATADIR: Final = "recurrence-data"
+#: Under the user's state folder (XDG_STATE_HOME, else ~/.local/state), never the working directory:
+#: a worker started in a checkout left an untracked folder there.
+DATADIR_NAME: Final = ("recurrence", "worker-data")
+#: Seconds a worker waits after SIGTERM or SIGINT for a clean stop before it exits anyway (the broker gone,
+#: a stop waits on requests no one answers); under Kubernetes' default grace period of 30 s.
+STOP_TIMEOUT: Final = 8.0
 CONFIG_ENV: Final = "RECURRENCE_CONFIG"
 # Entries per durable batch when --batch-max is not given. Under exactly_once every batch pays a
 # transaction cycle (AddPartitionsToTxn, EndTxn and the markers) and its durability
@@ -61,6 +69,9 @@ Port = Annotated[int, Field(ge=1, le=65535)]
 
 # The config file's tables, per model section; set only while ``load`` builds the models.
 _CONFIG_FILE: ContextVar[Mapping[str, Any] | None] = ContextVar("recurrence_config_file", default=None)
+# False while ``load`` builds the settings of a command that never connects (``acls`` only prints):
+# its connection needs no credentials.
+_CONNECTS: ContextVar[bool] = ContextVar("recurrence_connects", default=True)
 
 
 def flag(*, metavar: str | None = None, short: str | None = None, cli: bool = True) -> dict[str, Any]:
@@ -78,6 +89,12 @@ class _ConfigFileSection(PydanticBaseSettingsSource):
         section: str = getattr(self.settings_cls, "section", "")
         table = (_CONFIG_FILE.get() or {}).get(section, {})
         return dict(table) if isinstance(table, Mapping) else {}
+
+
+def default_datadir() -> Path:
+    """The worker's data folder when none is given: under the user's state folder (XDG base directories)."""
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state).joinpath(*DATADIR_NAME)
 
 
 class SettingsModel(BaseSettings):
@@ -156,6 +173,13 @@ class KafkaConnection(SettingsModel):
 
     @model_validator(mode="after")
     def _sasl_complete(self) -> "KafkaConnection":
+        if self.sasl_password is not None and self.sasl_password_file is not None:
+            raise ValueError(
+                "the SASL password is given twice, as KAFKA_SASL_PASSWORD and as a password file "
+                "(--sasl-password-file / KAFKA_SASL_PASSWORD_FILE / sasl_password_file); keep one"
+            )
+        if not _CONNECTS.get():
+            return self
         if self.uses_sasl and not self.sasl_username:
             raise ValueError(f"{self.security_protocol} needs a SASL username (--sasl-username, KAFKA_SASL_USERNAME)")
         if self.uses_sasl and self.sasl_password is None and self.sasl_password_file is None:
@@ -268,8 +292,9 @@ class WorkerOptions(SettingsModel):
     model_config = SettingsConfigDict(env_prefix="RECURRENCE_")
 
     datadir: Path = Field(
-        Path(DEFAULT_DATADIR),
-        description="local state directory, one per worker process (locked: a second worker on it exits 2)",
+        default_factory=default_datadir,
+        description="local state directory, one per worker process (locked: a second worker on it exits 2); "
+        "default $XDG_STATE_HOME/recurrence/worker-data (~/.local/state/...)",
         json_schema_extra=flag(metavar="PATH"),
     )
     web_host: str = Field(
@@ -378,9 +403,25 @@ class WorkerOptions(SettingsModel):
         "(0: not by count)",
         json_schema_extra=flag(metavar="N"),
     )
+    stop_timeout: float = Field(
+        STOP_TIMEOUT,
+        gt=0,
+        le=600,
+        description="seconds a worker waits after SIGTERM/SIGINT for a clean stop before it exits anyway",
+        json_schema_extra=flag(metavar="SECONDS"),
+    )
     loglevel: Literal["debug", "info", "warning", "error"] = Field(
         "info", description="worker log level", json_schema_extra=flag(short="-l")
     )
+
+    @model_validator(mode="after")
+    def _one_token(self) -> "WorkerOptions":
+        if self.http_token is not None and self.http_token_file is not None:
+            raise ValueError(
+                "the web port's token is given twice, as RECURRENCE_HTTP_TOKEN and as a token file "
+                "(--http-token-file / RECURRENCE_HTTP_TOKEN_FILE / http_token_file); keep one"
+            )
+        return self
 
 
 _SECTIONS: Final[dict[str, type[SettingsModel]]] = {
@@ -390,45 +431,50 @@ _SECTIONS: Final[dict[str, type[SettingsModel]]] = {
 }
 
 
-T = TypeVar("T")
-
-
-class Forward(Generic[T]):
-    """A ``StreamSettings`` attribute read from the section model that declares it, under the same name."""
-
-    def __init__(self, section: str) -> None:
-        self.section = section
-        self.name = ""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    @overload
-    def __get__(self, settings: None, owner: type | None = None) -> "Forward[T]": ...
-
-    @overload
-    def __get__(self, settings: object, owner: type | None = None) -> T: ...
-
-    def __get__(self, settings: object | None, owner: type | None = None) -> "T | Forward[T]":
-        if settings is None:
-            return self
-        value: T = getattr(getattr(settings, self.section), self.name)
-        return value
-
-
 class StreamSettings(BaseModel):
-    """The three models of one worker; the attributes the stream path reads are forwarded from them.
+    """The three models of one worker, each setting read from its own (``settings.worker.web_port``).
 
     Flat keywords (``StreamSettings(topic_prefix="p", partitions=6)``) are routed to
     their model, for tests and embedding; values come only from the arguments and
     the defaults -- the environment and the file are read by ``load``.
     """
 
-    model_config = ConfigDict(frozen=True, ignored_types=(Forward,))
+    model_config = ConfigDict(frozen=True)
 
     kafka: KafkaConnection = Field(default_factory=KafkaConnection.defaults)
     layout: TopicLayout = Field(default_factory=TopicLayout.defaults)
     worker: WorkerOptions = Field(default_factory=WorkerOptions.defaults)
+    # "<section>.<field>" -> where its value came from (``cliflags.load`` records them).
+    _origins: dict[str, Origin] = PrivateAttr(default_factory=dict)
+
+    def with_origins(self, origins: Mapping[str, Origin]) -> "StreamSettings":
+        self._origins = dict(origins)
+        return self
+
+    def origin(self, section: str, name: str) -> Origin:
+        return self._origins.get(f"{section}.{name}", UNRECORDED)
+
+    def connection_sources(self) -> str:
+        """Where the connection's bootstrap servers, protocol and credentials came from, in one line."""
+        kafka = self.kafka
+        shown: list[tuple[str, str]] = [
+            ("bootstrap_servers", kafka.bootstrap_servers),
+            ("security_protocol", kafka.security_protocol),
+        ]
+        if kafka.uses_sasl:
+            shown += [("sasl_mechanism", kafka.sasl_mechanism), ("sasl_username", str(kafka.sasl_username))]
+            if kafka.sasl_password_file is not None:
+                shown.append(("sasl_password_file", str(kafka.sasl_password_file)))
+            elif kafka.sasl_password is not None:
+                shown.append(("sasl_password", "(set)"))
+        for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+            value = getattr(kafka, name)
+            if kafka.uses_ssl and value is not None:
+                shown.append((name, str(value)))
+        by_origin: dict[Origin, list[str]] = {}
+        for name, value in shown:
+            by_origin.setdefault(self.origin("kafka", name), []).append(f"{name} {value}")
+        return "; ".join(f"{', '.join(names)} ({origin})" for origin, names in by_origin.items())
 
     @model_validator(mode="before")
     @classmethod
@@ -448,32 +494,12 @@ class StreamSettings(BaseModel):
             section[key] = value
         return routed
 
-    # -- the names the stream path reads: each the field (or property) of the same name in its section
-    topic_prefix: ClassVar[Forward[str]] = Forward("layout")
-    journal_topic: ClassVar[Forward[str | None]] = Forward("layout")
-    app_id: ClassVar[Forward[str | None]] = Forward("layout")
-    group_id: ClassVar[Forward[str]] = Forward("layout")
-    partitions: ClassVar[Forward[int]] = Forward("layout")
-    replication: ClassVar[Forward[int]] = Forward("layout")
-    min_insync: ClassVar[Forward[int]] = Forward("layout")
-    datadir: ClassVar[Forward[Path]] = Forward("worker")
-    web_host: ClassVar[Forward[str]] = Forward("worker")
-    web_port: ClassVar[Forward[int]] = Forward("worker")
-    web_advertise: ClassVar[Forward[str | None]] = Forward("worker")
-    standby_replicas: ClassVar[Forward[int]] = Forward("worker")
-    processing_guarantee: ClassVar[Forward[Guarantee]] = Forward("worker")
-    review_threshold: ClassVar[Forward[int]] = Forward("worker")
-    pattern_scopes: ClassVar[Forward[int]] = Forward("worker")
-    batch_min: ClassVar[Forward[int]] = Forward("worker")
-    batch_within: ClassVar[Forward[float]] = Forward("worker")
-    session_timeout: ClassVar[Forward[float]] = Forward("worker")
-    instance_id: ClassVar[Forward[str | None]] = Forward("worker")
-
     @property
-    def batch_max(self) -> int:
+    def batch_entries(self) -> int:
+        """Entries per durable batch: ``--batch-max``, else the guarantee's default."""
         if self.worker.batch_max is not None:
             return self.worker.batch_max
-        if self.processing_guarantee == "exactly_once":
+        if self.worker.processing_guarantee == "exactly_once":
             return BATCH_MAX_EXACTLY_ONCE
         return BATCH_MAX_AT_LEAST_ONCE
 
@@ -497,7 +523,7 @@ class StreamSettings(BaseModel):
 
     @property
     def topics(self) -> TopicNames:
-        return topic_names(self.layout.topic_prefix, self.group_id, self.layout.journal_topic)
+        return topic_names(self.layout.topic_prefix, self.layout.group_id, self.layout.journal_topic)
 
 
 def read_config_file(path: Path) -> dict[str, Any]:
@@ -516,9 +542,11 @@ def read_config_file(path: Path) -> dict[str, Any]:
 
 
 @contextmanager
-def config_file(data: Mapping[str, Any]) -> Iterator[None]:
-    token = _CONFIG_FILE.set(data)
+def config_file(data: Mapping[str, Any], connects: bool = True) -> Iterator[None]:
+    """While the models are built: the config file's tables, and whether the command connects."""
+    token, connecting = _CONFIG_FILE.set(data), _CONNECTS.set(connects)
     try:
         yield
     finally:
         _CONFIG_FILE.reset(token)
+        _CONNECTS.reset(connecting)

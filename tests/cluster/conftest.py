@@ -24,7 +24,19 @@ from devkit.localrun import recurrence_command
 from devkit.topologies import ClusterBroker, SecureBroker
 
 #: The secured node's SCRAM users besides ``admin``: one or more per test.
-USERS: Final = ("worker", "publisher", "reader", "reader2", "worker2", "worker3", "nobody", "newcomer")
+USERS: Final = (
+    "worker",
+    "publisher",
+    "reader",
+    "reader2",
+    "worker2",
+    "worker3",
+    "worker4",
+    "reviewer",
+    "statsreader",
+    "nobody",
+    "newcomer",
+)
 B = TypeVar("B", SecureBroker, ClusterBroker)
 
 

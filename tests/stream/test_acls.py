@@ -15,10 +15,10 @@ import pytest
 from faust.transport.consumer import TransactionManager
 
 from devkit.localrun import recurrence_command
-from recurrence_ledger.processor.exceptions import EXIT_UNUSABLE
-from recurrence_ledger.processor.stream.acls import TRANSACTIONAL_ID_SEPARATOR, acl_set, as_json, render
+from recurrence_ledger.processor.exceptions import EXIT_UNUSABLE, SettingsError
+from recurrence_ledger.processor.stream.acls import TRANSACTIONAL_ID_SEPARATOR, Grant, acl_set, as_json, render
 from recurrence_ledger.processor.stream.settings import StreamSettings
-from recurrence_ledger.topics.definitions import ROLES, Role, topic_specs
+from recurrence_ledger.topics.definitions import CONSUMER_GROUPS, ROLES, Role, topic_specs
 
 LAYOUTS = [
     StreamSettings(),
@@ -43,10 +43,16 @@ def test_every_set_is_least_privilege(settings: StreamSettings, role: Role) -> N
         if acl.resource_type == "TOPIC":
             assert acl.resource_name in topics and acl.pattern_type == "LITERAL"
         if acl.resource_type == "GROUP":
-            assert acl.resource_name == settings.group_id
+            assert acl.resource_name == CONSUMER_GROUPS.get(role, settings.layout.group_id)
     operations = {a.operation for a in acls}
-    if role == "read":
+    if role in ("read", "review", "statistics"):
         assert not operations & WRITES, "a reader may write nothing"
+    if role in CONSUMER_GROUPS:
+        topic = {"review": settings.topics.review, "statistics": settings.topics.statistics}[role]
+        assert [(a.resource_type, a.resource_name, a.operation) for a in acls] == [
+            ("TOPIC", topic, "READ"),
+            ("GROUP", CONSUMER_GROUPS[role], "READ"),
+        ]
     if role == "publish":
         assert [(a.resource_type, a.resource_name, a.operation) for a in acls] == [
             ("TOPIC", settings.topics.journal, "WRITE")
@@ -68,11 +74,11 @@ def test_the_worker_set_follows_the_definitions_and_the_settings(settings: Strea
     assert not by_topic
     names = settings.topics
     assert "WRITE" not in {a.operation for a in acls if a.resource_name == names.journal}, "a worker never writes it"
-    assert ("GROUP", settings.group_id, "LITERAL", "READ") in {(*a.resource, a.operation) for a in acls}
+    assert ("GROUP", settings.layout.group_id, "LITERAL", "READ") in {(*a.resource, a.operation) for a in acls}
     transactional = [a for a in acls if a.resource_type == "TRANSACTIONAL_ID"]
-    if settings.processing_guarantee == "exactly_once":
+    if settings.worker.processing_guarantee == "exactly_once":
         assert [(a.resource_name, a.pattern_type, a.operation) for a in transactional] == [
-            (f"{settings.group_id}-", "PREFIXED", "WRITE")
+            (f"{settings.layout.group_id}-", "PREFIXED", "WRITE")
         ]
     else:
         assert transactional == []
@@ -84,9 +90,9 @@ def test_the_transactional_ids_are_the_ones_faust_gives_its_producers() -> None:
     (prefix,) = [a.resource_name for a in acls if a.resource_type == "TRANSACTIONAL_ID"]
     for group, partition in ((0, 0), (0, 11), (1, 3)):
         made = TransactionManager.transactional_id_format.format(
-            group_id=settings.group_id, tpg=SimpleNamespace(group=group, partition=partition)
+            group_id=settings.layout.group_id, tpg=SimpleNamespace(group=group, partition=partition)
         )
-        assert made.startswith(prefix) and prefix == settings.group_id + TRANSACTIONAL_ID_SEPARATOR
+        assert made.startswith(prefix) and prefix == settings.layout.group_id + TRANSACTIONAL_ID_SEPARATOR
 
 
 def test_the_reader_describes_the_inputs_and_the_group() -> None:
@@ -95,7 +101,7 @@ def test_the_reader_describes_the_inputs_and_the_group() -> None:
         (a.resource_type, a.resource_name) for a in acl_set(settings, "read", "User:r") if a.operation == "DESCRIBE"
     }
     names = settings.topics
-    assert described == {("TOPIC", names.journal), ("TOPIC", names.recurred), ("GROUP", settings.group_id)}
+    assert described == {("TOPIC", names.journal), ("TOPIC", names.recurred), ("GROUP", settings.layout.group_id)}
 
 
 def test_the_json_form_uses_kafkas_names() -> None:
@@ -109,7 +115,7 @@ def test_the_json_form_uses_kafkas_names() -> None:
 def test_the_text_form_is_one_kafka_acls_command_per_resource() -> None:
     settings = StreamSettings(topic_prefix="p", processing_guarantee="exactly_once")
     acls = acl_set(settings, "worker", "User:CN=w,O=x")
-    text = render(settings, "worker", "User:CN=w,O=x", "text", "/etc/admin.properties").decode()
+    text = render(Grant(settings, "worker", "User:CN=w,O=x"), "text", "/etc/admin.properties").decode()
     commands = [shlex.split(line) for line in text.splitlines() if line and not line.startswith("#")]
     assert len(commands) == len({a.resource for a in acls})
     granted = set()
@@ -148,3 +154,14 @@ def test_a_principal_that_is_not_one_is_refused_in_one_line() -> None:
         "recurrence acls: --principal 'alice' is not a Kafka principal: write User:NAME (the SCRAM user name, or "
         "the name a client certificate maps to)"
     ]
+
+
+def test_a_consuming_service_gets_its_own_group() -> None:
+    settings = StreamSettings(topic_prefix="p")
+    acls = acl_set(settings, "review", "User:r", group="review-service")
+    assert ("GROUP", "review-service", "LITERAL", "READ") in {(*a.resource, a.operation) for a in acls}
+    with pytest.raises(SettingsError, match="--group is for the roles"):
+        acl_set(settings, "worker", "User:w", group="g")
+    text = render(Grant(settings, "statistics", "User:s", "stats-svc"), "text").decode()
+    assert "as a recurrence statistics service (app id p, topic prefix p, consumer group stats-svc)" in text
+    assert "--group stats-svc" in text

@@ -25,7 +25,7 @@ from devkit.oracle import Oracle
 from recurrence_ledger.processor.core.engineconfig import EngineConfig
 from recurrence_ledger.processor.core.formats import CHANGESET_FORMAT
 from recurrence_ledger.processor.stream.batch import changeset
-from recurrence_ledger.processor.stream.batch.processing import BatchProcessor
+from recurrence_ledger.processor.stream.batch.processing import BatchLimits, BatchProcessor
 from recurrence_ledger.processor.stream.batch.types import SOURCE_HEADER, ChangelogRecord
 from recurrence_ledger.processor.verify import compare
 from tests.support.batchfakes import TOPICS, Journal, Partitions, RecordingSink, entries_of, journal_lines
@@ -160,9 +160,14 @@ def test_a_batch_processor_under_a_tiny_cap_splits_and_a_crash_mid_write_loses_n
     def processor() -> BatchProcessor:
         sink = CrashingSink(state.log, changelog)
         sinks.append(sink)
-        made = BatchProcessor(topics=TOPICS, state=state, sink=sink, source=Journal(entries), config=EngineConfig())
-        made.changelog_record_bytes = CAP
-        return made
+        return BatchProcessor(
+            topics=TOPICS,
+            state=state,
+            sink=sink,
+            source=Journal(entries),
+            config=EngineConfig(),
+            limits=BatchLimits(changelog_record_bytes=CAP),
+        )
 
     async def main() -> None:
         nonlocal crashes

@@ -23,6 +23,7 @@ from typing import Any
 import faust
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import TopicAuthorizationFailedError
 
 import recurrence_ledger.processor
@@ -108,11 +109,16 @@ def _instances(tmp_path: Path) -> Iterator[tuple[Any, Callable[[], None]]]:
     yield consumer, lambda: None
     producer = loop.run_until_complete(_transactional_producer())
     yield producer, lambda: None
+    yield loop.run_until_complete(_admin()), lambda: None
     yield getattr(producer, "_txn_manager"), loop.close  # noqa: B009 - how aiokafka keeps a producer's transactions
 
 
 async def _consumer() -> AIOKafkaConsumer:
     return AIOKafkaConsumer(bootstrap_servers="127.0.0.1:1")
+
+
+async def _admin() -> AIOKafkaAdminClient:
+    return AIOKafkaAdminClient(bootstrap_servers="127.0.0.1:1")
 
 
 async def _transactional_producer() -> AIOKafkaProducer:

@@ -27,7 +27,6 @@ from recurrence_ledger.processor.stream.cliflags import load
 from recurrence_ledger.processor.stream.settings import (
     BATCH_MAX_AT_LEAST_ONCE,
     BATCH_MAX_EXACTLY_ONCE,
-    Forward,
     KafkaConnection,
     StreamSettings,
     TopicLayout,
@@ -76,15 +75,17 @@ def test_the_batch_cap_defaults_by_guarantee_and_a_given_one_holds_under_both(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # exactly_once amortizes a transaction cycle per batch over twice the entries.
-    assert load(parse("worker")).batch_max == BATCH_MAX_AT_LEAST_ONCE == 1000
-    assert load(parse("worker", "--processing-guarantee", "exactly_once")).batch_max == BATCH_MAX_EXACTLY_ONCE == 2000
+    assert load(parse("worker")).batch_entries == BATCH_MAX_AT_LEAST_ONCE == 1000
+    assert (
+        load(parse("worker", "--processing-guarantee", "exactly_once")).batch_entries == BATCH_MAX_EXACTLY_ONCE == 2000
+    )
     for guarantee in ("at_least_once", "exactly_once"):
-        assert load(parse("worker", "--processing-guarantee", guarantee, "--batch-max", "300")).batch_max == 300
+        assert load(parse("worker", "--processing-guarantee", guarantee, "--batch-max", "300")).batch_entries == 300
     monkeypatch.setenv("RECURRENCE_PROCESSING_GUARANTEE", "exactly_once")
     monkeypatch.setenv("RECURRENCE_BATCH_MAX", "50")
-    assert load(parse("worker")).batch_max == 50
+    assert load(parse("worker")).batch_entries == 50
     monkeypatch.delenv("RECURRENCE_BATCH_MAX")
-    assert load(parse("worker")).batch_max == 2000
+    assert load(parse("worker")).batch_entries == 2000
     commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     helptext = " ".join(commands.choices["worker"].format_help().split())
     assert "(default 1000 at_least_once, 2000 exactly_once)" in helptext
@@ -100,21 +101,21 @@ def test_flags_override_environment_which_overrides_the_config_file(
     )
     monkeypatch.setenv("RECURRENCE_CONFIG", str(config))
     settings = load(parse("worker"))
-    assert (settings.partitions, settings.replication, settings.min_insync) == (12, 3, 2)
-    assert settings.topic_prefix == "file" and settings.batch_max == 7
+    assert (settings.layout.partitions, settings.layout.replication, settings.layout.min_insync) == (12, 3, 2)
+    assert settings.layout.topic_prefix == "file" and settings.batch_entries == 7
     assert settings.kafka.bootstrap_servers == "file:9092"
     monkeypatch.setenv("RECURRENCE_PARTITIONS", "6")
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "env:9092")
-    assert load(parse("worker")).partitions == 6
-    assert load(parse("worker", "--partitions", "8")).partitions == 8
+    assert load(parse("worker")).layout.partitions == 6
+    assert load(parse("worker", "--partitions", "8")).layout.partitions == 8
     assert load(parse("worker", "--bootstrap-servers", "flag:9092")).kafka.bootstrap_servers == "flag:9092"
     # Every command reads the same layout: topics apply and the worker cannot disagree.
-    assert load(parse("topics", "apply")).partitions == load(parse("worker")).partitions == 6
+    assert load(parse("topics", "apply")).layout.partitions == load(parse("worker")).layout.partitions == 6
 
 
 def test_review_threshold_uses_the_rfc_name(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RECURRENCE_REVIEW_STREAK_THRESHOLD", "5")
-    assert load(parse("worker")).review_threshold == 5
+    assert load(parse("worker")).worker.review_threshold == 5
 
 
 @pytest.mark.parametrize(
@@ -164,8 +165,8 @@ def test_config_file_problems_are_settings_errors(tmp_path: Path) -> None:
 
 def test_stream_settings_accepts_flat_keywords_and_exposes_the_stream_names() -> None:
     settings = StreamSettings(topic_prefix="p", partitions=6, replication=3, min_insync=2, web_port=7000)
-    assert settings.partitions == 6 and settings.layout.replication == 3 and settings.web_port == 7000
-    assert settings.topics.changelog == "p-state-changelog" and settings.group_id == "p"
+    assert settings.layout.partitions == 6 and settings.layout.replication == 3 and settings.worker.web_port == 7000
+    assert settings.topics.changelog == "p-state-changelog" and settings.layout.group_id == "p"
     with pytest.raises(ValueError, match="unknown setting"):
         StreamSettings(partitons=3)
 
@@ -307,11 +308,10 @@ def test_stream_cli_help_runs_without_faust_imported() -> None:
     assert out.strip() == "False"
 
 
-def test_every_forwarded_setting_reads_its_sections_value() -> None:
-    forwarded = {name: value for name, value in vars(StreamSettings).items() if isinstance(value, Forward)}
+def test_each_setting_is_read_in_one_place_its_section() -> None:
     settings = StreamSettings(topic_prefix="p", app_id="a", partitions=6, web_port=7001, review_threshold=4)
-    assert len(forwarded) >= 19
-    for name, forward in forwarded.items():
-        assert getattr(settings, name) == getattr(getattr(settings, forward.section), name), name
-    assert (settings.topic_prefix, settings.group_id, settings.partitions, settings.web_port) == ("p", "a", 6, 7001)
-    assert settings.review_threshold == 4 and "topic_prefix" not in StreamSettings.model_fields
+    assert (settings.layout.topic_prefix, settings.layout.group_id, settings.layout.partitions) == ("p", "a", 6)
+    assert (settings.worker.web_port, settings.worker.review_threshold) == (7001, 4)
+    for section in (KafkaConnection, TopicLayout, WorkerOptions):
+        for name in section.model_fields:
+            assert not hasattr(settings, name), f"{name} is read both from StreamSettings and its section"

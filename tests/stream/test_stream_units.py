@@ -26,7 +26,12 @@ from recurrence_ledger.processor.core.recordindex import dead_letter_counts, rec
 from recurrence_ledger.processor.store.base import Transaction
 from recurrence_ledger.processor.store.memory import MemoryStore
 from recurrence_ledger.processor.stream.batch import changeset
-from recurrence_ledger.processor.stream.batch.processing import PIPELINE_DEPTH, POSITION_KEY, BatchProcessor
+from recurrence_ledger.processor.stream.batch.processing import (
+    PIPELINE_DEPTH,
+    POSITION_KEY,
+    BatchLimits,
+    BatchProcessor,
+)
 from recurrence_ledger.processor.stream.batch.types import ID_HEADER, SOURCE_HEADER, ChangelogRecord, Entry
 from recurrence_ledger.processor.stream.clients.dump import record_id
 from recurrence_ledger.processor.stream.clients.topicsapply import _describe_drift
@@ -39,12 +44,14 @@ from tests.support.batchfakes import TOPICS, Journal, Partitions, RecordingSink,
 
 
 def _processor(
-    entries: list[Entry], transactional: bool = False
+    entries: list[Entry], transactional: bool = False, limits: BatchLimits | None = None
 ) -> tuple[BatchProcessor, RecordingSink, Partitions, Journal]:
     state = Partitions()
     sink = RecordingSink(state.log, transactional)
     journal = Journal(entries)
-    processor = BatchProcessor(topics=TOPICS, state=state, sink=sink, source=journal, config=EngineConfig())
+    processor = BatchProcessor(
+        topics=TOPICS, state=state, sink=sink, source=journal, config=EngineConfig(), limits=limits or BatchLimits()
+    )
     return processor, sink, state, journal
 
 
@@ -289,9 +296,7 @@ def test_entries_the_stream_skipped_are_read_directly(tmp_path: Path, bound: int
     write_journal(journal_file, lines)
     oracle = Oracle.run(journal_file, tmp_path)
     entries = entries_of(lines)
-    processor, sink, _, journal = _processor(entries)
-    if bound is not None:
-        processor.catch_up_max = bound
+    processor, sink, _, journal = _processor(entries, limits=None if bound is None else BatchLimits(bound))
     delivered = [e for i, e in enumerate(entries) if i % 7 not in (3, 4)]  # the stream drops some
     tail = delivered[-40:]
     delivered = [e for e in delivered if e not in tail]  # and the tail is never delivered

@@ -163,6 +163,16 @@ class BatchResult(BatchCounts):
     """One batch's tally, plus what only a stream batch has (``BatchCounts``)."""
 
 
+@dataclass(frozen=True)
+class BatchLimits:
+    """The sizes a batch processor keeps to (the worker's ``--batch-max`` and ``--changelog-record-bytes``)."""
+
+    # Journal offsets one catch-up call reads and runs at most: a catch-up batch is capped like a fetched one.
+    catch_up_max: int = BATCH_MAX_AT_LEAST_ONCE
+    # Largest changelog record value; a larger change set is split into parts (``changeset``).
+    changelog_record_bytes: int = changeset.RECORD_BYTES
+
+
 class BatchProcessor:
     def __init__(
         self,
@@ -175,8 +185,10 @@ class BatchProcessor:
         metrics: Metrics | None = None,
         step: Step | None = None,
         changelog: ChangelogSource | None = None,
+        limits: BatchLimits = BatchLimits(),
     ) -> None:
         self.topics = topics
+        self.limits = limits
         self.state = state
         self.sink = sink
         self.source = source
@@ -289,11 +301,6 @@ class BatchProcessor:
                 if tails and tails[0] is tail and tail.done():
                     tails.popleft()
 
-    # Journal offsets one catch-up call reads and runs at most (the worker sets its --batch-max).
-    catch_up_max: int = BATCH_MAX_AT_LEAST_ONCE
-    # Largest changelog record value; a larger change set is split into parts (``changeset``).
-    changelog_record_bytes: int = changeset.RECORD_BYTES
-
     async def catch_up(self, partition: int, stop: int) -> BatchResult:
         """Read and run the journal directly up to ``stop`` (the entries the stream has not delivered)."""
         async with self._lock:
@@ -305,7 +312,7 @@ class BatchProcessor:
             # One bounded batch per call, like a delivered one: a stall of 700k entries read as one
             # batch made a 100 MB change set the broker refused (exit 70 on every restart). The
             # caller's next tick goes on from the new position.
-            stop = min(stop, start + self.catch_up_max)
+            stop = min(stop, start + self.limits.catch_up_max)
             records = await self.source.fetch(partition, start, stop)
             if records:
                 log.warning(
@@ -553,7 +560,7 @@ class BatchProcessor:
     async def _send_change_set(
         self, partition: int, changes: Mapping[bytes, bytes | None], result: BatchResult
     ) -> list[Awaitable[Delivered]]:
-        values = changeset.encode_records(changes, self.changelog_record_bytes)
+        values = changeset.encode_records(changes, self.limits.changelog_record_bytes)
         if len(values) > 1:
             result.change_set_parts += len(values)
         result.state_changes += len(changes)

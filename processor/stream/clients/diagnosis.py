@@ -44,7 +44,13 @@ CLIENT_CERTIFICATE_ALERTS: Final = (
     "ACCESS_DENIED",
 )
 #: A role's principal as the ``recurrence acls`` hint names it.
-ROLE_NAMES: Final = {"worker": "a worker", "publish": "a publisher", "read": "a reader"}
+ROLE_NAMES: Final = {
+    "worker": "a worker",
+    "publish": "a publisher",
+    "read": "a reader",
+    "review": "a Review service",
+    "statistics": "a statistics service",
+}
 
 
 class AuthenticationFailedError(BrokerError):
@@ -67,6 +73,7 @@ class NotAuthorizedError(BrokerError):
     ) -> None:
         self.connection, self.operation, self.resource, self.name = connection, operation, resource, name
         self.code, self.role = code, role
+        self.role_flags = ""  # further flags of the acls command (a consuming service's --group)
         super().__init__(self.line())
 
     def line(self) -> str:
@@ -76,16 +83,19 @@ class NotAuthorizedError(BrokerError):
             f"{self.connection.bootstrap_servers} ({self.code})"
         )
         if self.role is None:
-            return head + "; grant it, or run this as a principal that may (a super user applies topics)"
+            return head + "; grant it, or run this as a principal that may (a super user applies topics and ACLs)"
         who = principal if principal.startswith("User:") else "User:NAME"
         return (
-            f"{head}; 'recurrence acls --principal {who} --role {self.role}' prints the ACLs "
+            f"{head}; 'recurrence acls --principal {who} --role {self.role}{self.role_flags}' prints the ACLs "
             f"{ROLE_NAMES.get(self.role, self.role)} needs"
         )
 
-    def for_role(self, role: str) -> "NotAuthorizedError":
-        """The same refusal, naming the ``recurrence acls`` command of the command's role."""
-        return NotAuthorizedError(self.connection, self.operation, self.resource, self.name, self.code, role)
+    def for_role(self, role: str, flags: str = "") -> "NotAuthorizedError":
+        """The same refusal, naming the ``recurrence acls`` command of the command's role (and its ``flags``)."""
+        found = NotAuthorizedError(self.connection, self.operation, self.resource, self.name, self.code, role)
+        found.role_flags = flags
+        found.args = (found.line(),)
+        return found
 
 
 def principal_of(connection: KafkaConnection) -> str:
@@ -166,12 +176,23 @@ def classify(connection: KafkaConnection, where: str, error: BaseException) -> B
             if found is not None:
                 return found
     if isinstance(error, errors.KafkaConnectionError) and isinstance(cause, asyncio.IncompleteReadError | EOFError):
-        return ProtocolMismatchError(
-            f"Kafka at {where} hung up at the first request, as a listener that speaks another security protocol "
-            f"than {connection.security_protocol} does; set --security-protocol / KAFKA_SECURITY_PROTOCOL "
-            "(PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL) to the listener's, and check that it is a Kafka listener"
-        )
+        return mismatch(connection, where, "at the first request")
+    # A listener without TLS reads the ClientHello as a request of absurd size and drops the connection;
+    # one without SASL answers the handshake with ILLEGAL_SASL_STATE.
+    dropped = (ConnectionResetError, ssl.SSLEOFError, asyncio.IncompleteReadError, EOFError)
+    if connection.uses_ssl and any(isinstance(candidate, dropped) for candidate in (error, cause)):
+        return mismatch(connection, where, "at the TLS handshake")
+    if connection.uses_sasl and isinstance(error, errors.IllegalSaslStateError):
+        return mismatch(connection, where, "at the SASL handshake")
     return None
+
+
+def mismatch(connection: KafkaConnection, where: str, when: str) -> ProtocolMismatchError:
+    return ProtocolMismatchError(
+        f"Kafka at {where} hung up {when}, as a listener that speaks another security protocol "
+        f"than {connection.security_protocol} does; set --security-protocol / KAFKA_SECURITY_PROTOCOL "
+        "(PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL) to the listener's, and check that it is a Kafka listener"
+    )
 
 
 async def connection_failure(

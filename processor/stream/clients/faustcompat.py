@@ -111,6 +111,10 @@ MEMBERS: Final = (
     ),
     Member(f"{_FAUST_KAFKA}:AIOKafkaConsumerThread", "_ensure_consumer", THROUGH, "thread_consumer"),
     Member(f"{_FAUST_CONSUMER}:TransactionManager", "on_rebalance", OVERRIDES, f"{_WORKERAPP}:_TransactionManager"),
+    Member(
+        f"{_FAUST_CONSUMER}:TransactionManager", "_start_transactions", OVERRIDES, f"{_WORKERAPP}:_TransactionManager"
+    ),
+    Member(f"{_FAUST_KAFKA}:Producer", "_new_producer", THROUGH, "new_transaction_producer"),
     Member("faust.tables:TableManager", "on_start", OVERRIDES, f"{_WORKERAPP}:WorkerTableManager"),
     Member("faust.tables:TableManager", "_update_channels", CALLS, f"{_WORKERAPP}:WorkerTableManager"),
     # webserver: Faust's aiohttp driver serving the read surface's routes and none of Faust's blueprints.
@@ -129,14 +133,33 @@ MEMBERS: Final = (
     Member("faust.stores.rocksdb:Store", "_dbs", THROUGH, "open_databases"),
     Member("faust.stores.rocksdb:RocksDBOptions", "open", OVERRIDES, f"{_TABLESTORE}:KeptRocksDBOptions"),
     Member("faust.stores.memory:Store", "apply_changelog_batch", OVERRIDES, f"{_TABLESTORE}:ChangeSetMemoryStore"),
+    # aclsapply: Kafka's ACL requests carrying a whole set (aiokafka's own carry one ACL each), sent as its
+    # admin client sends its requests.
+    Member("aiokafka.protocol.api:Request", "build", OVERRIDES, "clients.aclsapply:_CreateAcls"),
+    Member("aiokafka.protocol.api:Request", "build", OVERRIDES, "clients.aclsapply:_DeleteAcls"),
+    Member("aiokafka.admin:AIOKafkaAdminClient", "_send_request", THROUGH, "admin_request"),
     # frameworklog: the root logger's handlers, once the worker has set them up, drop the framework's chatter.
     Member("faust:Worker", "on_setup_root_logger", OVERRIDES, "worker.frameworklog:Worker"),
+    # frameworklog: a stop bounded by --stop-timeout from the first SIGTERM or SIGINT.
+    Member("faust:Worker", "_on_sigterm", OVERRIDES, "worker.frameworklog:Worker"),
+    Member("faust:Worker", "_on_sigint", OVERRIDES, "worker.frameworklog:Worker"),
 )
 
 
 def transaction_producer(app: Any, transactional_id: str) -> Any | None:
     """Faust's transactional producer for one id (``<app id>-<group>-<partition>``), if it exists."""
     return transaction_producers(app.producer).get(transactional_id)
+
+
+def admin_request(admin: Any, request: Any) -> Awaitable[Any]:
+    """Send a protocol request to any broker through an AIOKafkaAdminClient, as its own methods do."""
+    response: Awaitable[Any] = admin._send_request(request)
+    return response
+
+
+def new_transaction_producer(producer: Any, transactional_id: str) -> Any:
+    """A transactional AIOKafkaProducer for the id, configured as Faust's Producer makes one (not started)."""
+    return producer._new_producer(transactional_id=transactional_id)
 
 
 def transaction_lock(app: Any, transactional_id: str) -> asyncio.Lock:

@@ -246,7 +246,11 @@ class RecurrenceService:
         if self.options.connection is None:
             return None
         refused = authorization(self.options.connection, error, operation)
-        return None if refused is None else refused.for_role("worker")
+        if refused is None:
+            return None
+        # The transactional ids are in the worker's set only under exactly_once: say so in the command.
+        flags = " --processing-guarantee exactly_once" if refused.resource == "transactional id" else ""
+        return refused.for_role("worker", flags)
 
     def _entries(self, fetched: Fetched, topic: str) -> list[Entry]:
         """A fetch's records as entries, only of partitions this worker still owns in this generation."""

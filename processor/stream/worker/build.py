@@ -21,7 +21,7 @@ from ...web.websecurity import handler_args
 from ...web.webtoken import Access
 from ..batch.metrics import LiveReadings, Metrics
 from ..batch.probes import readiness, rebalances, restore_progress
-from ..batch.processing import BatchProcessor
+from ..batch.processing import BatchLimits, BatchProcessor
 from ..batch.steps import PatternStep
 from ..batch.types import PartitionedState
 from ..settings import KafkaConnection, StreamSettings
@@ -64,35 +64,35 @@ def faust_credentials(connection: KafkaConnection) -> Any:
 def worker_app(settings: StreamSettings) -> WorkerApp:
     """The Faust app of one worker: Faust's group membership, assignment, table recovery, standbys, web server."""
     return WorkerApp(
-        settings.group_id,
+        settings.layout.group_id,
         broker=settings.kafka.faust_broker(),
         broker_credentials=faust_credentials(settings.kafka),
         store="rocksdb://",
-        datadir=str(settings.datadir),
-        processing_guarantee=settings.processing_guarantee,
-        topic_partitions=settings.partitions,
-        topic_replication_factor=settings.replication,
+        datadir=str(settings.worker.datadir),
+        processing_guarantee=settings.worker.processing_guarantee,
+        topic_partitions=settings.layout.partitions,
+        topic_replication_factor=settings.layout.replication,
         # Topics are code (``recurrence topics apply``); Faust must never create one
         # with its own defaults (a compacted changelog, a 1-partition journal).
         topic_allow_declare=False,
         topic_disable_leader=True,
-        table_standby_replicas=settings.standby_replicas,
+        table_standby_replicas=settings.worker.standby_replicas,
         consumer_auto_offset_reset="earliest",
-        consumer_group_instance_id=settings.instance_id,
-        broker_session_timeout=settings.session_timeout,
-        broker_heartbeat_interval=max(0.5, settings.session_timeout / 5),
+        consumer_group_instance_id=settings.worker.instance_id,
+        broker_session_timeout=settings.worker.session_timeout,
+        broker_heartbeat_interval=max(0.5, settings.worker.session_timeout / 5),
         producer_acks=-1,
         stream_wait_empty=True,
         # One fetch is one batch (``fetches``): this caps the entries per batch.
-        broker_max_poll_records=settings.batch_max,
+        broker_max_poll_records=settings.batch_entries,
         # The sink appends a batch's outputs to one producer batch per topic partition
         # (``sink``): large batches, under the broker's default 1 MB per record batch.
         producer_max_batch_size=PRODUCER_BATCH_BYTES,
         producer_max_request_size=4 * PRODUCER_BATCH_BYTES,
         web_enabled=True,
-        web_bind=settings.web_host,
-        web_host=settings.web_host,
-        web_port=settings.web_port,
+        web_bind=settings.worker.web_host,
+        web_host=settings.worker.web_host,
+        web_port=settings.worker.web_port,
         canonical_url=settings.canonical_url,
         # The request line's limit and the quiet protocol logger (websecurity), as on `recurrence serve`.
         web_application_options={"handler_args": handler_args()},
@@ -130,7 +130,9 @@ def state_table(app: WorkerApp, name: str, help_text: str, partitions: int) -> S
 def build_worker(settings: StreamSettings) -> RecurrenceService:
     """The worker for one set of settings, assembled (see the module's docstring)."""
     worker = settings.worker
-    config = EngineConfig(review_threshold=settings.review_threshold, pattern_scopes=settings.pattern_scopes)
+    config = EngineConfig(
+        review_threshold=settings.worker.review_threshold, pattern_scopes=settings.worker.pattern_scopes
+    )
     metrics = Metrics().with_process_metrics()
     app = worker_app(settings)
     engine, patterns = build_lanes(app, settings, config, metrics)
@@ -152,10 +154,10 @@ def build_worker(settings: StreamSettings) -> RecurrenceService:
         snapshots,
         metrics,
         ServiceOptions(
-            settings.group_id,
+            settings.layout.group_id,
             settings.canonical_url,
-            settings.processing_guarantee,
-            settings.batch_max,
+            settings.worker.processing_guarantee,
+            settings.batch_entries,
             worker.ready_max_lag,
             settings.kafka,
         ),
@@ -173,7 +175,7 @@ def build_worker(settings: StreamSettings) -> RecurrenceService:
             state=engine.state(),
             config=config,
             metrics=metrics,
-            partitions=settings.partitions,
+            partitions=settings.layout.partitions,
             my_url=settings.canonical_url,
             ready_partitions=engine.cluster.ready_partitions,
             owners=engine.cluster.owners,
@@ -196,7 +198,7 @@ def build_lanes(app: WorkerApp, settings: StreamSettings, config: EngineConfig, 
     """The engine's lane over the journal and the patterns agent's over the repartition topic: their
     topics and tables, and every output topic their sinks write to."""
     names = settings.topics
-    partitions = settings.partitions
+    partitions = settings.layout.partitions
     journal = raw_topic(app, names.journal, partitions)
     table = state_table(app, TABLE_NAME, "recurrence engine state (one change set per journal entry)", partitions)
     cluster = Cluster(app, names.journal, names.changelog, table.name)
@@ -205,7 +207,7 @@ def build_lanes(app: WorkerApp, settings: StreamSettings, config: EngineConfig, 
         app, PATTERNS_TABLE_NAME, "cross-scope pattern rows by signature key (one change set per batch)", partitions
     )
     patterns_cluster = Cluster(app, names.recurred, names.patterns_changelog, patterns_table.name)
-    sinks = SinkFactory(app, settings.processing_guarantee == "exactly_once")
+    sinks = SinkFactory(app, settings.worker.processing_guarantee == "exactly_once")
     engine_processor, engine_readers = batch_processor(
         settings, config, sinks, names.journal, names.changelog, table, metrics
     )
@@ -218,7 +220,7 @@ def build_lanes(app: WorkerApp, settings: StreamSettings, config: EngineConfig, 
         names.patterns_changelog,
         patterns_table,
         metrics.patterns,
-        PatternStep(names, settings.pattern_scopes),
+        PatternStep(names, settings.worker.pattern_scopes),
     )
     worker = settings.worker
     return (
@@ -242,7 +244,7 @@ def build_lanes(app: WorkerApp, settings: StreamSettings, config: EngineConfig, 
             patterns_processor,
             patterns_readers,
             PATTERNS_BATCH_WITHIN,
-            settings.batch_max,
+            settings.batch_entries,
         ),
     )
 
@@ -279,7 +281,6 @@ def batch_processor(
         metrics=metrics,
         step=step,
         changelog=readers[1],
+        limits=BatchLimits(settings.batch_entries, settings.worker.changelog_record_bytes),
     )
-    processor.changelog_record_bytes = settings.worker.changelog_record_bytes
-    processor.catch_up_max = settings.batch_max  # a catch-up batch is capped like a fetched one
     return processor, readers

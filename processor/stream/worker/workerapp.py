@@ -15,17 +15,19 @@ The consumer also hands each fetch of the agents' topics to its agent whole
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cached_property
 from typing import Any, Final
 
 import faust
+from aiokafka.errors import TransactionalIdAuthorizationFailed
 from faust.tables import TableManager
 from faust.transport import consumer as faust_consumer
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from ..clients.faustcompat import (
     buffered_partitions,
+    new_transaction_producer,
     read_offsets,
     set_fetch_max_wait,
     shorten_recovery_wait,
@@ -230,6 +232,32 @@ class _TransactionManager(faust_consumer.TransactionManager):
             if stale is not None:
                 await stale.stop()
         await super().on_rebalance(assigned, revoked, newly_assigned)
+
+    async def _start_transactions(self, tids: Iterable[str]) -> None:
+        """Start each id's producer first, as Faust would, but stop on a refusal of the transactional id.
+
+        Faust logs any failure to start a transactional producer as a warning and goes on without it;
+        the first batch then failed with ``KeyError: '<id>'`` and a traceback. A principal without
+        WRITE on the transactional ids (ACLs printed for at_least_once, a worker run under
+        exactly_once) now ends the process with the refusal's line, naming the id and the acls command.
+        """
+        wanted = list(tids)
+        producers, locks = transaction_producers(self.producer), transaction_locks(self.producer)
+        for transactional_id in wanted:
+            if transactional_id in producers:
+                continue
+            producer = new_transaction_producer(self.producer, transactional_id)
+            try:
+                await producer.start()
+            except TransactionalIdAuthorizationFailed as refused:
+                await producer.stop()
+                app = self.app
+                if isinstance(app, WorkerApp):
+                    app.on_refusal(refused)  # ends the process with the line (exit 2)
+                raise
+            producers[transactional_id] = producer
+            locks[transactional_id] = asyncio.Lock()
+        await super()._start_transactions(wanted)
 
 
 class WorkerTableManager(TableManager):
