@@ -37,6 +37,7 @@ WINGS: Final = (
     (
         f"{P}.explain",
         f"{P}.repairloop",
+        f"{P}.repairreport",
         f"{P}.verify",
         f"{P}.synthetic",
         f"{P}.tune",
