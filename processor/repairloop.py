@@ -11,13 +11,15 @@ release before the marks existed) is refused, never answered from part of the
 evidence: ``IncompleteMarksError``, exit 2 / HTTP 409.
 """
 
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from urllib.parse import quote
 
 from .core.history import REPAIR_MIN_SELECTIONS, RevisionFacts, artifact_history
-from .core.retirement import RetirementRules, suggestions, what_if
+from .core.retirement import MAX_RULE_THRESHOLD, RetirementRules, suggestions, what_if
 from .core.state import ArtifactKey, State
-from .core.trends import scope_trends
+from .core.trends import DEFAULT_TREND_WINDOW, MAX_TREND_WINDOW, scope_trends
 from .core.yieldmarks import Mark, Yield
 from .exceptions import UnusableError
 from .explain import NotFoundError
@@ -136,3 +138,71 @@ def trends(state: State, scope_id: str, window: int) -> dict[str, Any]:
     if (folded.selected, folded.recurred, folded.avoided) != (meta.selected, meta.recurred, meta.avoided):
         raise _incomplete(scope_id, "observations")
     return trend
+
+
+@dataclass(frozen=True)
+class RepairQuery:
+    """One question of the HTTP read surface about one scope (``/scopes/{scope_id}/history|suggestions|trends``),
+    parsed once: ``answer`` runs it over a state, a worker forwards it to the scope's owner as ``path`` and
+    ``params``."""
+
+    kind: Literal["history", "suggestions", "trends"]
+    family: str = EXPERIENCE
+    artifact_id: str = ""
+    min_selections: int = REPAIR_MIN_SELECTIONS
+    rules: RetirementRules = field(default_factory=RetirementRules)
+    window: int = DEFAULT_TREND_WINDOW
+    csv: bool = False
+
+    @classmethod
+    def of(cls, kind: str, tail: str | None, query: Mapping[str, str]) -> "RepairQuery":
+        """From a request's path tail (``family/artifact_id`` for history) and query; ValueError when bad."""
+
+        def number(name: str, default: int, top: int = MAX_RULE_THRESHOLD) -> int:
+            raw = query.get(name)
+            if raw is None:
+                return default
+            if not raw.isdigit() or not 1 <= int(raw) <= top:
+                raise ValueError(f"{name} must be an integer 1..{top}")
+            return int(raw)
+
+        if kind == "history":
+            family, slash, artifact_id = (tail or "").partition("/")
+            if not slash or not family or not artifact_id:
+                raise ValueError("the path must name family/artifact_id, for example experience/E7")
+            return cls("history", family, artifact_id, min_selections=number("min_selections", REPAIR_MIN_SELECTIONS))
+        if kind == "suggestions":
+            defaults = RetirementRules()
+            values = {
+                name: number(name, getattr(defaults, name), 100 if name == "unknown_percent" else MAX_RULE_THRESHOLD)
+                for name in RetirementRules.names()
+            }
+            return cls("suggestions", rules=RetirementRules(**values))
+        fmt = query.get("format", "json")
+        if fmt not in ("json", "csv"):
+            raise ValueError("format must be json or csv")
+        return cls("trends", window=number("window", DEFAULT_TREND_WINDOW, MAX_TREND_WINDOW), csv=fmt == "csv")
+
+    def path(self, scope_id: str) -> str:
+        scope = quote(scope_id, safe="")
+        if self.kind == "history":
+            return f"/scopes/{scope}/history/{quote(self.family, safe='')}/{quote(self.artifact_id, safe='')}"
+        return f"/scopes/{scope}/{self.kind}"
+
+    def params(self) -> dict[str, str]:
+        """The query a forwarded request carries (always JSON: the asking worker renders the format)."""
+        if self.kind == "history":
+            return {"min_selections": str(self.min_selections)}
+        if self.kind == "suggestions":
+            return {name: str(value) for name, value in self.rules.as_json().items()}
+        return {"window": str(self.window)}
+
+
+def answer(state: State, scope_id: str, query: RepairQuery, review_threshold: int) -> dict[str, Any]:
+    """The JSON body of ``query`` over one scope of ``state`` (NotFoundError, IncompleteMarksError,
+    WindowTooSmallError)."""
+    if query.kind == "history":
+        return history(state, scope_id, query.family, query.artifact_id, review_threshold, query.min_selections)
+    if query.kind == "suggestions":
+        return scope_suggestions(state, scope_id, query.rules)
+    return trends(state, scope_id, query.window)
