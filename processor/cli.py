@@ -172,6 +172,94 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _artifact_of(identity: str) -> tuple[str, str]:
+    """``family/artifact_id``, or an ``artifact_id`` alone for an Experience."""
+    family, slash, artifact_id = identity.partition("/")
+    if not slash:
+        return "experience", identity
+    if not family or not artifact_id:
+        raise SettingsError(f"{printable(identity)!r} is not family/artifact_id (for example experience/E7)")
+    return family, artifact_id
+
+
+def _scopes(store: StateStore, scope: str | None, state: str) -> list[str]:
+    from .statstable import no_such_scope  # noqa: PLC0415 - difflib for one message
+
+    scopes = listed_scopes(store)
+    if scope is None:
+        return scopes
+    if scope not in scopes:
+        raise no_such_scope(scope, scopes, shown(state))
+    return [scope]
+
+
+def _cmd_history(args: argparse.Namespace) -> int:
+    from .repairloop import history, scopes_with  # noqa: PLC0415
+    from .repairreport import history_text  # noqa: PLC0415
+
+    family, artifact_id = _artifact_of(args.artifact)
+    with _state(Path(args.state), must_exist=True) as store:
+        config = state_config(store)
+        state = State(Transaction(store))
+        scopes = _scopes(store, args.scope, args.state) if args.scope else scopes_with(state, family, artifact_id)
+        try:
+            found = [
+                history(state, scope, family, artifact_id, config.review_threshold, args.min_selections)
+                for scope in scopes
+            ]
+        except NotFoundError as missing:
+            raise UnusableError(str(missing)) from None
+    if not found:
+        raise UnusableError(f"no revision of {printable(family)}/{printable(artifact_id)} in any scope of the state")
+    if args.json:
+        _print_json(found)
+    else:
+        sys.stdout.write(history_text(found, shown(args.state)))
+    return EXIT_OK
+
+
+def _rules(args: argparse.Namespace) -> Any:
+    from .core.retirement import RetirementRules  # noqa: PLC0415
+
+    try:
+        return RetirementRules(**{name: getattr(args, name) for name in RetirementRules.names()})
+    except ValueError as bad:
+        raise SettingsError(f"--{bad}") from None
+
+
+def _cmd_suggestions(args: argparse.Namespace) -> int:
+    from .repairloop import scope_suggestions  # noqa: PLC0415
+    from .repairreport import suggestions_text  # noqa: PLC0415
+
+    rules = _rules(args)
+    with _state(Path(args.state), must_exist=True) as store:
+        state = State(Transaction(store))
+        found = [scope_suggestions(state, scope, rules) for scope in _scopes(store, args.scope, args.state)]
+    if args.json:
+        _print_json(found)
+    else:
+        sys.stdout.write(suggestions_text(found, shown(args.state)))
+    return EXIT_OK
+
+
+def _cmd_trends(args: argparse.Namespace) -> int:
+    from .core.trends import WindowTooSmallError  # noqa: PLC0415
+    from .repairloop import trends  # noqa: PLC0415
+    from .repairreport import trends_csv  # noqa: PLC0415
+
+    with _state(Path(args.state), must_exist=True) as store:
+        state = State(Transaction(store))
+        try:
+            found = [trends(state, scope, args.window) for scope in _scopes(store, args.scope, args.state)]
+        except WindowTooSmallError as small:
+            raise SettingsError(f"--window: {small}") from None
+    if args.csv:
+        sys.stdout.write(printable_lines(trends_csv(found)))
+    else:
+        _print_json(found)
+    return EXIT_OK
+
+
 def _cmd_patterns(args: argparse.Namespace) -> int:
     with _state(Path(args.state), must_exist=True) as store:
         config = state_config(store)
@@ -475,6 +563,55 @@ def _add_explain(commands: "argparse._SubParsersAction[argparse.ArgumentParser]"
     p.set_defaults(func=_cmd_explain)
 
 
+def _add_repair_loop(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    from .core.history import REPAIR_MIN_SELECTIONS  # noqa: PLC0415
+    from .core.retirement import RetirementRules  # noqa: PLC0415
+    from .core.trends import DEFAULT_TREND_WINDOW  # noqa: PLC0415
+
+    p = commands.add_parser(
+        "history", help="an artifact's revisions in order: yield, streak, head positions, proposals, repair effect"
+    )
+    p.add_argument("artifact", help="family/artifact_id (experience/E7), or an Experience's artifact_id")
+    p.add_argument("--state", required=True, help="state directory written by replay")
+    p.add_argument("--scope", help="only this scope (default: every scope holding the artifact)")
+    p.add_argument(
+        "--min-selections",
+        type=positive_int,
+        default=REPAIR_MIN_SELECTIONS,
+        help="selections each side of a repair needs before its effect is judged (default %(default)s)",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON (a list: one history per scope)")
+    p.set_defaults(func=_cmd_history)
+
+    p = commands.add_parser(
+        "suggestions", help="retirement suggestions from measured yield (suggestions only: nothing changes)"
+    )
+    p.add_argument("--state", required=True, help="state directory written by replay")
+    p.add_argument("--scope", help="only this scope (default: every scope)")
+    defaults = RetirementRules()
+    helps = {
+        "min_selected": "never_avoids: selections without an avoided (default %(default)s)",
+        "min_unselected_recurred": "never_selected: recurrences without a selection (default %(default)s)",
+        "min_unknown": "unknown_binding: selections without a verdict (default %(default)s)",
+        "unknown_percent": "unknown_binding: their share of the selections, percent (default %(default)s)",
+    }
+    for name in RetirementRules.names():
+        p.add_argument(
+            "--" + name.replace("_", "-"), type=positive_int, default=getattr(defaults, name), help=helps[name]
+        )
+    p.add_argument("--json", action="store_true", help="print JSON (a list: one body per scope)")
+    p.set_defaults(func=_cmd_suggestions)
+
+    p = commands.add_parser("trends", help="yield per window of journal positions, per scope and per revision")
+    p.add_argument("--state", required=True, help="state directory written by replay")
+    p.add_argument("--scope", help="only this scope (default: every scope)")
+    p.add_argument(
+        "--window", type=positive_int, default=DEFAULT_TREND_WINDOW, help="positions per window (default %(default)s)"
+    )
+    p.add_argument("--csv", action="store_true", help="print CSV (one row per window, scope then revisions)")
+    p.set_defaults(func=_cmd_trends)
+
+
 def _add_patterns(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     p = commands.add_parser("patterns", help="signatures that recurred in many scopes (suggestions only)")
     p.add_argument("--state", type=path_arg, required=True, help="state directory written by replay")
@@ -544,7 +681,20 @@ class _VersionAction(argparse.Action):
 # Commands that need nothing from the Kafka side: parsing their command line skips importing it
 # (pydantic-settings, asyncio, ...), a tenth of a second off every embedded run.
 EMBEDDED_COMMANDS = frozenset(
-    {"replay", "stats", "tune", "generate", "explain", "patterns", "serve", "verify", "migrate"}
+    {
+        "replay",
+        "stats",
+        "tune",
+        "generate",
+        "explain",
+        "patterns",
+        "history",
+        "suggestions",
+        "trends",
+        "serve",
+        "verify",
+        "migrate",
+    }
 )
 
 
@@ -562,6 +712,7 @@ def build_parser(with_stream: bool = True) -> CommandParser:
     _add_generate(commands)
     _add_explain(commands)
     _add_patterns(commands)
+    _add_repair_loop(commands)
     _add_serve(commands)
     _add_verify(commands)
     _add_migrate(commands)

@@ -13,6 +13,7 @@ from pydantic import TypeAdapter
 
 from .journal import JournalEntry
 from .powercontext import ExperienceContent, HandoffContent, HandoffReceipt, TaskOutcome
+from .readsurface import ArtifactHistory, RetirementSuggestions, Trends
 from .records import (
     AdmissionRecord,
     DeadLetterRecord,
@@ -36,6 +37,9 @@ SCHEMAS: dict[str, Any] = {
     "record-admission": AdmissionRecord,
     "record-dead-letter": DeadLetterRecord,
     "scope-statistics": ScopeStatistics,
+    "artifact-history": ArtifactHistory,
+    "retirement-suggestions": RetirementSuggestions,
+    "trends": Trends,
 }
 
 

@@ -207,3 +207,118 @@ class ThresholdWhatIf(Value):
     review_threshold: Annotated[int, Field(ge=1)]
     incomplete_scopes: list[str]
     thresholds: list[ThresholdCounts]
+
+
+class RepairSide(Value):
+    """One side of a repair: a revision's whole-life counts and its recurrences per selection."""
+
+    artifact_ref: ArtifactRef
+    selected: NonNegative
+    recurred_selected: NonNegative
+    recurred: NonNegative
+    avoided: NonNegative
+    recurrences_per_selection: Annotated[float, Field(ge=0)] | None
+
+
+class RepairEffect(Value):
+    """Did the repair work? The revision before the Review proposal against the one that followed it."""
+
+    proposal_position: Annotated[int, Field(ge=1)]
+    before: RepairSide
+    after: RepairSide
+    minimum_selections: Annotated[int, Field(ge=1)]
+    verdict: Literal["stopped", "fewer", "not_better", "too_little_evidence"]
+    text: str
+
+
+class RevisionHistory(Value):
+    """One revision of an artifact: where it was accepted and head, its yield, its proposals, its repair effect."""
+
+    artifact_ref: ArtifactRef
+    explain: str
+    position: Annotated[int, Field(ge=1)]
+    signature_key: str | None
+    repair_surface: str | None
+    head_from: Annotated[int, Field(ge=1)] | None
+    head_until: Annotated[int, Field(ge=1)] | None
+    selected: NonNegative
+    recurred: NonNegative
+    recurred_selected: NonNegative
+    avoided: NonNegative
+    unknown: NonNegative
+    review_proposals: NonNegative
+    terminal_recurred_streak: NonNegative
+    needs_review: bool
+    proposal_positions: list[Annotated[int, Field(ge=1)]]
+    crossings_without_proposal: NonNegative
+    repair_effect: RepairEffect | None
+
+
+class ArtifactHistory(Value):
+    """``recurrence history --json`` (one per scope) and ``GET /scopes/{scope_id}/history/{family}/{artifact_id}``."""
+
+    scope_id: str
+    family: str
+    artifact_id: str
+    head_revision: Annotated[int, Field(ge=1)] | None
+    review_threshold: Annotated[int, Field(ge=1)]
+    revisions: list[RevisionHistory]
+
+
+class RetirementRulesBody(Value):
+    min_selected: Annotated[int, Field(ge=1)]
+    min_unselected_recurred: Annotated[int, Field(ge=1)]
+    min_unknown: Annotated[int, Field(ge=1)]
+    unknown_percent: Annotated[int, Field(ge=1, le=100)]
+
+
+class RetirementSuggestion(Value):
+    """A suggestion only: the rule, the head revision's counts, what to ``explain``."""
+
+    rule: Literal["never_avoids", "never_selected", "unknown_binding"]
+    artifact_ref: ArtifactRef
+    signature_key: str
+    repair_surface: str | None
+    explain: str
+    selected: NonNegative
+    recurred: NonNegative
+    recurred_selected: NonNegative
+    avoided: NonNegative
+    unknown: NonNegative
+    review_proposals: NonNegative
+    text: str
+
+
+class RetirementSuggestions(Value):
+    """``recurrence suggestions --json`` (one per scope) and ``GET /scopes/{scope_id}/suggestions``."""
+
+    scope_id: str
+    rules: RetirementRulesBody
+    suggestions: list[RetirementSuggestion]
+
+
+class TrendWindow(Value):
+    first_position: Annotated[int, Field(ge=1)]
+    last_position: Annotated[int, Field(ge=1)]
+    selected: NonNegative
+    recurred: NonNegative
+    avoided: NonNegative
+    unknown: NonNegative
+    review_proposals: NonNegative
+
+
+class RevisionTrend(Value):
+    artifact_ref: ArtifactRef
+    signature_key: str | None
+    windows: list[TrendWindow]
+
+
+class Trends(Value):
+    """``recurrence trends`` (one per scope) and ``GET /scopes/{scope_id}/trends``: the scope's windows dense,
+    each revision's only where it has marks."""
+
+    scope_id: str
+    window: Annotated[int, Field(ge=1)]
+    last_position: NonNegative
+    windows: list[TrendWindow]
+    revisions: list[RevisionTrend]

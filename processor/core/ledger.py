@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 
 from ...schemas.constants import FAILURE_CHECK_STATUSES, FAILURE_OUTCOME_STATUSES, MAX_CANDIDATE_EVIDENCE
 from ...schemas.powercontext import HandoffArtifactCitation, HandoffCitation, HandoffSourceCitation, TaskOutcome
-from . import records
+from . import records, yieldmarks
 from .matching import (
     Candidate,
     CandidateSet,
@@ -200,6 +200,7 @@ class OutcomeLedger:
             if link is None and verdict is None:
                 continue  # nothing happened to this candidate: leave its group row alone
             group = state.group_for_update(scope_id, cand.ref, cand.signature_key)
+            mark = yieldmarks.SELECTED if link is not None else b""
             if link is not None:
                 out.append(observation(cand, "selected", True))
                 group.selected += 1
@@ -212,7 +213,15 @@ class OutcomeLedger:
                 if shadow is None:
                     # One copy per Outcome, not per verdict.
                     shadow = state.shadow_for_update(scope_id, meta.recurred + meta.avoided)
-                out.extend(self._apply_verdict(scope_id, meta, cand, group, shadow, avoided, outcome_ref, position))
+                proposals = self._apply_verdict(scope_id, meta, cand, group, shadow, avoided, outcome_ref, position)
+                out.extend(proposals)
+                mark += yieldmarks.AVOIDED if avoided else yieldmarks.RECURRED
+                if proposals:
+                    mark += yieldmarks.PROPOSED
+                elif not avoided and group.streak == self.review_threshold:
+                    mark += yieldmarks.CROSSED  # the threshold was reached, and no proposal could be written
+            # The history and trends of the repair loop read these, never the journal (``yieldmarks``).
+            state.put_mark(scope_id, cand.ref, position, mark)
         return out, bool(failures)
 
     def _apply_verdict(

@@ -51,7 +51,7 @@ def source_json(ref: SourceKey) -> dict[str, str]:
 
 
 # Rows written once per entry or per Source and rarely read back stay out of the row cache.
-_UNCACHED: Final = (b'["pos",', b'["cand",', b'["rid",')
+_UNCACHED: Final = (b'["pos",', b'["cand",', b'["rid",', b'["mark",')
 
 
 def row_cache(capacity: int = 50_000) -> RowCache:
@@ -476,6 +476,26 @@ class State:
             shadow = Shadow()
         self.txn.put(row_key, shadow)
         return shadow
+
+    # -- Yield marks (history, trends, retirement) ----------------------------------------------
+    def put_mark(self, scope_id: str, ref: ArtifactKey, position: int, flags: bytes) -> None:
+        """What one Task Outcome did to one revision's group (``yieldmarks``): written once, never changed."""
+        self.txn.put(key("mark", scope_id, *ref, position), flags)
+
+    def marks(self, scope_id: str, *artifact: str | int) -> Iterator[tuple[ArtifactKey, int, bytes]]:
+        """The marks of a scope, or of one artifact (``family, artifact_id``) or revision: (ref, position, flags),
+        in key order (not position order: a key holds the position as JSON text)."""
+        for raw_key, raw_value in self.txn.iterate_prefix(prefix("mark", scope_id, *artifact)):
+            _, _, family, artifact_id, revision, position = orjson.loads(raw_key)
+            yield (family, artifact_id, revision), position, bytes(raw_value)
+
+    def revisions(self, scope_id: str, family: str, artifact_id: str) -> Iterator[tuple[ArtifactKey, StoredArtifact]]:
+        """Every accepted revision of one artifact, in key order."""
+        for raw_key, stored in self.txn.iterate_prefix(
+            prefix("art", scope_id, family, artifact_id), StoredArtifact.decode
+        ):
+            _, _, fam, art_id, revision = orjson.loads(raw_key)
+            yield (fam, art_id, revision), stored
 
     def groups(self, scope_id: str) -> Iterator[tuple[ArtifactKey, str, Group]]:
         for raw_key, group in self.txn.iterate_prefix(prefix("grp", scope_id), Group.decode):

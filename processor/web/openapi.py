@@ -16,6 +16,7 @@ from pydantic.json_schema import models_json_schema
 from ... import __version__
 from ...schemas.constants import DEFAULT_TOP_REVISIONS, MAX_SCOPE_ID_LENGTH
 from ...schemas.readsurface import (
+    ArtifactHistory,
     DeadLetterCounts,
     DeadLetterListing,
     ErrorBody,
@@ -23,9 +24,14 @@ from ...schemas.readsurface import (
     PatternSuggestions,
     ProbeBody,
     Progress,
+    RetirementSuggestions,
     ThresholdWhatIf,
+    Trends,
 )
 from ...schemas.statistics import ScopeStatistics
+from ..core.history import REPAIR_MIN_SELECTIONS
+from ..core.retirement import MAX_RULE_THRESHOLD, RetirementRules
+from ..core.trends import DEFAULT_TREND_WINDOW, MAX_TREND_WINDOW, MAX_TREND_WINDOWS
 from ..core.whatif import MAX_THRESHOLD, MAX_THRESHOLDS
 from .httpapi import DEFAULT_LISTED, MAX_LISTED, MAX_TOP, UI_FILES, Server
 
@@ -39,6 +45,9 @@ MODELS: Final[tuple[type[BaseModel], ...]] = (
     ProbeBody,
     ErrorBody,
     Progress,
+    ArtifactHistory,
+    RetirementSuggestions,
+    Trends,
 )
 _REF: Final = "#/components/schemas/{model}"
 
@@ -143,6 +152,22 @@ def document(server: Server, routes: Sequence[tuple[str, bool]], token: bool = F
             "schema": {"type": "string", "enum": ["json", "text"]},
         },
     ]
+
+    def number(name: str, description: str, default: int, top: int = MAX_RULE_THRESHOLD) -> dict[str, Any]:
+        return {
+            "name": name,
+            "in": "query",
+            "required": False,
+            "description": f"{description} (default {default})",
+            "schema": {"type": "integer", "minimum": 1, "maximum": top},
+        }
+
+    stale = {
+        "409": _error(
+            "the state's yield marks do not cover its counters (built by a release before them): rebuild the state"
+        )
+    }
+    rules = RetirementRules()
     operations: dict[str, Any] = {
         "/": {"get": {"summary": "the page (a redirect to /ui)", "responses": {"302": {"description": "to /ui"}}}},
         "/statistics": _get(
@@ -238,6 +263,72 @@ def document(server: Server, routes: Sequence[tuple[str, bool]], token: bool = F
                 **unavailable,
             },
             [THRESHOLDS, *local],
+        ),
+        "/scopes/{scope_id}/history/{family}/{artifact_id}": _get(
+            "an artifact's revisions in order: yield, streak, head positions, review proposals, and the repair "
+            "effect of each revision that followed a proposal",
+            {
+                "200": _json(_ref(ArtifactHistory), "the history"),
+                "400": _error("bad parameter"),
+                "404": _error("no accepted entry for this scope, or no revision of the artifact in it"),
+                **stale,
+                **unavailable,
+            },
+            [
+                scope_path,
+                {"name": "family", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}},
+                {"name": "artifact_id", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}},
+                number("min_selections", "selections each side of a repair needs", REPAIR_MIN_SELECTIONS),
+            ],
+        ),
+        "/scopes/{scope_id}/suggestions": _get(
+            "retirement suggestions for the scope's failure-bearing heads (suggestions only: nothing changes)",
+            {
+                "200": _json(_ref(RetirementSuggestions), "the suggestions, each with its rule and counts"),
+                "400": _error("bad parameter"),
+                "404": _error("no accepted entry for this scope"),
+                **stale,
+                **unavailable,
+            },
+            [
+                scope_path,
+                number("min_selected", "never_avoids: selections without an avoided", rules.min_selected),
+                number(
+                    "min_unselected_recurred",
+                    "never_selected: recurrences without a selection",
+                    rules.min_unselected_recurred,
+                ),
+                number("min_unknown", "unknown_binding: selections without a verdict", rules.min_unknown),
+                number("unknown_percent", "unknown_binding: their share, percent", rules.unknown_percent, 100),
+            ],
+        ),
+        "/scopes/{scope_id}/trends": _get(
+            f"yield per window of journal positions, the scope's and each revision's (at most {MAX_TREND_WINDOWS} "
+            "windows)",
+            {
+                "200": {
+                    "description": "the trend",
+                    "content": {
+                        "application/json": {"schema": _ref(Trends)},
+                        "text/csv": {"schema": {"type": "string"}},
+                    },
+                },
+                "400": _error("bad parameter, or a window that makes too many windows"),
+                "404": _error("no accepted entry for this scope"),
+                **stale,
+                **unavailable,
+            },
+            [
+                scope_path,
+                number("window", "positions per window", DEFAULT_TREND_WINDOW, MAX_TREND_WINDOW),
+                {
+                    "name": "format",
+                    "in": "query",
+                    "required": False,
+                    "description": "json (default) or csv",
+                    "schema": {"type": "string", "enum": ["json", "csv"]},
+                },
+            ],
         ),
         "/livez": _get("liveness probe", probe),
         "/readyz": _get("readiness probe", probe),

@@ -31,9 +31,12 @@ from typing import Any, Final, Literal, Protocol
 import orjson
 from aiohttp import web
 
+from ..core.trends import WindowTooSmallError
 from ..core.whatif import parse_thresholds
 from ..exceptions import UnusableError
 from ..explain import NotFoundError
+from ..repairloop import RepairQuery
+from ..repairreport import trends_csv
 from .httpapi import JSON, Server, error_body, explain_body, explain_format, parse_limit, parse_top, ui_file
 from .openapi import document
 from .websecurity import QUIET, add_security_headers, guard
@@ -104,6 +107,9 @@ class Surface(Protocol):
     async def tune(self, thresholds: list[int] | None, ask: Ask) -> dict[str, Any]:
         """The threshold what-if of the state served (None: the page's default thresholds)."""
 
+    async def repair_loop(self, scope_id: str, query: RepairQuery, ask: Ask) -> dict[str, Any]:
+        """One scope's history, retirement suggestions or trends (``repairloop.answer``)."""
+
     def check(self, kind: Literal["live", "ready"]) -> Probe:
         """A probe's answer."""
 
@@ -140,6 +146,8 @@ async def _answer(work: Awaitable[Any], respond: Callable[[Any], web.StreamRespo
         return error_response(409, str(unusable))
     except Unavailable as unavailable:
         return error_response(503, str(unavailable))
+    except WindowTooSmallError as small:
+        return error_response(400, f"window: {small}")
     except Relayed as relayed:
         return json_response(relayed.body, relayed.status)
 
@@ -249,6 +257,8 @@ async def progress(request: web.Request, surface: Surface) -> web.StreamResponse
         body = await surface.progress(Ask.of(request.query))
     except Unavailable as unavailable:
         return error_response(503, str(unavailable))
+    except WindowTooSmallError as small:
+        return error_response(400, f"window: {small}")
     raw = orjson.dumps(body)
     version = surface.version()
     tag = _tag(version, request) if version is not None else f'"{hashlib.sha256(raw).hexdigest()[:32]}"'
@@ -264,6 +274,33 @@ async def tune(request: web.Request, surface: Surface) -> web.StreamResponse:
     except ValueError as bad:
         return error_response(400, f"thresholds: {bad}")
     return await _answer(surface.tune(thresholds, Ask.of(request.query)), json_response)
+
+
+def _repair_loop(kind: str) -> Handler:
+    async def handle(request: web.Request, surface: Surface) -> web.StreamResponse:
+        try:
+            query = RepairQuery.of(kind, request.match_info.get("artifact"), request.query)
+        except ValueError as bad:
+            return error_response(400, str(bad))
+        scope_id = request.match_info["scope_id"]
+
+        def respond(body: dict[str, Any]) -> web.StreamResponse:
+            if query.csv:
+                return web.Response(body=trends_csv([body]).encode(), headers={"Content-Type": "text/csv"})
+            return json_response(body)
+
+        async def work() -> dict[str, Any]:
+            try:
+                return await surface.repair_loop(scope_id, query, Ask.of(request.query))
+            except Relayed as relayed:
+                # The owner answered in JSON; rendered here in the format this client asked for.
+                if relayed.status == 200 and isinstance(relayed.body, dict):
+                    return relayed.body
+                raise
+
+        return await _answer(work(), respond)
+
+    return handle
 
 
 def _probe(kind: Literal["live", "ready"]) -> Handler:
@@ -331,6 +368,13 @@ ROUTES: Final[tuple[Route, ...]] = (
     Route("/patterns", "/patterns", patterns),
     Route("/progress", "/progress", progress),
     Route("/tune", "/tune", tune),
+    Route(
+        "/scopes/{scope_id}/history/{artifact:[\\s\\S]+}",
+        "/scopes/{scope_id}/history/{family}/{artifact_id}",
+        _repair_loop("history"),
+    ),
+    Route("/scopes/{scope_id}/suggestions", "/scopes/{scope_id}/suggestions", _repair_loop("suggestions")),
+    Route("/scopes/{scope_id}/trends", "/scopes/{scope_id}/trends", _repair_loop("trends")),
     Route("/livez", "/livez", _probe("live"), public=True),
     Route("/readyz", "/readyz", _probe("ready"), public=True),
     Route("/health", "/health", _probe("ready"), public=True),

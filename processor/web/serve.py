@@ -33,6 +33,7 @@ from ..embedded.header import state_config
 from ..embedded.reading import statistics
 from ..exceptions import UnusableError
 from ..explain import Explainer, NotFoundError
+from ..repairloop import RepairQuery, answer
 from ..store.base import StateStore, Transaction
 from .follow import MIN_PACE, Follower, StateMark, follow, state_mark
 from .httpapi import (
@@ -170,6 +171,9 @@ class EmbeddedReadSurface:
         scopes, incomplete = scope_shadows(State(Transaction(self.store)))
         configured = self.config.review_threshold
         return served(configured, incomplete, rows(scopes, thresholds or chart_thresholds(configured)))
+
+    async def repair_loop(self, scope_id: str, query: RepairQuery, ask: Ask) -> dict[str, Any]:
+        return answer(State(Transaction(self.store)), scope_id, query, self.config.review_threshold)
 
     def check(self, kind: Literal["live", "ready"]) -> Probe:
         if kind == "live":

@@ -71,6 +71,7 @@ from ...core.whatif import chart_thresholds, merge, rows, scope_shadows, served
 from ...exceptions import UnusableError
 from ...explain import Explainer, NotFoundError, identity_kind
 from ...host.printable import echoed
+from ...repairloop import RepairQuery, answer
 from ...store.base import StateStore, Transaction
 from ...web.httpapi import (
     MAX_LISTED,
@@ -431,6 +432,13 @@ class ReadSurface:
             parts.append(body["thresholds"])
             incomplete.extend(body["incomplete_scopes"])
         return served(configured, sorted(incomplete), merge(parts))
+
+    async def repair_loop(self, scope_id: str, query: RepairQuery, ask: Ask) -> dict[str, Any]:
+        """At the owner of the scope's partition, as ``/scopes/{scope_id}/statistics``: the same ``answer`` over
+        the partition's state that ``recurrence serve`` and the CLI give over an embedded one."""
+        partition = await self._at_owner(scope_id, query.path(scope_id), query.params(), ask)
+        [state] = self._states([partition])
+        return answer(State(Transaction(state)), scope_id, query, self.config.review_threshold)
 
     def check(self, kind: Literal["live", "ready"]) -> Probe:
         result = (liveness if kind == "live" else readiness)(self.probe())

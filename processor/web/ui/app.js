@@ -830,6 +830,7 @@ async function choose(scopeId, why) {
   topGrid.setRows(topRows(scope));
   renderReview();
   await loadSparks(scope);
+  await loadRepair(scope);
 }
 
 function renderDeadLetters(body) {
@@ -940,10 +941,160 @@ async function refresh() {
   await search.again();
 }
 
+
+// -- the repair loop: trends, retirement suggestions, an artifact's history --------------------------------
+
+const TREND_SERIES = ["selected", "recurred", "avoided", "unknown"];
+// The chart holds at most this many windows: the window is the scope's positions over it, rounded up.
+const TREND_POINTS = 60;
+
+function scopePath(scope, rest) { return `/scopes/${encodeURIComponent(scope)}/${rest}`; }
+
+function trendChart(trend) {
+  const rows = trend.windows;
+  const width = 640, height = 220, left = 48, right = 8, top = 14, bottom = 36;
+  const svg = svgEl("svg", { viewBox: `0 0 ${width} ${height}`, width, height, role: "img",
+    "aria-label": `yield per ${trend.window} positions`, "data-windows": rows.length, "data-window": trend.window });
+  const most = Math.max(1, ...rows.flatMap((r) => TREND_SERIES.map((f) => r[f])));
+  const step = niceStep(most);
+  const ceiling = Math.ceil(most / step) * step;
+  const plotW = width - left - right, plotH = height - top - bottom;
+  const y = (value) => top + plotH - (value / ceiling) * plotH;
+  const x = (index) => left + (rows.length > 1 ? (index / (rows.length - 1)) * plotW : plotW / 2);
+  for (let tick = 0; tick <= ceiling; tick += step) {
+    svg.append(svgEl("line", { class: "axis", x1: left, x2: width - right, y1: y(tick), y2: y(tick) }));
+    svg.append(svgEl("text", { class: "tick", x: left - 6, y: y(tick) + 4, "text-anchor": "end" },
+      tick.toLocaleString()));
+  }
+  for (const field of TREND_SERIES) {
+    const points = rows.map((r, i) => `${x(i).toFixed(1)},${y(r[field]).toFixed(1)}`).join(" ");
+    const line = svgEl("polyline", { class: field, points, "data-series": field,
+      "data-total": rows.reduce((sum, r) => sum + r[field], 0) });
+    line.append(svgEl("title", {}, field));
+    svg.append(line);
+  }
+  if (rows.length) {
+    svg.append(svgEl("text", { class: "tick", x: left, y: height - bottom + 16 }, rows[0].first_position));
+    svg.append(svgEl("text", { class: "tick", x: width - right, y: height - bottom + 16, "text-anchor": "end" },
+      rows[rows.length - 1].last_position));
+  }
+  svg.append(svgEl("text", { class: "tick", x: left + plotW / 2, y: height - 6, "text-anchor": "middle" },
+    `journal position (windows of ${trend.window.toLocaleString()})`));
+  return svg;
+}
+
+const suggestionsGrid = new Grid(byId("suggestions"), {
+  columns: [
+    { name: "rule", label: "rule", mono: true, value: (r) => r.rule },
+    { name: "revision", label: "revision", mono: true, value: (r) => r.explain },
+    { name: "selected", label: "selected", num: true, value: (r) => r.selected },
+    { name: "recurred", label: "recurred", num: true, value: (r) => r.recurred },
+    { name: "avoided", label: "avoided", num: true, value: (r) => r.avoided },
+    { name: "unknown", label: "unknown", num: true, value: (r) => r.unknown },
+    { name: "text", label: "why", value: (r) => r.text },
+  ],
+  key: (r) => `${r.rule} ${r.explain}`,
+  rowAttrs: (r) => ({ "data-suggestion": `${r.rule} ${r.explain}` }),
+  explain: (r) => ({ id: r.explain, scope: r.scope }),
+  empty: "no revision meets a retirement rule",
+});
+
+async function loadRepair(scope) {
+  byId("repair-scope").textContent = scope ? `in ${scope.scope_id}` : "";
+  const chart = byId("trend-chart");
+  if (!scope) {
+    chart.replaceChildren();
+    suggestionsGrid.setRows([]);
+    return;
+  }
+  try {
+    // One window first for the scope's last position, then the window that draws TREND_POINTS at most.
+    const whole = await getJSON(scopePath(scope.scope_id, "trends?window=9223372036854775807"));
+    const window = Math.max(1, Math.ceil(whole.last_position / TREND_POINTS));
+    const [trend, suggestions] = await Promise.all([
+      getJSON(scopePath(scope.scope_id, `trends?window=${window}`)),
+      getJSON(scopePath(scope.scope_id, "suggestions")),
+    ]);
+    chart.replaceChildren(trendChart(trend));
+    byId("suggestions-count").textContent = `${num(suggestions.suggestions.length)} in ${scope.scope_id}`;
+    suggestionsGrid.setRows(suggestions.suggestions.map((s) => ({ ...s, scope: scope.scope_id })));
+  } catch (error) {
+    chart.replaceChildren(el("p", { class: "hint" }, `the repair loop cannot be shown: ${error.message}`));
+    suggestionsGrid.setRows([]);
+  }
+}
+
+function effectChart(effect) {
+  const width = 220, height = 70, left = 70;
+  const svg = svgEl("svg", { viewBox: `0 0 ${width} ${height}`, width, height, role: "img",
+    "aria-label": "recurrences per selection before and after the repair", "data-verdict": effect.verdict });
+  const rates = [effect.before.recurrences_per_selection, effect.after.recurrences_per_selection];
+  const most = Math.max(1, ...rates.filter((r) => r !== null));
+  [["before", 0], ["after", 1]].forEach(([side, index]) => {
+    const rate = rates[index];
+    const y = 8 + index * 30;
+    svg.append(svgEl("text", { class: "tick", x: left - 6, y: y + 14, "text-anchor": "end" },
+      `${side} @${effect[side].artifact_ref.revision}`));
+    const barW = rate === null ? 0 : (rate / most) * (width - left - 40);
+    svg.append(svgEl("rect", { class: side, x: left, y, width: barW.toFixed(1), height: 18, "data-rate": rate ?? "" }));
+    svg.append(svgEl("text", { class: "tick", x: left + barW + 4, y: y + 14 }, rate === null ? "–" : rate));
+  });
+  return svg;
+}
+
+async function showHistory(query) {
+  const [family, ...rest] = query.split("/");
+  const artifactId = rest.join("/");
+  byId("search-what").textContent = `history of ${query}`;
+  const box = byId("search-history");
+  const note = byId("search-note");
+  box.replaceChildren();
+  box.hidden = false;
+  const found = [];
+  for (const s of page.stats.slice(0, SEARCH_ROWS)) {
+    try {
+      found.push(await getJSON(scopePath(s.scope_id,
+        `history/${encodeURIComponent(family)}/${encodeURIComponent(artifactId)}`)));
+    } catch (error) { /* not in this scope */ }
+  }
+  note.textContent = found.length
+    ? `every revision in order, in ${num(found.length)} scope(s), as recurrence history prints it`
+    : `no scope holds ${query}`;
+  for (const h of found) {
+    const section = el("div", { "data-history": `${h.scope_id} ${h.family}/${h.artifact_id}` },
+      el("h3", {}, `${h.family}/${h.artifact_id} in ${h.scope_id}: head revision ${h.head_revision}`));
+    const head = el("tr", {}, ...["revision", "head positions", "selected", "recurred", "avoided", "unknown", "streak",
+      "proposals at"].map((label) => el("th", {}, label)));
+    const body = el("tbody");
+    for (const r of h.revisions) {
+      const span = r.head_from === null ? "never" : `${r.head_from}..${r.head_until ?? ""}`;
+      const explainButton = el("button", { type: "button", class: "small" }, "explain");
+      explainButton.addEventListener("click", () => search.explain(r.explain, h.scope_id));
+      body.append(el("tr", { "data-revision": r.artifact_ref.revision },
+        el("td", { class: "mono" }, r.explain, " ", explainButton), el("td", {}, span),
+        ...["selected", "recurred", "avoided", "unknown", "terminal_recurred_streak"].map((f) =>
+          el("td", { class: "num" }, num(r[f]))),
+        el("td", {}, r.proposal_positions.join(", ") || "–")));
+      if (r.repair_effect) {
+        const effect = r.repair_effect;
+        const cell = el("td", { colspan: 8 },
+          el("div", { class: "effect", "data-effect": effect.verdict },
+            el("b", {}, `repair effect of @${r.artifact_ref.revision}: ${effect.verdict}`), ` — ${effect.text}`),
+          el("div", { class: "chart" }, effectChart(effect)));
+        body.append(el("tr", {}, cell));
+      }
+    }
+    section.append(el("table", {}, el("thead", {}, head), body));
+    box.append(section);
+  }
+}
+
 // -- search: an observation (or any record) id, a revision, or a signature ------------------------------
 
 const RECORD_ID = /^(sha256:)?[0-9a-f]{64}$/i;
 const REVISION = /^[^\s/@]+\/[^\s@]+@\d+$/;
+// family/artifact_id: an artifact's history (every revision)
+const ARTIFACT = /^[^\s/@]+\/[^\s@]+$/;
 
 const searchGrid = new Grid(byId("search-table"), {
   columns: [...REVISION_COLUMNS, { name: "detail", label: "note", value: (r) => r.detail }],
@@ -973,6 +1124,7 @@ const search = {
     byId("search-what").textContent = `explanation of ${id}${scope ? ` in ${scope}` : ""}`;
     byId("search-link").href = explanationHref(id, scope);
     byId("search-table").hidden = true;
+    byId("search-history").hidden = true;
     const pre = byId("search-explanation");
     pre.hidden = false;
     byId("search-note").textContent = "the evidence chain, as recurrence explain prints it";
@@ -1024,6 +1176,12 @@ const search = {
     }
     pre.hidden = true;
     table.hidden = false;
+    byId("search-history").hidden = true;
+    if (ARTIFACT.test(query)) {
+      table.hidden = true;
+      await showHistory(query);
+      return;
+    }
     if (REVISION.test(query)) {
       byId("search-what").textContent = `revision ${query}`;
       let body;
