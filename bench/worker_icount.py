@@ -41,7 +41,8 @@ from recurrence_ledger.processor.core.partitioning import partition_for, scope_k
 from recurrence_ledger.processor.host.gcpolicy import freeze_startup_objects
 from recurrence_ledger.processor.store.rocksdb import RocksStore
 from recurrence_ledger.processor.stream.batch import processing
-from recurrence_ledger.processor.stream.batch.processing import BatchProcessor
+from recurrence_ledger.processor.stream.batch.processing import BatchIO, BatchProcessor
+from recurrence_ledger.processor.stream.batch.steps import EngineStep
 from recurrence_ledger.processor.stream.batch.types import Entry
 from recurrence_ledger.processor.stream.settings import StreamSettings
 from recurrence_ledger.processor.stream.worker.sink import FaustSink
@@ -171,11 +172,8 @@ def run(journal: Path, state: Path, partitions: int, batch: int, exactly_once: b
         offsets[partition] += 1
     topics = StreamSettings(topic_prefix="icount").topics
     processor = BatchProcessor(
-        topics=topics,
-        state=_State(state),
-        sink=FaustSink(_app(partitions), topics.journal, exactly_once),
-        source=_Journal(entries),
-        config=EngineConfig(),
+        BatchIO(_Journal(entries), _State(state), FaustSink(_app(partitions), topics.journal, exactly_once)),
+        EngineStep(topics, EngineConfig()),
     )
     # The worker's collection policy (``gcpolicy.freeze_startup_objects``): startup objects frozen, no full
     # collection triggered by heap growth. Without it full collections walked the row caches here.

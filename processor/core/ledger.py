@@ -110,6 +110,7 @@ class OutcomeLedger:
         receipt = outcome.handoff_receipt_ref
         link = resolve_link(state, scope_id, None if receipt is None else (receipt.source_type, receipt.source_id))
         ref_json = source_json(outcome_ref)
+        at = records.OutcomeAt(scope_id, ref_json, position)
         if link is None:
             # Unlinked, only failure items can lead to a record (avoided needs a link): verify just
             # those, not every check and observation of the Outcome.
@@ -130,17 +131,12 @@ class OutcomeLedger:
         for item in failures:
             result, target = decide(item, frozen)
             match = records.match(
-                scope_id,
-                ref_json,
-                position,
-                item.ref_json,
-                frozen.mode,
-                frozen.refs_line,
-                frozen.digest,
-                result,
-                None if target is None else target.ref_json,
-                None if target is None else target.signature_key,
-                frozen.match_prefix(target),
+                at,
+                failure_ref=item.ref_json,
+                candidates=frozen,
+                result=result,
+                target=target,
+                prefix=frozen.match_prefix(target),
             )
             out.append(match)
             if target is not None:
@@ -155,11 +151,12 @@ class OutcomeLedger:
             candidate: Candidate,
             event: str,
             linked: bool,
-            condition: Item | None = None,
-            check: Item | None = None,
-            failure: Item | None = None,
-            match_digest: str | None = None,
+            evidence: tuple[Item, Item] | None = None,
+            hit: tuple[Item, str] | None = None,
         ) -> Emitted:
+            # ``evidence``: an avoided's (condition, check); ``hit``: a recurred's (failure, match digest).
+            condition, check = (None, None) if evidence is None else evidence
+            failure, match_digest = (None, None) if hit is None else hit
             return records.observation(
                 {
                     "scope_id": scope_id,
@@ -188,14 +185,12 @@ class OutcomeLedger:
             hits = matched.get(cand.ref, [])
             if len(hits) == 1:
                 # Two or more evidence items for one group leave the verdict unknown.
-                item, match_digest = hits[0]
-                verdict = observation(cand, "recurred", False, failure=item, match_digest=match_digest)
+                verdict = observation(cand, "recurred", False, hit=hits[0])
             elif link is not None and cand.signature_key not in failure_keys:
                 # Gate 1 (linked) holds; gate 4: no failure item eligible for this group.
                 evidence = avoided_evidence(cand, checks, observations)
                 if evidence is not None:
-                    condition, check = evidence
-                    verdict = observation(cand, "avoided", True, condition=condition, check=check)
+                    verdict = observation(cand, "avoided", True, evidence=evidence)
                     avoided = True
             if link is None and verdict is None:
                 continue  # nothing happened to this candidate: leave its group row alone
@@ -213,7 +208,7 @@ class OutcomeLedger:
                 if shadow is None:
                     # One copy per Outcome, not per verdict.
                     shadow = state.shadow_for_update(scope_id, meta.recurred + meta.avoided)
-                proposals = self._apply_verdict(scope_id, meta, cand, group, shadow, avoided, outcome_ref, position)
+                proposals = self._apply_verdict(at, meta, cand, group, shadow, avoided)
                 out.extend(proposals)
                 mark += yieldmarks.AVOIDED if avoided else yieldmarks.RECURRED
                 if proposals:
@@ -225,16 +220,9 @@ class OutcomeLedger:
         return out, bool(failures)
 
     def _apply_verdict(
-        self,
-        scope_id: str,
-        meta: ScopeMeta,
-        cand: Candidate,
-        group: Group,
-        shadow: Shadow,
-        avoided: bool,
-        outcome_ref: SourceKey,
-        position: int,
+        self, at: records.OutcomeAt, meta: ScopeMeta, cand: Candidate, group: Group, shadow: Shadow, avoided: bool
     ) -> list[Emitted]:
+        scope_id, outcome_ref, position = at
         # Outcomes arrive in strictly increasing task_outcome_position per scope,
         # so folding verdicts in arrival order is folding them in RFC order.
         group.verdict(position, "avoided" if avoided else "recurred")
@@ -249,7 +237,8 @@ class OutcomeLedger:
         group.recurred += 1
         group.streak += 1
         streak = group.streak
-        group.streak_sources = [*group.streak_sources, list(outcome_ref)][-MAX_CANDIDATE_EVIDENCE:]
+        source = [outcome_ref["source_type"], outcome_ref["source_id"]]
+        group.streak_sources = [*group.streak_sources, source][-MAX_CANDIDATE_EVIDENCE:]
         at_threshold = streak == self.review_threshold
         # The shadow counters ask the proposal rule at every streak they tell apart, whatever the
         # threshold: what a replay at that threshold would decide here (whatif).

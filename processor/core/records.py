@@ -12,7 +12,7 @@ validates every record the engine builds against the models
 
 import hashlib
 from collections.abc import Mapping
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, Protocol
 
 import orjson
 from pydantic import TypeAdapter
@@ -67,28 +67,57 @@ class Emitted(NamedTuple):
         return _OUTPUT.validate_json(self.line)
 
 
+class OutcomeAt(NamedTuple):
+    """The Task Outcome a record answers: its scope, its ``task_outcome_ref`` (line form) and position."""
+
+    scope_id: str
+    task_outcome_ref: dict[str, str]
+    task_outcome_position: int
+
+
+class MatchTarget(Protocol):
+    """The candidate a match names (``matching.Candidate``)."""
+
+    @property
+    def ref_json(self) -> dict[str, Any]: ...
+
+    @property
+    def signature_key(self) -> str: ...
+
+
+class FrozenCandidates(Protocol):
+    """The frozen candidate set a match cites (``matching.CandidateSet``)."""
+
+    @property
+    def mode(self) -> str: ...
+
+    @property
+    def refs_line(self) -> orjson.Fragment: ...
+
+    @property
+    def digest(self) -> str: ...
+
+
 def match(
-    scope_id: str,
-    task_outcome_ref: dict[str, str],
-    task_outcome_position: int,
+    at: OutcomeAt,
+    *,
     failure_ref: dict[str, Any],
-    candidate_set_mode: str,
-    candidate_refs: orjson.Fragment,
-    candidate_set_digest: str,
+    candidates: FrozenCandidates,
     result: str,
-    artifact_ref: dict[str, Any] | None,
-    signature_key: str | None,
+    target: MatchTarget | None,
     prefix: "hashlib._Hash",
 ) -> Emitted:
-    """A MatchRecord; ``candidate_refs`` is the frozen set's pre-serialized line form.
+    """A MatchRecord for one failure item of the Outcome ``at``, against the frozen set ``candidates``.
 
     ``prefix`` is sha256 already fed with the canonical JSON's first two keys,
     ``artifact_ref`` and ``candidate_refs`` (``CandidateSet.match_prefix``);
     every other key sorts after them, so their canonical JSON continues it.
     """
+    scope_id, task_outcome_ref, task_outcome_position = at
+    signature_key = None if target is None else target.signature_key
     rest = {
-        "candidate_set_digest": candidate_set_digest,
-        "candidate_set_mode": candidate_set_mode,
+        "candidate_set_digest": candidates.digest,
+        "candidate_set_mode": candidates.mode,
         "failure_ref": failure_ref,
         "result": result,
         "scope_id": scope_id,
@@ -105,11 +134,11 @@ def match(
             "task_outcome_ref": task_outcome_ref,
             "task_outcome_position": task_outcome_position,
             "failure_ref": failure_ref,
-            "candidate_set_mode": candidate_set_mode,
-            "candidate_refs": candidate_refs,
-            "candidate_set_digest": candidate_set_digest,
+            "candidate_set_mode": candidates.mode,
+            "candidate_refs": candidates.refs_line,
+            "candidate_set_digest": candidates.digest,
             "result": result,
-            "artifact_ref": artifact_ref,
+            "artifact_ref": None if target is None else target.ref_json,
             "signature_key": signature_key,
             "match_digest": match_digest,
         }

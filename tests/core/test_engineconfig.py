@@ -19,9 +19,9 @@ from recurrence_ledger.processor.core.engineconfig import EngineConfig
 from recurrence_ledger.processor.core.stateheader import CONFIG_KEY, FORMAT_KEY, ROW_LAYOUT, check_pinned, config_of
 from recurrence_ledger.processor.exceptions import ConfigMismatchError, SettingsError, StateDirError
 from recurrence_ledger.processor.store.memory import MemoryStore
-from recurrence_ledger.processor.stream.batch.processing import BatchProcessor
+from recurrence_ledger.processor.stream.batch.processing import BatchIO, BatchProcessor
 from recurrence_ledger.processor.stream.settings import WorkerOptions
-from tests.support.batchfakes import TOPICS, Journal, Partitions, RecordingSink, entries_of, journal_lines
+from tests.support.batchfakes import Journal, Partitions, RecordingSink, engine_step, entries_of, journal_lines
 from tests.support.embedded_cli import one_line, replay, stats
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -91,7 +91,7 @@ def _kafka_batch(state: Partitions) -> None:
     lines = journal_lines(40, seed=2)
     entries = entries_of(lines, partitions=1)
     sink = RecordingSink(state.log)
-    processor = BatchProcessor(topics=TOPICS, state=state, sink=sink, source=Journal(entries), config=EngineConfig())
+    processor = BatchProcessor(BatchIO(Journal(entries), state, sink), engine_step())
     asyncio.run(processor.process(entries))
 
 

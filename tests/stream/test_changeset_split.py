@@ -22,13 +22,12 @@ from hypothesis import strategies as st
 
 from devkit.deployment import write_journal
 from devkit.oracle import Oracle
-from recurrence_ledger.processor.core.engineconfig import EngineConfig
 from recurrence_ledger.processor.core.formats import CHANGESET_FORMAT
 from recurrence_ledger.processor.stream.batch import changeset
-from recurrence_ledger.processor.stream.batch.processing import BatchLimits, BatchProcessor
-from recurrence_ledger.processor.stream.batch.types import SOURCE_HEADER, ChangelogRecord
+from recurrence_ledger.processor.stream.batch.processing import BatchIO, BatchLimits, BatchProcessor
+from recurrence_ledger.processor.stream.batch.types import SOURCE_HEADER, ChangelogRecord, Outgoing
 from recurrence_ledger.processor.verify import compare
-from tests.support.batchfakes import TOPICS, Journal, Partitions, RecordingSink, entries_of, journal_lines
+from tests.support.batchfakes import TOPICS, Journal, Partitions, RecordingSink, engine_step, entries_of, journal_lines
 from tests.support.faust_tables import BACKENDS, state_table_data, table_rows
 
 CAP = 700  # bytes per changelog record: a 25-entry batch's change set takes several
@@ -128,20 +127,12 @@ class CrashingSink(RecordingSink):
         self.changelog = changelog
         self.after: int | None = None
 
-    async def send(
-        self,
-        topic: str,
-        key: bytes | None,
-        value: bytes,
-        partition: int | None,
-        headers: list[tuple[str, bytes]],
-        source_partition: int,
-    ) -> Awaitable[Any]:
-        if topic == TOPICS.changelog and self.after is not None:
+    async def send(self, record: Outgoing) -> Awaitable[Any]:
+        if record.topic == TOPICS.changelog and self.after is not None:
             if self.after == 0:
                 raise ConnectionError("killed")
             self.after -= 1
-        return await super().send(topic, key, value, partition, headers, source_partition)
+        return await super().send(record)
 
 
 def test_a_batch_processor_under_a_tiny_cap_splits_and_a_crash_mid_write_loses_nothing(
@@ -161,12 +152,7 @@ def test_a_batch_processor_under_a_tiny_cap_splits_and_a_crash_mid_write_loses_n
         sink = CrashingSink(state.log, changelog)
         sinks.append(sink)
         return BatchProcessor(
-            topics=TOPICS,
-            state=state,
-            sink=sink,
-            source=Journal(entries),
-            config=EngineConfig(),
-            limits=BatchLimits(changelog_record_bytes=CAP),
+            BatchIO(Journal(entries), state, sink), engine_step(), limits=BatchLimits(changelog_record_bytes=CAP)
         )
 
     async def main() -> None:

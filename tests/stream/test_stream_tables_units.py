@@ -25,13 +25,13 @@ from recurrence_ledger.processor.embedded.runner import ReplayOptions, replay
 from recurrence_ledger.processor.embedded.statedir import MemoryState
 from recurrence_ledger.processor.store.base import Transaction
 from recurrence_ledger.processor.stream.batch.metrics import Metrics
-from recurrence_ledger.processor.stream.batch.processing import BatchProcessor
+from recurrence_ledger.processor.stream.batch.processing import BatchIO, BatchProcessor
 from recurrence_ledger.processor.stream.batch.steps import PatternStep
 from recurrence_ledger.processor.stream.batch.types import ID_HEADER, Entry
 from recurrence_ledger.processor.stream.worker.views import NotReadyError, PatternTable, ReadSurface
 from recurrence_ledger.processor.synthetic import JournalSpec, generate
 from recurrence_ledger.schemas.constants import DEFAULT_PATTERN_SCOPES
-from tests.support.batchfakes import TOPICS, Journal, Partitions, RecordingSink, entries_of
+from tests.support.batchfakes import TOPICS, Journal, Partitions, RecordingSink, engine_step, entries_of
 
 PARTITIONS = 4
 
@@ -41,7 +41,7 @@ def _engine_run(lines: list[bytes], batch: int) -> tuple[RecordingSink, list[int
     entries = entries_of(lines, PARTITIONS)
     state = Partitions()
     sink = RecordingSink(state.log)
-    processor = BatchProcessor(topics=TOPICS, state=state, sink=sink, source=Journal(entries), config=EngineConfig())
+    processor = BatchProcessor(BatchIO(Journal(entries), state, sink), engine_step())
     per_batch: list[int] = []
 
     async def main() -> None:
@@ -122,14 +122,7 @@ def _patterns_run(
         offsets[partition] += 1
     state = Partitions()
     sink = RecordingSink(state.log)
-    processor = BatchProcessor(
-        topics=TOPICS,
-        state=state,
-        sink=sink,
-        source=Journal(entries),
-        config=EngineConfig(),
-        step=PatternStep(TOPICS, min_scopes),
-    )
+    processor = BatchProcessor(BatchIO(Journal(entries), state, sink), PatternStep(TOPICS, min_scopes))
 
     async def main() -> None:
         at = 0
@@ -205,14 +198,7 @@ def test_a_foreign_record_on_the_repartition_topic_is_skipped() -> None:
     state = Partitions()
     sink = RecordingSink(state.log)
     entries = [Entry(0, 0, b"not json"), Entry(0, 1, b'{"record": "match"}'), Entry(0, 2, b'{"record": "observation"}')]
-    processor = BatchProcessor(
-        topics=TOPICS,
-        state=state,
-        sink=sink,
-        source=Journal(entries),
-        config=EngineConfig(),
-        step=PatternStep(TOPICS, 3),
-    )
+    processor = BatchProcessor(BatchIO(Journal(entries), state, sink), PatternStep(TOPICS, 3))
     asyncio.run(processor.process(entries))
     assert TOPICS.patterns not in sink.sent
     assert processor.position(0) == 3  # consumed, not retried forever
@@ -223,9 +209,7 @@ def test_catching_up_moves_past_offsets_that_hold_no_record() -> None:
     lines = list(generate(JournalSpec(entries=40, scopes=1, seed=2)))
     entries = [Entry(0, offset * 2, line) for offset, line in enumerate(lines)]  # every other offset a marker
     state = Partitions()
-    processor = BatchProcessor(
-        topics=TOPICS, state=state, sink=RecordingSink(state.log), source=Journal(entries), config=EngineConfig()
-    )
+    processor = BatchProcessor(BatchIO(Journal(entries), state, RecordingSink(state.log)), engine_step())
     asyncio.run(processor.process(entries[:10]))
     assert processor.position(0) == 19
     asyncio.run(processor.catch_up(0, 2 * len(lines) + 3))

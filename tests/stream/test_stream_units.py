@@ -20,7 +20,6 @@ from hypothesis import strategies as st
 
 from devkit.deployment import write_journal
 from devkit.oracle import Oracle
-from recurrence_ledger.processor.core.engineconfig import EngineConfig
 from recurrence_ledger.processor.core.partitioning import partition_for
 from recurrence_ledger.processor.core.recordindex import dead_letter_counts, record_key
 from recurrence_ledger.processor.store.base import Transaction
@@ -29,10 +28,11 @@ from recurrence_ledger.processor.stream.batch import changeset
 from recurrence_ledger.processor.stream.batch.processing import (
     PIPELINE_DEPTH,
     POSITION_KEY,
+    BatchIO,
     BatchLimits,
     BatchProcessor,
 )
-from recurrence_ledger.processor.stream.batch.types import ID_HEADER, SOURCE_HEADER, ChangelogRecord, Entry
+from recurrence_ledger.processor.stream.batch.types import ID_HEADER, SOURCE_HEADER, ChangelogRecord, Entry, Outgoing
 from recurrence_ledger.processor.stream.clients.dump import record_id
 from recurrence_ledger.processor.stream.clients.topicsapply import _describe_drift
 from recurrence_ledger.processor.stream.settings import StreamSettings
@@ -40,7 +40,7 @@ from recurrence_ledger.processor.stream.worker.sink import _Batches
 from recurrence_ledger.processor.stream.worker.snapshots import MAX_AGE
 from recurrence_ledger.processor.verify import compare
 from recurrence_ledger.topics.definitions import JOURNAL_MAX_RECORD_BYTES, OUTPUT_MAX_RECORD_BYTES, topic_specs
-from tests.support.batchfakes import TOPICS, Journal, Partitions, RecordingSink, entries_of, journal_lines
+from tests.support.batchfakes import TOPICS, Journal, Partitions, RecordingSink, engine_step, entries_of, journal_lines
 
 
 def _processor(
@@ -49,9 +49,7 @@ def _processor(
     state = Partitions()
     sink = RecordingSink(state.log, transactional)
     journal = Journal(entries)
-    processor = BatchProcessor(
-        topics=TOPICS, state=state, sink=sink, source=journal, config=EngineConfig(), limits=limits or BatchLimits()
-    )
+    processor = BatchProcessor(BatchIO(journal, state, sink), engine_step(), limits=limits or BatchLimits())
     return processor, sink, state, journal
 
 
@@ -133,15 +131,8 @@ class _OrderCheckingSink(RecordingSink):
         self.outputs: list[tuple[tuple[int, int], asyncio.Future[Any]]] = []  # (source entry, its delivery)
         self.violations: list[str] = []
 
-    async def send(
-        self,
-        topic: str,
-        key: bytes | None,
-        value: bytes,
-        partition: int | None,
-        headers: list[tuple[str, bytes]],
-        source_partition: int,
-    ) -> Awaitable[Any]:
+    async def send(self, record: Outgoing) -> Awaitable[Any]:
+        topic, _, value, _, headers, source_partition = record
         source = dict(headers).get(SOURCE_HEADER)
         if topic == TOPICS.changelog:
             position = changeset.decode(value).get(POSITION_KEY)
@@ -153,7 +144,7 @@ class _OrderCheckingSink(RecordingSink):
                 ]
                 if early:
                     self.violations.append(f"p{source_partition} change set before outputs of {sorted(early)[:3]}")
-        delivery = await super().send(topic, key, value, partition, headers, source_partition)
+        delivery = await super().send(record)
         if source is not None:
             where = (int(source.split(b":")[0]), int(source.split(b":")[1]))
             self.outputs.append((where, cast(asyncio.Future[Any], delivery)))
@@ -164,7 +155,7 @@ def test_pipelined_batches_overlap_and_each_keeps_the_durability_order() -> None
     entries = entries_of(journal_lines(300, seed=3))
     state = Partitions()
     sink = _OrderCheckingSink(state.log)
-    processor = BatchProcessor(topics=TOPICS, state=state, sink=sink, source=Journal(entries), config=EngineConfig())
+    processor = BatchProcessor(BatchIO(Journal(entries), state, sink), engine_step())
     overlapped = 0
 
     async def main() -> None:
@@ -197,17 +188,9 @@ class _GatedSink(RecordingSink):
         super().__init__(log)
         self.gate = asyncio.Event()
 
-    async def send(
-        self,
-        topic: str,
-        key: bytes | None,
-        value: bytes,
-        partition: int | None,
-        headers: list[tuple[str, bytes]],
-        source_partition: int,
-    ) -> Awaitable[Any]:
-        delivery = await super().send(topic, key, value, partition, headers, source_partition)
-        if topic == TOPICS.changelog:
+    async def send(self, record: Outgoing) -> Awaitable[Any]:
+        delivery = await super().send(record)
+        if record.topic == TOPICS.changelog:
             return delivery
 
         async def acknowledged() -> Any:
@@ -222,7 +205,7 @@ def test_two_batches_are_made_durable_at_once_and_a_third_waits_for_the_first() 
     entries = entries_of(journal_lines(150, seed=4))
     state = Partitions()
     sink = _GatedSink(state.log)
-    processor = BatchProcessor(topics=TOPICS, state=state, sink=sink, source=Journal(entries), config=EngineConfig())
+    processor = BatchProcessor(BatchIO(Journal(entries), state, sink), engine_step())
     positions: dict[int, list[int]] = {}
 
     async def main() -> None:
@@ -486,9 +469,7 @@ def test_a_restore_that_missed_committed_change_sets_is_completed_before_the_fir
         state.apply_changelog(partition, [(0, b"scope", values[0])])  # the restore stopped after one
     sink = RecordingSink(state.log, transactional)
     changelog = Changelog(first_sink.changelog)
-    second = BatchProcessor(
-        topics=TOPICS, state=state, sink=sink, source=Journal(entries), config=EngineConfig(), changelog=changelog
-    )
+    second = BatchProcessor(BatchIO(Journal(entries), state, sink, changelog), engine_step())
     second.assigned()
     for start in range(0, len(entries), 50):  # the stream hands everything over again
         asyncio.run(second.process(entries[start : start + 50]))
@@ -510,17 +491,10 @@ def _tagged(sink: RecordingSink) -> list[tuple[str, bytes]]:
 class _FlushRecordingSink(RecordingSink):
     """Also records flushes, and tells statistics records from other outputs."""
 
-    async def send(
-        self,
-        topic: str,
-        key: bytes | None,
-        value: bytes,
-        partition: int | None,
-        headers: list[tuple[str, bytes]],
-        source_partition: int,
-    ) -> Awaitable[Any]:
+    async def send(self, record: Outgoing) -> Awaitable[Any]:
+        topic, key, value, _, headers, source_partition = record
         if topic != TOPICS.statistics:
-            return await super().send(topic, key, value, partition, headers, source_partition)
+            return await super().send(record)
         self.log.append(("send", "statistics"))
         self.sent.setdefault(topic, []).append((key, value, headers))
 
@@ -551,7 +525,7 @@ def test_outputs_leave_during_a_batch_and_are_durable_before_its_change_sets(
     entries = entries_of(lines)
     state = Partitions()
     sink = _FlushRecordingSink(state.log)
-    processor = BatchProcessor(topics=TOPICS, state=state, sink=sink, source=Journal(entries), config=EngineConfig())
+    processor = BatchProcessor(BatchIO(Journal(entries), state, sink), engine_step())
     early = 0
     for start in range(0, len(entries), 60):
         state.log.clear()
@@ -601,7 +575,7 @@ def test_each_early_flush_point_gives_the_producers_several_loop_turns(monkeypat
     entries = entries_of(journal_lines(40, seed=29))
     state = Partitions()
     sink = _ChainSink(state.log)
-    processor = BatchProcessor(topics=TOPICS, state=state, sink=sink, source=Journal(entries), config=EngineConfig())
+    processor = BatchProcessor(BatchIO(Journal(entries), state, sink), engine_step())
     asyncio.run(processor.process(entries))
     # The first flush point comes before the first entry: by the second, the whole chain has run.
     assert sink.at_flush[:2] == [0, _ChainSink.STEPS]
@@ -611,7 +585,7 @@ def test_statistics_go_out_with_the_last_outputs_and_are_durable_before_the_chan
     entries = entries_of(journal_lines(300, seed=19))
     state = Partitions()
     sink = _FlushRecordingSink(state.log)
-    processor = BatchProcessor(topics=TOPICS, state=state, sink=sink, source=Journal(entries), config=EngineConfig())
+    processor = BatchProcessor(BatchIO(Journal(entries), state, sink), engine_step())
     asyncio.run(processor.process(entries))
     log = state.log
     statistics_sends = _positions(log, ("send", "statistics"))
@@ -632,7 +606,7 @@ def test_a_transactional_batch_sends_its_change_sets_with_its_outputs_and_its_re
     entries = entries_of(journal_lines(300, seed=23))
     state = Partitions()
     sink = _FlushRecordingSink(state.log, transactional=True)
-    processor = BatchProcessor(topics=TOPICS, state=state, sink=sink, source=Journal(entries), config=EngineConfig())
+    processor = BatchProcessor(BatchIO(Journal(entries), state, sink), engine_step())
     for start in range(0, len(entries), 60):
         state.log.clear()
         changelog_before = {partition: len(values) for partition, values in sink.changelog.items()}
@@ -685,14 +659,14 @@ def test_an_early_flush_waits_while_the_previous_send_is_unacknowledged() -> Non
 
     async def run() -> list[int]:
         producer, batches = Producer(), _Batches()
-        first = await batches.send(producer, "t", b"k", b"v", 0, [])
+        first = await batches.send(producer, Outgoing("t", b"k", b"v", 0, [], 0))
         await batches.flush(early=True)  # nothing in flight: sent
-        second = await batches.send(producer, "t", b"k", b"v", 0, [])
+        second = await batches.send(producer, Outgoing("t", b"k", b"v", 0, [], 0))
         await batches.flush(early=True)  # the first is unacknowledged: kept
         sent_while_waiting = len(producer.sent)
         producer.sent[0][1].set_result(SimpleNamespace(offset=10))
         await batches.flush(early=True)  # acknowledged now: the second goes
-        third = await batches.send(producer, "t", b"k", b"v", 0, [])
+        third = await batches.send(producer, Outgoing("t", b"k", b"v", 0, [], 0))
         await batches.flush()  # a batch's last flush sends even with the second unacknowledged
         producer.sent[1][1].set_result(SimpleNamespace(offset=11))
         producer.sent[2][1].set_result(SimpleNamespace(offset=12))
@@ -748,16 +722,17 @@ def test_append_takes_a_record_without_a_coroutine_only_where_send_would_append_
 
     async def run() -> None:
         producer, batches = Producer(), _Batches()
-        assert batches.append(producer, "t", None, b"v", 0, []) is None  # no batch open for partition 0
-        first = await batches.send(producer, "t", None, b"v", 0, [])  # opens it
-        second = batches.append(producer, "t", None, b"v", 0, [])
+        at_0, keyed_record = Outgoing("t", None, b"v", 0, [], 0), Outgoing("t", b"scope-1", b"v", None, [], 0)
+        assert batches.append(producer, at_0) is None  # no batch open for partition 0
+        first = await batches.send(producer, at_0)  # opens it
+        second = batches.append(producer, at_0)
         assert second is not None  # room in the open batch: taken at once
-        assert batches.append(producer, "t", None, b"v", 0, []) is None  # full: only send sends it and opens one
-        third = await batches.send(producer, "t", None, b"v", 0, [])
+        assert batches.append(producer, at_0) is None  # full: only send sends it and opens one
+        third = await batches.send(producer, at_0)
         assert [(p, n) for p, n, _ in producer.sent] == [(0, 2)]
-        assert batches.append(producer, "t", b"scope-1", b"v", None, []) is None  # the key's partition is unknown
-        keyed = await batches.send(producer, "t", b"scope-1", b"v", None, [])
-        again = batches.append(producer, "t", b"scope-1", b"v", None, [])
+        assert batches.append(producer, keyed_record) is None  # the key's partition is unknown
+        keyed = await batches.send(producer, keyed_record)
+        again = batches.append(producer, keyed_record)
         assert again is not None  # known now, and its batch has room
         await batches.flush()
         for n, (_, _, acknowledged) in enumerate(producer.sent):

@@ -10,14 +10,21 @@ from collections.abc import Awaitable, Sequence
 from types import SimpleNamespace
 from typing import Any
 
+from recurrence_ledger.processor.core.engineconfig import EngineConfig
 from recurrence_ledger.processor.core.partitioning import partition_for, scope_key
 from recurrence_ledger.processor.store.base import Transaction
 from recurrence_ledger.processor.store.memory import MemoryStore
-from recurrence_ledger.processor.stream.batch.types import ChangelogRecord, Entry
+from recurrence_ledger.processor.stream.batch.steps import EngineStep
+from recurrence_ledger.processor.stream.batch.types import ChangelogRecord, Entry, Outgoing
 from recurrence_ledger.processor.stream.settings import StreamSettings
 from recurrence_ledger.processor.synthetic import JournalSpec, generate
 
 TOPICS = StreamSettings(topic_prefix="unit").topics
+
+
+def engine_step() -> EngineStep:
+    """The engine's lane step over the unit topics, under the default engine configuration."""
+    return EngineStep(TOPICS, EngineConfig())
 
 
 class Partitions:
@@ -57,15 +64,8 @@ class RecordingSink:
         self.offsets: dict[str, int] = {}
         self.changelog: dict[int, list[bytes]] = {}  # journal partition -> its change sets, in order
 
-    async def send(
-        self,
-        topic: str,
-        key: bytes | None,
-        value: bytes,
-        partition: int | None,
-        headers: list[tuple[str, bytes]],
-        source_partition: int,
-    ) -> Awaitable[Any]:
+    async def send(self, record: Outgoing) -> Awaitable[Any]:
+        topic, key, value, partition, headers, _ = record
         kind = "changelog" if topic == TOPICS.changelog else "output"
         self.log.append(("send", kind))
         if partition is not None and kind == "changelog":
@@ -81,15 +81,7 @@ class RecordingSink:
 
         return asyncio.ensure_future(acknowledged())
 
-    def append(
-        self,
-        topic: str,
-        key: bytes | None,
-        value: bytes,
-        partition: int | None,
-        headers: list[tuple[str, bytes]],
-        source_partition: int,
-    ) -> Awaitable[Any] | None:
+    def append(self, record: Outgoing) -> Awaitable[Any] | None:
         return None  # every record through ``send``, which the subclasses below intercept
 
     async def flush(self, early: bool = False) -> None:

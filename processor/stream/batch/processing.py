@@ -49,8 +49,6 @@ from typing import Final
 
 import orjson
 
-from ....topics.names import TopicNames
-from ...core.engineconfig import EngineConfig
 from ...core.recordindex import index_record
 from ...core.records import Emitted
 from ...core.state import row_cache
@@ -60,7 +58,6 @@ from ...store.base import RowCache, StateStore, Transaction
 from ..settings import BATCH_MAX_AT_LEAST_ONCE
 from . import changeset
 from .metrics import BatchCounts, Metrics
-from .steps import EngineStep
 from .types import (
     ID_HEADER,
     SOURCE_HEADER,
@@ -68,6 +65,7 @@ from .types import (
     Delivered,
     Entry,
     JournalSource,
+    Outgoing,
     PartitionedState,
     Sink,
     Step,
@@ -173,30 +171,31 @@ class BatchLimits:
     changelog_record_bytes: int = changeset.RECORD_BYTES
 
 
+@dataclass(frozen=True)
+class BatchIO:
+    """What a batch processor reads and writes: the consumed topic's records (``source``), its
+    partitions' state, the sink of every record it sends, and (in a worker) the changelog a
+    partition's restore is checked against."""
+
+    source: JournalSource
+    state: PartitionedState
+    sink: Sink
+    changelog: ChangelogSource | None = None
+
+
 class BatchProcessor:
     def __init__(
-        self,
-        *,
-        topics: TopicNames,
-        state: PartitionedState,
-        sink: Sink,
-        source: JournalSource,
-        config: EngineConfig,
-        metrics: Metrics | None = None,
-        step: Step | None = None,
-        changelog: ChangelogSource | None = None,
-        limits: BatchLimits = BatchLimits(),
+        self, io: BatchIO, step: Step, *, metrics: Metrics | None = None, limits: BatchLimits = BatchLimits()
     ) -> None:
-        self.topics = topics
+        """``step`` is what runs each entry: the engine (``EngineStep``) or the patterns agent's (``PatternStep``)."""
         self.limits = limits
-        self.state = state
-        self.sink = sink
-        self.source = source
-        self.changelog = changelog
+        self.state = io.state
+        self.sink = io.sink
+        self.source = io.source
+        self.changelog = io.changelog
         self._checked: set[int] = set()  # partitions whose restore was checked since the last assignment
-        self.config = config
         self.metrics = metrics or Metrics()
-        self.step: Step = step if step is not None else EngineStep(topics, config)
+        self.step = step
         self._lock = asyncio.Lock()
         self._caches: dict[int, RowCache] = {}
         self._generations: dict[int, int] = {}
@@ -449,9 +448,10 @@ class BatchProcessor:
                 for number, (topic, key) in enumerate(routes(record)):
                     # Unkeyed dead letters stay beside their source partition (same partition counts).
                     partition = None if key is not None else source_partition
-                    delivery = append(topic, key, line, partition, headers, source_partition)
+                    outgoing = Outgoing(topic, key, line, partition, headers, source_partition)
+                    delivery = append(outgoing)
                     if delivery is None:
-                        delivery = await send(topic, key, line, partition, headers, source_partition)
+                        delivery = await send(outgoing)
                     if number == 0:
                         add_delivery(delivery)
                         add_emitted((source_partition, topic, record))
@@ -470,7 +470,7 @@ class BatchProcessor:
         tables: list[Awaitable[Delivered]] = []
         for partition, batch in changed.items():
             for table in batch.run.finish(batch.txn.staged_keys()):
-                tables.append(await self.sink.send(table.topic, table.key, table.value, None, [], partition))
+                tables.append(await self.sink.send(Outgoing(table.topic, table.key, table.value, None, [], partition)))
                 result.table_records += 1
         stage["statistics"].observe(clock.lap())
         ahead: dict[int, list[Awaitable[Delivered]]] = {}
@@ -565,7 +565,8 @@ class BatchProcessor:
             result.change_set_parts += len(values)
         result.state_changes += len(changes)
         key = _scope_of(changes)
-        return [await self.sink.send(self.step.changelog, key, value, partition, [], partition) for value in values]
+        changelog = self.step.changelog
+        return [await self.sink.send(Outgoing(changelog, key, value, partition, [], partition)) for value in values]
 
     def _index_transaction(self, partition: int) -> Transaction:
         """The record index of a transactional batch, staged apart from the change set already sent."""

@@ -26,6 +26,22 @@ class Entry(NamedTuple):
     timestamp: float | None = None  # the journal record's timestamp (seconds), for entry-to-output latency
 
 
+class Outgoing(NamedTuple):
+    """One record handed to a sink (a named tuple: one is built per output record, in the hot path).
+
+    ``partition`` None: the key's partition (as the producer's default partitioner picks it).
+    ``source_partition`` is the journal partition whose entry produced the record (the
+    exactly-once sink sends through that partition's transactional producer).
+    """
+
+    topic: str
+    key: bytes | None
+    value: bytes
+    partition: int | None
+    headers: list[tuple[str, bytes]]
+    source_partition: int
+
+
 class Delivered(Protocol):
     @property
     def partition(self) -> int: ...
@@ -40,33 +56,14 @@ class Sink(Protocol):
         """Are a batch's records visible only together, at ``commit`` (exactly_once)?"""
         ...
 
-    async def send(
-        self,
-        topic: str,
-        key: bytes | None,
-        value: bytes,
-        partition: int | None,
-        headers: list[tuple[str, bytes]],
-        source_partition: int,
-    ) -> Awaitable[Delivered]:
+    async def send(self, record: Outgoing) -> Awaitable[Delivered]:
         """Hand a record to the producer; the returned awaitable resolves once it is durable.
 
         A sink may buffer the record until ``flush`` (the worker's sends whole batches).
-
-        ``source_partition`` is the journal partition whose entry produced the record (the
-        exactly-once sink sends through that partition's transactional producer).
         """
         ...
 
-    def append(
-        self,
-        topic: str,
-        key: bytes | None,
-        value: bytes,
-        partition: int | None,
-        headers: list[tuple[str, bytes]],
-        source_partition: int,
-    ) -> Awaitable[Delivered] | None:
+    def append(self, record: Outgoing) -> Awaitable[Delivered] | None:
         """``send`` without a coroutine when the record can be taken at once, else None (then ``send``).
 
         The worker's per-record loop tries this first: a coroutine and its await per output record

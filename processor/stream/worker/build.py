@@ -21,9 +21,9 @@ from ...web.websecurity import handler_args
 from ...web.webtoken import Access
 from ..batch.metrics import LiveReadings, Metrics
 from ..batch.probes import readiness, rebalances, restore_progress
-from ..batch.processing import BatchLimits, BatchProcessor
-from ..batch.steps import PatternStep
-from ..batch.types import PartitionedState
+from ..batch.processing import BatchIO, BatchLimits, BatchProcessor
+from ..batch.steps import EngineStep, PatternStep
+from ..batch.types import PartitionedState, Step
 from ..settings import KafkaConnection, StreamSettings
 from .app import Lane, RecurrenceService, ServiceOptions
 from .cluster import Cluster
@@ -208,19 +208,11 @@ def build_lanes(app: WorkerApp, settings: StreamSettings, config: EngineConfig, 
     )
     patterns_cluster = Cluster(app, names.recurred, names.patterns_changelog, patterns_table.name)
     sinks = SinkFactory(app, settings.worker.processing_guarantee == "exactly_once")
-    engine_processor, engine_readers = batch_processor(
-        settings, config, sinks, names.journal, names.changelog, table, metrics
-    )
+    engine_processor, engine_readers = batch_processor(settings, sinks, EngineStep(names, config), table, metrics)
     metrics.patterns = Metrics()
+    patterns_step = PatternStep(names, settings.worker.pattern_scopes)
     patterns_processor, patterns_readers = batch_processor(
-        settings,
-        config,
-        sinks,
-        names.recurred,
-        names.patterns_changelog,
-        patterns_table,
-        metrics.patterns,
-        PatternStep(names, settings.worker.pattern_scopes),
+        settings, sinks, patterns_step, patterns_table, metrics.patterns
     )
     worker = settings.worker
     return (
@@ -261,26 +253,15 @@ class SinkFactory:
 
 
 def batch_processor(
-    settings: StreamSettings,
-    config: EngineConfig,
-    sinks: SinkFactory,
-    source: str,
-    changelog: str,
-    table: StateTable,
-    metrics: Metrics,
-    step: PatternStep | None = None,
+    settings: StreamSettings, sinks: SinkFactory, step: Step, table: StateTable, metrics: Metrics
 ) -> tuple[BatchProcessor, tuple[PartitionReader, PartitionReader]]:
-    """The batch processor of one consumed topic, and its direct readers of that topic and of the changelog."""
-    readers = PartitionReader(settings.kafka, source), PartitionReader(settings.kafka, changelog)
+    """The batch processor of ``step``'s consumed topic, and its direct readers of that topic and of its changelog."""
+    source = step.source
+    readers = PartitionReader(settings.kafka, source), PartitionReader(settings.kafka, step.changelog)
     processor = BatchProcessor(
-        topics=settings.topics,
-        state=cast(PartitionedState, table.data),
-        source=readers[0],
-        sink=sinks(source),
-        config=config,
+        BatchIO(readers[0], cast(PartitionedState, table.data), sinks(source), readers[1]),
+        step,
         metrics=metrics,
-        step=step,
-        changelog=readers[1],
         limits=BatchLimits(settings.batch_entries, settings.worker.changelog_record_bytes),
     )
     return processor, readers

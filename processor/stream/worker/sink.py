@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 from aiokafka.partitioner import DefaultPartitioner
 
 from ...exceptions import TransactionStateError
-from ..batch.types import Delivered
+from ..batch.types import Delivered, Outgoing
 from ..clients.faustcompat import plain_producer, transaction_failure, transaction_lock, transaction_producer
 
 
@@ -91,48 +91,38 @@ class _Batches:
         self._chosen: dict[tuple[str, bytes], int] = {}
         self._remembered_keys = remembered_keys
 
-    async def send(
-        self,
-        producer: Any,
-        topic: str,
-        key: bytes | None,
-        value: bytes,
-        partition: int | None,
-        headers: list[tuple[str, bytes]],
-    ) -> Awaitable[Delivered]:
-        """Append a record to the batch for its partition (a keyed record's, when ``partition`` is None).
+    async def send(self, producer: Any, record: Outgoing) -> Awaitable[Delivered]:
+        """Append a record to the batch for its partition (a keyed record's, when its ``partition`` is None).
 
         The common case -- a key whose partition is known, a batch with room -- is ``append``, which
         the worker's per-record loop calls first, without a coroutine; this is the rest.
         """
+        topic, key, _, partition, _, _ = record
         if partition is None:
             if key is None:
                 raise ValueError(f"a record for {topic} needs a key or a partition")
             partition = await self.partition_for(producer, topic, key)
-        found = self.append(producer, topic, key, value, partition, headers)
+        found = self._append_at(producer, record, partition)
         if found is not None:
             return found
-        return await self._append(producer, topic, partition, key, value, headers)
+        return await self._append(producer, record, partition)
 
-    def append(
-        self,
-        producer: Any,
-        topic: str,
-        key: bytes | None,
-        value: bytes,
-        partition: int | None,
-        headers: list[tuple[str, bytes]],
-    ) -> Awaitable[Delivered] | None:
+    def append(self, producer: Any, record: Outgoing) -> Awaitable[Delivered] | None:
         """``send``'s common case without a coroutine: a batch with room, for a known partition (or a
         key whose partition was computed before); None when only ``send`` can take the record."""
+        partition = record.partition
         if partition is None:
-            partition = self._chosen.get((topic, key)) if key is not None else None
+            key = record.key
+            partition = self._chosen.get((record.topic, key)) if key is not None else None
             if partition is None:
                 return None
-        slot = self._open.get((id(producer), topic, partition))
+        return self._append_at(producer, record, partition)
+
+    def _append_at(self, producer: Any, record: Outgoing, partition: int) -> Awaitable[Delivered] | None:
+        slot = self._open.get((id(producer), record.topic, partition))
         if slot is None:
             return None
-        meta = slot.builder.append(timestamp=None, key=key, value=value, headers=headers)
+        meta = slot.builder.append(timestamp=None, key=record.key, value=record.value, headers=record.headers)
         return None if meta is None else _Pending(slot, meta.offset)
 
     async def partition_for(self, producer: Any, topic: str, key: bytes) -> int:
@@ -148,16 +138,9 @@ class _Batches:
         self._chosen[(topic, key)] = chosen
         return chosen
 
-    async def _append(
-        self,
-        producer: Any,
-        topic: str,
-        partition: int,
-        key: bytes | None,
-        value: bytes,
-        headers: list[tuple[str, bytes]],
-    ) -> Awaitable[Delivered]:
+    async def _append(self, producer: Any, record: Outgoing, partition: int) -> Awaitable[Delivered]:
         """``send`` when the partition has no open batch, or its batch is full (sent, and another opened)."""
+        topic, key, value, _, headers, _ = record
         slot_key = (id(producer), topic, partition)
         full = self._open.pop(slot_key, None)
         if full is not None:
@@ -302,27 +285,11 @@ class FaustSink:
         while self._held:
             self._held.pop().release()
 
-    async def send(
-        self,
-        topic: str,
-        key: bytes | None,
-        value: bytes,
-        partition: int | None,
-        headers: list[tuple[str, bytes]],
-        source_partition: int,
-    ) -> Awaitable[Delivered]:
-        return await self._batches.send(self._sender(source_partition), topic, key, value, partition, headers)
+    async def send(self, record: Outgoing) -> Awaitable[Delivered]:
+        return await self._batches.send(self._sender(record.source_partition), record)
 
-    def append(
-        self,
-        topic: str,
-        key: bytes | None,
-        value: bytes,
-        partition: int | None,
-        headers: list[tuple[str, bytes]],
-        source_partition: int,
-    ) -> Awaitable[Delivered] | None:
-        return self._batches.append(self._sender(source_partition), topic, key, value, partition, headers)
+    def append(self, record: Outgoing) -> Awaitable[Delivered] | None:
+        return self._batches.append(self._sender(record.source_partition), record)
 
     async def flush(self, early: bool = False) -> None:
         await self._batches.flush(early)
