@@ -45,8 +45,7 @@ from .exceptions import (
     exit_code,
 )
 from .explain import IDS_ARE, Explainer, NotFoundError, render
-from .host.journalfile import shown
-from .host.printable import escape_log_arguments, printable, printable_json, printable_lines
+from .host.printable import escape_log_arguments, printable, printable_json, printable_lines, shown
 from .host.stopsignals import StopSignals
 from .store.base import StateStore, Transaction
 from .synthetic import JournalSpec, generate

@@ -33,7 +33,8 @@ from .embedded.reading import open_state
 from .embedded.runner import DEFAULT_BATCH, ReplayOptions, RunSummary, replay
 from .embedded.statedir import JOURNAL_KEY, open_view
 from .exceptions import StateDirError
-from .host.journalfile import JournalPosition, shown
+from .host.journalfile import JournalPosition
+from .host.printable import shown
 from .host.stopsignals import StopSignals
 from .store.base import Transaction
 

@@ -32,7 +32,7 @@ import orjson
 from ..schemas.canonical import digest
 from ..topics.definitions import OUTPUT_MAX_RECORD_BYTES
 from .exceptions import UnusableError
-from .host.journalfile import shown
+from .host.printable import shown
 from .host.regularfile import bounded_lines, open_regular
 
 Grouped = dict[str | None, list[bytes]]

@@ -23,7 +23,7 @@ from typing import Any, BinaryIO, Final
 from ...topics.definitions import OUTPUT_MAX_RECORD_BYTES
 from ..core.recordindex import record_key
 from ..core.state import key
-from ..host.journalfile import shown
+from ..host.printable import shown
 from ..host.regularfile import LineTooLongError, open_regular
 from ..store.base import StateStore
 

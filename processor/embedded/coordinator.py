@@ -41,7 +41,8 @@ from ..core.state import key, row_cache
 from ..core.tally import Tally
 from ..exceptions import StateDirError
 from ..host.gcpolicy import full_collections_between_batches
-from ..host.journalfile import HeldBack, JournalPosition, JournalReader, Progress
+from ..host.journalfile import HeldBack, JournalPosition, JournalReader
+from ..host.progress import Progress
 from ..host.stopsignals import StopNow, StopSignals
 from ..store.base import StateStore, Transaction
 from .ledgerfile import DiscardedLedger, Ledger, LedgerMark

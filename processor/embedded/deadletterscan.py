@@ -18,7 +18,7 @@ from typing import IO, Any, Final
 import orjson
 
 from ..exceptions import UnusableError
-from ..host.journalfile import shown
+from ..host.printable import shown
 from ..host.regularfile import open_regular
 
 #: Dead letters kept per code: as many as a listing shows at most.

@@ -24,7 +24,7 @@ from typing import Final
 import orjson
 
 from ..exceptions import LedgerMismatchError, UnusableError
-from ..host.journalfile import shown
+from ..host.printable import shown
 
 #: The ledger mark covers the last this many committed bytes.
 TAIL_BYTES: Final = 64 * 1024

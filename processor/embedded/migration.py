@@ -21,7 +21,8 @@ from typing import IO
 from ..core.formats import STATE_FORMAT
 from ..core.stateheader import check_layout
 from ..exceptions import ConfigMismatchError, StateDirError
-from ..host.journalfile import Progress, shown
+from ..host.printable import shown
+from ..host.progress import Progress
 from ..store.rocksdb import RocksStore
 from .header import NEW_STATE
 from .splitstore import estimated_rows, plan, split

@@ -6,7 +6,8 @@ from contextlib import suppress
 from pathlib import Path
 
 from ..exceptions import SettingsError
-from ..host.journalfile import check_journal, shown
+from ..host.journalfile import check_journal
+from ..host.printable import shown
 
 
 def real(path: str | Path) -> Path:

@@ -7,7 +7,7 @@ from ..core.engine import Engine
 from ..core.state import State
 from ..core.stateheader import check_layout
 from ..exceptions import StateDirError
-from ..host.journalfile import shown
+from ..host.printable import shown
 from ..host.regularfile import check_regular
 from ..store.base import StateStore, Transaction
 from .archive import FileArchive

@@ -34,7 +34,8 @@ from typing import IO, TYPE_CHECKING, Final
 from ..core.engineconfig import EngineConfig
 from ..core.partitioning import Router, assign
 from ..exceptions import ConfigMismatchError, Interrupted, LedgerMismatchError, StateDirError
-from ..host.journalfile import JournalPosition, JournalReader, shown
+from ..host.journalfile import JournalPosition, JournalReader
+from ..host.printable import shown
 from ..host.stopsignals import Abandon, StopNow, StopSignals
 from ..store.base import StateStore
 from .archive import JOURNAL_PATH_KEY, LEDGER_PATH_KEY

@@ -34,7 +34,8 @@ import orjson
 from ..core.formats import STATE_FORMAT
 from ..core.stateheader import CONFIG_KEY, FORMAT_KEY, ROW_LAYOUT
 from ..exceptions import StateDirError
-from ..host.journalfile import JournalPosition, shown
+from ..host.journalfile import JournalPosition
+from ..host.printable import shown
 from ..store.rocksdb import RocksStore
 from .ledgerfile import sync_directory
 from .statedir import (

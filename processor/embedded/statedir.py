@@ -40,7 +40,8 @@ from rocksdict import Cache, WriteBufferManager
 from ..core.formats import STATE_FORMAT
 from ..core.partitioning import partition_for
 from ..exceptions import StateDirError
-from ..host.journalfile import JournalPosition, shown
+from ..host.journalfile import JournalPosition
+from ..host.printable import shown
 from ..store.base import StateStore
 from ..store.memory import MemoryStore
 from ..store.rocksdb import RocksStore, rocks_options

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Final
 
 from ..exceptions import StateDirError
-from .journalfile import shown
+from .printable import shown
 
 LOCK_NAME: Final = ".recurrence.lock"
 

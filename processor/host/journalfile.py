@@ -1,4 +1,4 @@
-"""Reading a ``.jsonl`` journal (a path, a pipe, or ``-`` for stdin) with progress on a terminal.
+"""Reading a ``.jsonl`` journal (a path, a pipe, or ``-`` for stdin), counting what it has read.
 
 Shared by ``recurrence replay`` and ``recurrence publish`` so both treat lines
 the same way: line endings stripped, blank lines skipped and counted (they
@@ -26,7 +26,6 @@ import os
 import stat
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import TracebackType
@@ -35,71 +34,13 @@ from typing import IO, Final, Self
 import orjson
 
 from ..exceptions import JournalError
-from .printable import printable
+from .printable import shown
 
 _CHUNK: Final = 1 << 20
 # A pipe's prefix is kept while it is being checked, in case it is not the one
 # the position describes and has to be replayed after all; past this size it
 # goes to a temporary file rather than RAM.
 _SPOOL_IN_MEMORY: Final = 16 << 20
-
-
-def shown(path: str | os.PathLike[str]) -> str:
-    """A path for a message: undecodable bytes as \\xNN escapes instead of an encoding error, no control
-    characters."""
-    return printable(os.fsencode(path).decode("utf-8", "backslashreplace"))
-
-
-class Progress:
-    """A single self-rewriting stderr line, only when the stream is a terminal.
-
-    ``replay --jobs N`` feeds it what the ledger has committed, whichever process ran it, so the
-    line covers every worker; ``processes`` is shown when there is more than one.
-    """
-
-    def __init__(
-        self,
-        total_bytes: int | None,
-        stream: IO[str] | None = None,
-        start_bytes: int = 0,
-        processes: int = 1,
-        unit: str = "entries",
-    ) -> None:
-        """``total_bytes``: what ``done_bytes`` counts up to (``recurrence migrate`` counts rows, in ``unit``)."""
-        self.total = total_bytes
-        self.stream = stream or sys.stderr
-        self.enabled = self.stream is not None and self.stream.isatty()
-        self.started = time.monotonic()
-        self.last = 0.0
-        self.start_bytes = start_bytes
-        self.processes = processes
-        self.unit = unit
-
-    def update(self, entries: int, done_bytes: int, force: bool = False) -> None:
-        now = time.monotonic()
-        if not self.enabled or (not force and now - self.last < 0.25):
-            return
-        self.last = now
-        elapsed = max(now - self.started, 1e-9)
-        rate = entries / elapsed
-        workers = f" ({self.processes} processes)" if self.processes > 1 else ""
-        if self.total:
-            share = min(done_bytes / self.total, 1.0)
-            bar = "#" * int(share * 30)
-            text = f"[{bar:<30}] {share:6.1%} {entries:,} {self.unit} {rate:,.0f}/s{workers}"
-            done = done_bytes - self.start_bytes
-            if done > 0 and done_bytes < self.total:
-                left = (self.total - done_bytes) * elapsed / done
-                text += f", {int(left) // 60}:{int(left) % 60:02d} left"
-        else:
-            text = f"{entries:,} {self.unit} {rate:,.0f}/s{workers}"
-        self.stream.write("\r" + text)
-        self.stream.flush()
-
-    def close(self) -> None:
-        if self.enabled:
-            self.stream.write("\n")
-            self.stream.flush()
 
 
 @dataclass(frozen=True, slots=True)

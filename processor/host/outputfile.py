@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..exceptions import SettingsError, UnusableError
-from .journalfile import shown
+from .printable import shown
 from .regularfile import not_regular
 
 

@@ -10,10 +10,11 @@ a terminal, as JSON escapes (orjson already escapes C0; DEL, C1 and the
 others pass raw), so the value a tool parses is unchanged. A backslash
 itself is left as it is: an id is shown as typed, and only characters that
 would act on the terminal are rewritten. ``escape_log_arguments`` applies the
-same to every log record's arguments.
+same to every log record's arguments; ``shown`` makes a path fit for a message.
 """
 
 import logging
+import os
 import re
 from collections.abc import Mapping
 from typing import Any, Final
@@ -84,3 +85,9 @@ def escape_log_arguments() -> None:
 
     factory.escapes_arguments = True  # type: ignore[attr-defined]
     logging.setLogRecordFactory(factory)
+
+
+def shown(path: str | os.PathLike[str]) -> str:
+    """A path for a message: undecodable bytes as \\xNN escapes instead of an encoding error, no control
+    characters."""
+    return printable(os.fsencode(path).decode("utf-8", "backslashreplace"))

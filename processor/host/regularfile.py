@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from typing import BinaryIO, Final, Protocol
 
 from ..exceptions import SettingsError, UnusableError
-from .journalfile import shown
+from .printable import shown
 
 #: Files read whole (a config file, a token): anything longer is not one.
 SMALL_FILE_LIMIT: Final = 1 << 20

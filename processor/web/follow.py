@@ -71,7 +71,8 @@ from ..embedded.statedir import (
     open_view,
 )
 from ..exceptions import StateDirError
-from ..host.journalfile import JournalPosition, shown
+from ..host.journalfile import JournalPosition
+from ..host.printable import shown
 from ..store.base import StateStore
 
 log = logging.getLogger("recurrence.follow")

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Final
 
 from ..exceptions import SettingsError
-from ..host.journalfile import shown
+from ..host.printable import shown
 from ..host.regularfile import read_small
 
 TOKEN_ENV: Final = "RECURRENCE_HTTP_TOKEN"

@@ -3,7 +3,8 @@
 import io
 from pathlib import Path
 
-from recurrence_ledger.processor.host.journalfile import HeldBack, JournalReader, Progress
+from recurrence_ledger.processor.host.journalfile import HeldBack, JournalReader
+from recurrence_ledger.processor.host.progress import Progress
 
 
 class _Terminal(io.StringIO):

@@ -27,7 +27,8 @@ from ....topics.definitions import JOURNAL_MAX_RECORD_BYTES
 from ...core.partitioning import UNKEYED_PARTITION, scope_key
 from ...core.tally import counted
 from ...exceptions import UnusableError
-from ...host.journalfile import HeldBack, JournalReader, Progress
+from ...host.journalfile import HeldBack, JournalReader
+from ...host.progress import Progress
 from ..settings import KafkaConnection
 from .brokers import bounded, require_topics, started
 from .diagnosis import NotAuthorizedError, topic_refused
