@@ -45,7 +45,7 @@ from .exceptions import (
     exit_code,
 )
 from .explain import IDS_ARE, Explainer, NotFoundError, render
-from .host.printable import escape_log_arguments, printable, printable_json, printable_lines, shown
+from .host.printable import error_line, escape_log_arguments, printable, printable_json, printable_lines, shown
 from .host.stopsignals import StopSignals
 from .store.base import StateStore, Transaction
 from .synthetic import JournalSpec, generate
@@ -748,10 +748,7 @@ def _message(error: BaseException) -> str | None:
         return "interrupted"
     if isinstance(error, BrokenPipeError):
         return None
-    if isinstance(error, OSError):
-        where = f": {shown(error.filename)}" if error.filename else ""
-        return f"{error.strerror or error}{where}"
-    return str(error)
+    return error_line(error)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

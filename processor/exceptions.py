@@ -19,6 +19,9 @@ EXIT_BATCH_ABORTED: Final = 70  # a worker stopped mid-batch without acknowledgi
 EXIT_INTERRUPTED: Final = 130  # SIGINT: stopped cleanly, run again to resume
 EXIT_TERMINATED: Final = 143  # SIGTERM: stopped cleanly, run again to resume
 
+#: What a refusal of a damaged or foreign embedded state or ledger offers when nothing can be kept.
+REBUILD: Final = "replay the journal into a fresh --state with a fresh --out"
+
 
 class RecurrenceError(Exception):
     """Root of every error the processor raises on purpose."""

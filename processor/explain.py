@@ -55,7 +55,7 @@ from .core.matching import (
 )
 from .core.records import identity_of, is_record_id
 from .core.state import ArtifactKey, SourceKey, State
-from .exceptions import LedgerMismatchError
+from .exceptions import REBUILD, LedgerMismatchError
 from .host.printable import echoed, printable
 
 TEXT_PREVIEW = 240
@@ -184,7 +184,7 @@ class Explainer:
             raise ArchiveMismatchError(
                 f"where the state indexed record {echoed(record_id)} the ledger holds {what}: the ledger (or "
                 "output topic) is not the one the state wrote (edited, cut, replaced); pass the state's ledger "
-                "(--out), or rebuild: replay the journal into a fresh --state with a fresh --out"
+                f"(--out), or rebuild: {REBUILD}"
             )
         return orjson.loads(line)  # type: ignore[no-any-return]
 

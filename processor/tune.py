@@ -32,7 +32,7 @@ from .embedded.header import state_config
 from .embedded.reading import open_state
 from .embedded.runner import DEFAULT_BATCH, ReplayOptions, RunSummary, replay
 from .embedded.statedir import JOURNAL_KEY, open_view
-from .exceptions import StateDirError
+from .exceptions import REBUILD, StateDirError
 from .host.journalfile import JournalPosition
 from .host.printable import shown
 from .host.stopsignals import StopSignals
@@ -83,7 +83,7 @@ def tune(
 
 #: What changing the threshold takes: it is pinned per state (decision 13) and per app id on Kafka.
 CHANGING: Final = (
-    "to run at another K, replay the journal into a fresh --state with a fresh --out and --review-threshold K "
+    f"to run at another K, {REBUILD} and --review-threshold K "
     "(a worker: a new --app-id with --review-threshold K; docs/kafka.md, Rebuild from scratch)"
 )
 

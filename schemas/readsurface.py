@@ -243,7 +243,7 @@ class RevisionHistory(Value):
     head_until: Annotated[int, Field(ge=1)] | None
     selected: NonNegative
     recurred: NonNegative
-    recurred_selected: NonNegative
+    recurred_selected: NonNegative  # the recurrences on Task Outcomes that selected this revision
     avoided: NonNegative
     unknown: NonNegative
     review_proposals: NonNegative

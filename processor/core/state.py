@@ -210,28 +210,9 @@ class Group:
     # Threshold crossings as [position, outcome]: "proposed", or why no proposal was written.
     crossings: list[list[Any]] = field(default_factory=list)
 
-    def encode(self) -> bytes:
-        return orjson.dumps(
-            [
-                self.selected,
-                self.recurred,
-                self.avoided,
-                self.streak,
-                self.streak_sources,
-                self.unknown,
-                self.history,
-                self.crossings,
-            ]
-        )
-
-    @classmethod
-    def decode(cls, raw: bytes) -> "Group":
-        return cls(*orjson.loads(raw))
-
-    def copy(self) -> "Group":
-        # The lists are shared, not copied: they are never changed in place (``verdict``, ``crossed``
-        # and the ledger replace them), so the cached row they came from cannot see a later change.
-        return Group(
+    def _row(self) -> list[Any]:
+        """The fields in row order: what ``encode`` writes and ``decode`` reads back."""
+        return [
             self.selected,
             self.recurred,
             self.avoided,
@@ -240,7 +221,19 @@ class Group:
             self.unknown,
             self.history,
             self.crossings,
-        )
+        ]
+
+    def encode(self) -> bytes:
+        return orjson.dumps(self._row())
+
+    @classmethod
+    def decode(cls, raw: bytes) -> "Group":
+        return cls(*orjson.loads(raw))
+
+    def copy(self) -> "Group":
+        # The lists are shared, not copied: they are never changed in place (``verdict``, ``crossed``
+        # and the ledger replace them), so the cached row they came from cannot see a later change.
+        return Group(*self._row())
 
     def verdict(self, position: int, event: str) -> None:
         self.history = [*self.history, [position, event]][-GROUP_HISTORY:]

@@ -9,11 +9,11 @@ from typing import Final
 
 from ..core.engineconfig import EngineConfig
 from ..core.stateheader import HEADER_KEYS, ROW_LAYOUT, check_layout, check_pinned, config_of
-from ..exceptions import StateDirError
+from ..exceptions import REBUILD, StateDirError
 from ..store.base import StateStore
 from .stateformat import check_state_format
 
-NEW_STATE: Final = "rebuild it: replay the journal into a fresh --state with a fresh --out"
+NEW_STATE: Final = f"rebuild it: {REBUILD}"
 
 
 _KEEP_SETTING: Final = "use a fresh --state directory to change it"

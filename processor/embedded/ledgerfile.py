@@ -23,16 +23,14 @@ from typing import Final
 
 import orjson
 
-from ..exceptions import LedgerMismatchError, UnusableError
+from ..exceptions import REBUILD, LedgerMismatchError, UnusableError
 from ..host.printable import shown
 
 #: The ledger mark covers the last this many committed bytes.
 TAIL_BYTES: Final = 64 * 1024
 
 
-_REBUILD: Final = (
-    "restore the ledger file the state wrote, or rebuild: replay the journal into a fresh --state with a fresh --out"
-)
+_REBUILD: Final = f"restore the ledger file the state wrote, or rebuild: {REBUILD}"
 
 
 class LedgerWriteError(UnusableError):
@@ -155,8 +153,7 @@ def _rebuild(path: Path, bound: Path | None) -> str:
     if bound is None or Path(os.path.realpath(path)) == bound:
         return _REBUILD
     return (
-        f"this state is bound to its ledger {shown(bound)}: pass --out {shown(bound)} to go on, or rebuild: replay "
-        "the journal into a fresh --state with a fresh --out"
+        f"this state is bound to its ledger {shown(bound)}: pass --out {shown(bound)} to go on, or rebuild: {REBUILD}"
     )
 
 
@@ -180,8 +177,7 @@ def check_ledger(path: Path, mark: LedgerMark | None, bound: Path | None = None,
         if bound is not None and Path(os.path.realpath(path)) != bound:
             raise LedgerMismatchError(
                 f"this state is bound to its ledger {shown(bound)} ({mark.length:,} bytes written), and there is no "
-                f"{where}: pass --out {shown(bound)} to go on, or rebuild: replay the journal into a fresh --state "
-                "with a fresh --out"
+                f"{where}: pass --out {shown(bound)} to go on, or rebuild: {REBUILD}"
             )
         raise LedgerMismatchError(
             f"the ledger {where} is missing, but the state recorded {mark.length:,} bytes of it; {_REBUILD}"

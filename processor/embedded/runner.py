@@ -33,7 +33,7 @@ from typing import IO, TYPE_CHECKING, Final
 
 from ..core.engineconfig import EngineConfig
 from ..core.partitioning import Router, assign
-from ..exceptions import ConfigMismatchError, Interrupted, LedgerMismatchError, StateDirError
+from ..exceptions import REBUILD, ConfigMismatchError, Interrupted, LedgerMismatchError, StateDirError
 from ..host.journalfile import JournalPosition, JournalReader
 from ..host.printable import shown
 from ..host.stopsignals import Abandon, StopNow, StopSignals
@@ -130,7 +130,7 @@ def _open_ledger(
     if mark is None and has_engine_rows(store):
         raise LedgerMismatchError(
             "the state records no ledger mark (written by an older recurrence), so its ledger cannot be checked; "
-            "rebuild: replay the journal into a fresh --state with a fresh --out"
+            f"rebuild: {REBUILD}"
         )
     bound = store.get(LEDGER_PATH_KEY)  # the ledger the state last wrote, named when --out is another file
     cut = check_ledger(out, mark, None if bound is None else Path(os.fsdecode(bound)), created)

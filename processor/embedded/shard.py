@@ -30,7 +30,7 @@ from ..core.engine import Engine
 from ..core.engineconfig import EngineConfig
 from ..core.records import Emitted
 from ..core.state import row_cache
-from ..exceptions import StateDirError
+from ..exceptions import REBUILD, StateDirError
 from .statedir import APPLIED_KEY, Applied, Store
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ Line = tuple[int, bytes, int]
 #: (journal line number, its records) for the lines that produced any, in line order.
 Results = list[tuple[int, list[Emitted]]]
 
-_REBUILD: Final = "rebuild it: replay the journal into a fresh --state with a fresh --out"
+_REBUILD: Final = f"rebuild it: {REBUILD}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,7 +33,7 @@ import orjson
 
 from ..core.formats import STATE_FORMAT
 from ..core.stateheader import CONFIG_KEY, FORMAT_KEY, ROW_LAYOUT
-from ..exceptions import StateDirError
+from ..exceptions import REBUILD, StateDirError
 from ..host.journalfile import JournalPosition
 from ..host.printable import shown
 from ..store.rocksdb import RocksStore
@@ -78,10 +78,7 @@ class Split:
 
 
 def _refuse(root: Path, why: str) -> StateDirError:
-    return StateDirError(
-        f"cannot migrate the state {shown(root)}: {why}; rebuild it: replay the journal into a fresh --state "
-        "with a fresh --out"
-    )
+    return StateDirError(f"cannot migrate the state {shown(root)}: {why}; rebuild it: {REBUILD}")
 
 
 def _checkpoint(root: Path, store: RocksStore) -> JournalPosition | None:

@@ -46,6 +46,7 @@ from ..core.records import Emitted
 from ..core.state import row_cache
 from ..exceptions import UnusableError
 from ..host.gcpolicy import defer_full_collections
+from ..host.printable import error_line
 from ..store.rocksdb import RocksStore
 from .shard import BatchSpec, Line, Results, Shard
 from .statedir import Applied, MemoryState, PartitionStores, StateDir
@@ -135,13 +136,6 @@ def _records(plain: _Plain) -> Results:
     return [(number, [_tuple_new(Emitted, record) for record in records]) for number, records in plain]
 
 
-def _message(error: BaseException) -> str:
-    if isinstance(error, OSError) and not isinstance(error, exceptions.RecurrenceError):
-        where = f": {error.filename}" if error.filename else ""
-        return f"{error.strerror or error}{where}"
-    return str(error)
-
-
 def _run_worker(parent: int, inbox: Connection, outbox: Connection) -> None:
     """The forked child: never returns into the parent's code."""
     code = 1
@@ -153,7 +147,7 @@ def _run_worker(parent: int, inbox: Connection, outbox: Connection) -> None:
     except BaseException as error:
         with contextlib.suppress(Exception):
             mapped = exceptions.exit_code(error)
-            report = ("error", type(error).__name__, _message(error), mapped, traceback.format_exc())
+            report = ("error", type(error).__name__, error_line(error), mapped, traceback.format_exc())
             outbox.send_bytes(pickle.dumps(report, protocol=pickle.HIGHEST_PROTOCOL))
         code = 1
     finally:

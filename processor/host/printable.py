@@ -10,7 +10,8 @@ a terminal, as JSON escapes (orjson already escapes C0; DEL, C1 and the
 others pass raw), so the value a tool parses is unchanged. A backslash
 itself is left as it is: an id is shown as typed, and only characters that
 would act on the terminal are rewritten. ``escape_log_arguments`` applies the
-same to every log record's arguments; ``shown`` makes a path fit for a message.
+same to every log record's arguments; ``shown`` makes a path fit for a message,
+``error_line`` an error.
 """
 
 import logging
@@ -91,3 +92,11 @@ def shown(path: str | os.PathLike[str]) -> str:
     """A path for a message: undecodable bytes as \\xNN escapes instead of an encoding error, no control
     characters."""
     return printable(os.fsencode(path).decode("utf-8", "backslashreplace"))
+
+
+def error_line(error: BaseException) -> str:
+    """What a message says of an error: an OSError's reason and the file it names (``shown``), any other's text."""
+    if isinstance(error, OSError):
+        where = f": {shown(error.filename)}" if error.filename else ""
+        return f"{error.strerror or error}{where}"
+    return str(error)

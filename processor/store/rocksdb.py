@@ -33,7 +33,7 @@ from rocksdict import (
     WriteOptions,
 )
 
-from ..exceptions import StateDirError, StorageError
+from ..exceptions import REBUILD, StateDirError, StorageError
 
 # RocksDB's resident memory is memtables plus the block cache; both are capped
 # so a long replay's footprint stays flat. Index and filter blocks stay out of
@@ -70,10 +70,7 @@ def rocks_options(cache: Cache | None = None) -> Options:
 
 
 #: What to do about a state store that cannot be read back (the embedded runner's; the Kafka worker says its own).
-RESTORE_OR_REBUILD: Final = (
-    "restore the whole state folder from one backup, or rebuild it: replay the journal into a fresh --state with "
-    "a fresh --out"
-)
+RESTORE_OR_REBUILD: Final = f"restore the whole state folder from one backup, or rebuild it: {REBUILD}"
 
 
 def verifying_reads() -> ReadOptions:

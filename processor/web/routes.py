@@ -26,7 +26,7 @@ import hashlib
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Final, Literal, Protocol
+from typing import Any, Final, Literal, Protocol, TypeVar
 
 import orjson
 from aiohttp import web
@@ -134,6 +134,21 @@ def error_response(status: int, message: str) -> web.Response:
     return web.Response(body=error_body(shown), status=status, content_type=JSON, headers=headers)
 
 
+_T = TypeVar("_T")
+
+
+class _BadRequestError(Exception):
+    """A request's query or path refused before any work is done: a 400 (``install`` answers it)."""
+
+
+def _parsed(parse: Callable[[], _T], label: str = "") -> _T:
+    """What ``parse`` reads from the request; its ValueError as a 400 whose message starts with ``label``."""
+    try:
+        return parse()
+    except ValueError as bad:
+        raise _BadRequestError(f"{label}{bad}") from bad
+
+
 async def _answer(work: Awaitable[Any], respond: Callable[[Any], web.StreamResponse]) -> web.StreamResponse:
     """The surface's answer as a response; its refusals as their status codes."""
     try:
@@ -194,18 +209,12 @@ async def _conditional(
 
 
 async def statistics(request: web.Request, surface: Surface) -> web.StreamResponse:
-    try:
-        top = parse_top(request.query)
-    except ValueError as bad:
-        return error_response(400, str(bad))
+    top = _parsed(lambda: parse_top(request.query))
     return await _conditional(request, surface, lambda: surface.statistics(top, Ask.of(request.query)))
 
 
 async def scope_statistics(request: web.Request, surface: Surface) -> web.StreamResponse:
-    try:
-        top = parse_top(request.query)
-    except ValueError as bad:
-        return error_response(400, str(bad))
+    top = _parsed(lambda: parse_top(request.query))
     scope_id = request.match_info["scope_id"]
     return await _answer(surface.scope_statistics(scope_id, top, Ask.of(request.query)), json_response)
 
@@ -213,10 +222,7 @@ async def scope_statistics(request: web.Request, surface: Surface) -> web.Stream
 async def explain(request: web.Request, surface: Surface) -> web.StreamResponse:
     query = request.query
     ask = Ask.of(query)
-    try:
-        fmt = "json" if ask.local else explain_format(query, request.headers.get("Accept"))
-    except ValueError as bad:
-        return error_response(400, str(bad))
+    fmt = "json" if ask.local else _parsed(lambda: explain_format(query, request.headers.get("Accept")))
 
     def respond(result: dict[str, Any]) -> web.Response:
         body, content_type = explain_body(result, fmt)
@@ -239,10 +245,7 @@ async def dead_letters(request: web.Request, surface: Surface) -> web.StreamResp
 
 
 async def dead_letter_list(request: web.Request, surface: Surface) -> web.StreamResponse:
-    try:
-        limit = parse_limit(request.query)
-    except ValueError as bad:
-        return error_response(400, str(bad))
+    limit = _parsed(lambda: parse_limit(request.query))
     code = request.match_info["code"]
     return await _conditional(request, surface, lambda: surface.dead_letter_list(code, limit, Ask.of(request.query)))
 
@@ -269,19 +272,13 @@ async def progress(request: web.Request, surface: Surface) -> web.StreamResponse
 
 async def tune(request: web.Request, surface: Surface) -> web.StreamResponse:
     raw = request.query.get("thresholds")
-    try:
-        thresholds = parse_thresholds(raw) if raw else None
-    except ValueError as bad:
-        return error_response(400, f"thresholds: {bad}")
+    thresholds = _parsed(lambda: parse_thresholds(raw), "thresholds: ") if raw else None
     return await _answer(surface.tune(thresholds, Ask.of(request.query)), json_response)
 
 
 def _repair_loop(kind: str) -> Handler:
     async def handle(request: web.Request, surface: Surface) -> web.StreamResponse:
-        try:
-            query = RepairQuery.of(kind, request.match_info.get("artifact"), request.query)
-        except ValueError as bad:
-            return error_response(400, str(bad))
+        query = _parsed(lambda: RepairQuery.of(kind, request.match_info.get("artifact"), request.query))
         scope_id = request.match_info["scope_id"]
 
         def respond(body: dict[str, Any]) -> web.StreamResponse:
@@ -411,7 +408,10 @@ def install(app: web.Application, surface: Surface, access: Access) -> None:
 
         def bound(route: Route = route) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
             async def handle(request: web.Request) -> web.StreamResponse:
-                return await route.handler(request, surface)
+                try:
+                    return await route.handler(request, surface)
+                except _BadRequestError as bad:
+                    return error_response(400, str(bad))
 
             setattr(handle, ROUTE_KEY, route)
             return handle

@@ -19,7 +19,7 @@ from aiokafka import TopicPartition
 
 from ..settings import KafkaConnection
 from .brokers import bounded, committed_reader, require_topics, started
-from .dump import _NO_SOURCE, _source, record_id
+from .dump import _NO_SOURCE, _source, fetched_below, record_id
 from .faustcompat import kafka_client
 
 Order = tuple[int, ...]
@@ -57,14 +57,10 @@ class DeadLetterFeed:
             for tp in remaining:
                 consumer.seek(tp, self.positions.get(tp.partition, 0))
             while remaining:
-                batches: dict[TopicPartition, list[Any]] = await consumer.getmany(*remaining, timeout_ms=1000)
-                for tp, messages in batches.items():
-                    for message in messages:
-                        if message.offset >= ends[tp]:
-                            continue
-                        self.read_records += 1
-                        order = (*(_source(message.headers) or _NO_SOURCE), tp.partition, message.offset)
-                        self._fold(order, record_id(message.value, message.headers), orjson.loads(message.value))
+                for tp, message in await fetched_below(consumer, remaining, ends):
+                    self.read_records += 1
+                    order = (*(_source(message.headers) or _NO_SOURCE), tp.partition, message.offset)
+                    self._fold(order, record_id(message.value, message.headers), orjson.loads(message.value))
                 for tp in remaining:
                     self.positions[tp.partition] = min(ends[tp], await consumer.position(tp))
                 remaining = [tp for tp in remaining if self.positions[tp.partition] < ends[tp]]

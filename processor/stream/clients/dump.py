@@ -29,7 +29,7 @@ order above apply to the records read.
 import asyncio
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -88,6 +88,15 @@ def record_id(value: bytes, headers: Sequence[tuple[str, bytes]] | None = None) 
         if name == ID_HEADER:
             return raw.decode()
     return derived_record_id(value)
+
+
+async def fetched_below(
+    consumer: AIOKafkaConsumer, partitions: Collection[TopicPartition], ends: Mapping[TopicPartition, int]
+) -> list[tuple[TopicPartition, Any]]:
+    """One fetch from ``partitions``: its records below ``ends``, the end offsets a read found at its
+    start (what lies past them belongs to a later read)."""
+    batches: dict[TopicPartition, list[Any]] = await consumer.getmany(*partitions, timeout_ms=1000)
+    return [(tp, message) for tp, messages in batches.items() for message in messages if message.offset < ends[tp]]
 
 
 def _source(headers: Sequence[tuple[str, bytes]] | None) -> tuple[int, int, int] | None:
@@ -186,17 +195,13 @@ class OutputReader:
             if await consumer.position(tp) >= ends[tp]:
                 remaining.discard(tp)
         while remaining:
-            batches: dict[TopicPartition, list[Any]] = await consumer.getmany(*remaining, timeout_ms=1000)
-            for tp, messages in batches.items():
-                for message in messages:
-                    if message.offset >= ends[tp]:
-                        continue
-                    order, ident, dumped = self._keep(tp, message)
-                    seen = best.get(ident)
-                    if not self.dedupe:
-                        kept.append((order, dumped))
-                    elif seen is None or order < seen[0]:
-                        best[ident] = (order, dumped)
+            for tp, message in await fetched_below(consumer, remaining, ends):
+                order, ident, dumped = self._keep(tp, message)
+                seen = best.get(ident)
+                if not self.dedupe:
+                    kept.append((order, dumped))
+                elif seen is None or order < seen[0]:
+                    best[ident] = (order, dumped)
             for tp in list(remaining):
                 if await consumer.position(tp) >= ends[tp]:
                     remaining.discard(tp)

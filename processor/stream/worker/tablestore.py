@@ -49,6 +49,8 @@ from ..batch.types import ChangelogRecord
 from ..clients.faustcompat import open_databases
 
 OFFSET_KEY = faust_rocksdb.Store.offset_key
+#: Faust's key and value decoders, handed to ``apply_changelog_batch`` (change sets are decoded here).
+Convert = Callable[[Any], Any]
 log = logging.getLogger("recurrence.stream")
 
 
@@ -208,12 +210,7 @@ class ChangeSetRocksStore(faust_rocksdb.Store):
         raw = self._db_for_partition(partition).get(OFFSET_KEY)
         return None if raw is None else int(raw)
 
-    def apply_changelog_batch(
-        self,
-        batch: Iterable[Any],
-        to_key: Callable[[Any], Any],
-        to_value: Callable[[Any], Any],
-    ) -> None:
+    def apply_changelog_batch(self, batch: Iterable[Any], to_key: Convert, to_value: Convert) -> None:
         """Recovery and standby replicas: expand change sets, one write batch per partition."""
         by_partition: dict[int, list[ChangelogRecord]] = {}
         for event in batch:
@@ -285,12 +282,7 @@ class ChangeSetMemoryStore(faust_memory.Store[bytes, bytes]):
     def changelog_offset(self, partition: int) -> int | None:
         return self._offsets.get(partition)
 
-    def apply_changelog_batch(
-        self,
-        batch: Iterable[Any],
-        to_key: Callable[[Any], Any],
-        to_value: Callable[[Any], Any],
-    ) -> None:
+    def apply_changelog_batch(self, batch: Iterable[Any], to_key: Convert, to_value: Convert) -> None:
         for event in batch:
             message = event.message
             self.apply_changelog(message.partition, [(message.offset, message.key, message.value)])
