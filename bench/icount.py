@@ -29,6 +29,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from devkit.localrun import replay_command
+
 PYTHON = sys.executable
 BENCH = Path(__file__).resolve().parent
 _COLLECTED = re.compile(rb"Collected : (\d+)")
@@ -68,20 +70,9 @@ def counted_with_state(argv: Sequence[str], state: Path) -> int:
 
 def replay_count(journal: Path, workdir: Path) -> int:
     state = workdir / f"state-{journal.stem}"
+    cli = [PYTHON, "-m", "recurrence_ledger.processor.cli"]
     return counted_with_state(
-        [
-            PYTHON,
-            "-m",
-            "recurrence_ledger.processor.cli",
-            "replay",
-            str(journal),
-            "--state",
-            str(state),
-            "--out",
-            str(workdir / f"ledger-{journal.stem}.jsonl"),
-            "--jobs",
-            "1",
-        ],
+        replay_command(journal, state, workdir / f"ledger-{journal.stem}.jsonl", "--jobs", "1", command=cli),
         state,
     )
 

@@ -49,7 +49,7 @@ from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
-from devkit.localrun import free_port, recurrence_command, wait_for
+from devkit.localrun import chromium_arguments, recurrence_command, serve_process
 from recurrence_ledger.processor.synthetic import JournalSpec, write
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -163,13 +163,7 @@ def expected_numbers(stats: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
 def browser(width: int = 1400, height: int = 1300) -> Any:
     options = webdriver.ChromeOptions()
     options.binary_location = shutil.which("chromium") or "chromium"
-    for argument in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-dev-shm-usage",
-        "--disable-gpu",
-        f"--window-size={width},{height}",
-    ):
+    for argument in chromium_arguments(width, height):
         options.add_argument(argument)
     return webdriver.Chrome(service=Service(shutil.which("chromedriver") or "chromedriver"), options=options)
 
@@ -227,16 +221,9 @@ def copy_of(base: tuple[Path, Path], work: Path, name: str) -> tuple[Path, Path]
 
 def followed(journal: Path, state: Path, ledger: Path, total: int, resumed: int, shots: Path | None) -> dict[str, Any]:
     """The resumed replay with serve and the page following it; what each saw and when."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen(
-        [*recurrence_command(), "serve", "--state", str(state), "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    url, server = serve_process(state, stderr=subprocess.DEVNULL, timeout=60)
     driver = None
     try:
-        wait_for(lambda: server.poll() is None and _answers(url), 60, 0.1, "serve")
         driver = browser()
         page = driver
 
@@ -373,13 +360,6 @@ def main() -> int:
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
     return 0
-
-
-def _answers(url: str) -> bool:
-    try:
-        return get(url + "/livez") is not None
-    except OSError:
-        return False
 
 
 if __name__ == "__main__":

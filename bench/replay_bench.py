@@ -39,6 +39,8 @@ import orjson
 from benchdoc import update_doc  # bench/ is the script's directory, so first on sys.path
 from proccpu import cpu_seconds
 
+from devkit.localrun import replay_command
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 PYTHON = sys.executable
@@ -121,19 +123,9 @@ def replay_once(journal: Path, workdir: Path, tag: str) -> tuple[float, float, P
     from opening the journal to the last commit, without the interpreter's start-up)."""
     state, ledger = workdir / f"state-{tag}", workdir / f"ledger-{tag}.jsonl"
     subprocess.run(["rm", "-rf", str(state), str(ledger)], check=True)
-    seconds, rss, stderr = timed_child(
-        module(
-            "recurrence_ledger.processor.cli",
-            "replay",
-            str(journal),
-            "--state",
-            str(state),
-            "--out",
-            str(ledger),
-            "--jobs",
-            "1",
-        )  # one process: what an entry costs (bench/jobs_bench.py for --jobs N)
-    )
+    # One process: what an entry costs (bench/jobs_bench.py for --jobs N).
+    cli = module("recurrence_ledger.processor.cli")
+    seconds, rss, stderr = timed_child(replay_command(journal, state, ledger, "--jobs", "1", command=cli))
     found = re.search(rb"entries in ([0-9.]+)s", stderr)
     return seconds, rss, ledger, float(found.group(1)) if found else seconds
 

@@ -36,10 +36,10 @@ from recurrence_ledger.processor.stream.clients.dump import DumpSummary, read_re
 from recurrence_ledger.processor.stream.clients.faustcompat import kafka_client
 from recurrence_ledger.processor.stream.clients.status import GroupProgress, group_progress
 from recurrence_ledger.processor.stream.settings import KafkaConnection
-from recurrence_ledger.processor.verify import Comparison, compare
+from recurrence_ledger.processor.verify import Comparison, compare, distinct
 from recurrence_ledger.topics.names import TopicNames, topic_names
 
-from .localrun import free_port, recurrence_command, wait_for
+from .localrun import free_port, recurrence_command, run_recurrence, wait_for
 from .oracle import Oracle
 from .releases import Release
 
@@ -262,15 +262,7 @@ class Deployment:
         return KafkaConnection(bootstrap_servers=self.bootstrap)
 
     def run(self, *args: str, check: bool = True, timeout: float = 600.0) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run(
-            [*recurrence_command(), *args],
-            check=False,
-            env=self.env(),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            cwd=self.workdir,
-        )
+        result = run_recurrence(*args, timeout=timeout, env=self.env(), cwd=self.workdir)
         if check and result.returncode != 0:
             raise AssertionError(f"recurrence {' '.join(args)} exited {result.returncode}:\n{result.stderr[-3000:]}")
         return result
@@ -295,6 +287,17 @@ class Deployment:
         return Worker(self, name, free_port(), self.workdir / f"{self.prefix}-{name}-data", extra, release=release)
 
     # -- what the group has done
+
+    def two_workers_through(self, journal: Path, records: int) -> list[Worker]:
+        """Topics applied, workers w1 and w2 owning every partition between them, ``journal`` published, and
+        the output topics holding ``records`` distinct records, on a stable split: the two workers."""
+        self.apply_topics()
+        workers = [self.worker("w1").start(), self.worker("w2").start()]
+        wait_for(lambda: owned_partitions(workers, self.partitions), 120, 0.2, "both workers to own partitions")
+        self.publish(journal)
+        wait_for(lambda: len(distinct(self.outputs())) == records, 180, 0.5, "every output record")
+        wait_for(lambda: owned_partitions(workers, self.partitions), 60, 0.2, "a stable split")
+        return workers
 
     def progress(self) -> GroupProgress:
         """Committed offsets against end offsets for every input of the group: the journal, then the

@@ -3,8 +3,10 @@
 A broker is ``KAFKA_BOOTSTRAP_SERVERS`` when set, else the project's
 single-node KRaft broker (``deploy/kafka/kafka.sh``), stopped at the end only
 if it was started here. ``recurrence_command`` runs the installed CLI (or the
-module when no script is installed), ``free_port`` finds a port on 127.0.0.1,
-``wait_for`` polls a condition with a deadline.
+module when no script is installed; ``run_recurrence`` runs it once), ``replay_command`` is a replay's command line,
+``serve_process`` starts ``recurrence serve`` and waits until it answers, ``free_port`` finds
+a port on 127.0.0.1, ``wait_for`` polls a condition with a deadline,
+``chromium_arguments`` are the headless browser's switches of the page tests and benchmark.
 """
 
 import os
@@ -12,7 +14,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+import urllib.request
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -26,11 +29,58 @@ def recurrence_command() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "recurrence_ledger.processor.cli"]
 
 
+def run_recurrence(*args: str, timeout: float, **options: Any) -> "subprocess.CompletedProcess[str]":
+    """``recurrence ARGS`` with its output captured as text; never raises on its exit code (``options``: the
+    rest of ``subprocess.run``'s, e.g. ``env``, ``cwd``)."""
+    command = [*recurrence_command(), *args]
+    return subprocess.run(command, check=False, capture_output=True, text=True, timeout=timeout, **options)
+
+
+def replay_command(
+    journal: str | Path, state: str | Path, out: str | Path, *extra: str, command: Sequence[str] = ()
+) -> list[str]:
+    """``recurrence replay JOURNAL --state STATE --out OUT EXTRA...``, through ``command`` when given (a
+    module run, a probe around it), else ``recurrence_command()``."""
+    head = list(command) or recurrence_command()
+    return [*head, "replay", str(journal), "--state", str(state), "--out", str(out), *extra]
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+def serve_process(
+    state: str | Path, stderr: int = subprocess.PIPE, timeout: float = 30
+) -> tuple[str, "subprocess.Popen[bytes]"]:
+    """``recurrence serve --state STATE`` on a free port, once ``/livez`` answers 200: its URL and process."""
+    port = free_port()
+    command = [*recurrence_command(), "serve", "--state", str(state), "--port", str(port)]
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
+    url = f"http://127.0.0.1:{port}"
+
+    def answers() -> bool:
+        try:
+            with urllib.request.urlopen(url + "/livez", timeout=2) as response:
+                return bool(response.status == 200)
+        except OSError:
+            return False
+
+    wait_for(lambda: server.poll() is None and answers(), timeout, 0.1, "recurrence serve")
+    return url, server
+
+
+def chromium_arguments(width: int, height: int) -> list[str]:
+    """Headless, no sandbox (a container), no GPU, the window size the page is measured at."""
+    return [
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        f"--window-size={width},{height}",
+    ]
 
 
 def wait_for(condition: Callable[[], Any], timeout: float, interval: float = 0.25, what: str = "condition") -> Any:

@@ -53,8 +53,9 @@ def admin(broker: SecureBroker) -> AdminClient:
     )
 
 
-def binding(acl: Mapping[str, str]) -> AclBinding:
-    return AclBinding(
+def _fields(acl: Mapping[str, str]) -> tuple[Any, ...]:
+    """An ACL's JSON form as the seven arguments of confluent_kafka's ``AclBinding`` (and its filter)."""
+    return (
         _RESOURCE_TYPES[acl["resource_type"]],
         acl["resource_name"],
         ResourcePatternType[acl["pattern_type"]],
@@ -63,6 +64,10 @@ def binding(acl: Mapping[str, str]) -> AclBinding:
         AclOperation[acl["operation"]],
         AclPermissionType[acl["permission"]],
     )
+
+
+def binding(acl: Mapping[str, str]) -> AclBinding:
+    return AclBinding(*_fields(acl))
 
 
 def as_json(found: AclBinding) -> dict[str, str]:
@@ -95,15 +100,7 @@ def held(broker: SecureBroker, principal: str) -> list[dict[str, str]]:
 
 def revoke(broker: SecureBroker, acl: Mapping[str, str]) -> None:
     client = admin(broker)
-    exact = AclBindingFilter(
-        _RESOURCE_TYPES[acl["resource_type"]],
-        acl["resource_name"],
-        ResourcePatternType[acl["pattern_type"]],
-        acl["principal"],
-        acl["host"],
-        AclOperation[acl["operation"]],
-        AclPermissionType[acl["permission"]],
-    )
+    exact = AclBindingFilter(*_fields(acl))
     for future in client.delete_acls([exact]).values():
         assert future.result(timeout=_TIMEOUT), f"no ACL deleted for {acl}"
 

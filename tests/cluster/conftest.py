@@ -20,7 +20,7 @@ from typing import Final, TypeVar
 import pytest
 
 from devkit.deployment import Deployment
-from devkit.localrun import recurrence_command
+from devkit.localrun import run_recurrence
 from devkit.topologies import ClusterBroker, SecureBroker
 
 #: The secured node's SCRAM users besides ``admin``: one or more per test.
@@ -78,15 +78,9 @@ class SecuredDeployment:
         env: Mapping[str, str] | None = None,
     ) -> subprocess.CompletedProcess[str]:
         """``recurrence ARGS`` as ``user`` (its SCRAM credentials, the CA): never raises on its exit code."""
-        return subprocess.run(
-            [*recurrence_command(), *args],
-            check=False,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            cwd=self.deployment.workdir,
-            env={**self.deployment.env(), "RECURRENCE_CONFIG": str(self.broker.config(user)), **(env or {})},
-        )
+        config = {"RECURRENCE_CONFIG": str(self.broker.config(user))}
+        env = {**self.deployment.env(), **config, **(env or {})}
+        return run_recurrence(*args, timeout=timeout, cwd=self.deployment.workdir, env=env)
 
 
 @pytest.fixture

@@ -7,9 +7,7 @@ SIGXFSZ). The rerun, without the fault, must leave exactly the ledger an
 uninterrupted run writes, byte for byte, and the same statistics.
 """
 
-import resource
 from collections import Counter
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +21,7 @@ from tests.support.embedded_cli import (
     Target,
     When,
     call_counts,
+    file_size_limit,
     hook_env,
     journal,
     one_line,
@@ -125,19 +124,12 @@ def test_kill_9_at_every_durability_point_of_a_batch_is_repaired_by_the_rerun(
     assert not failures
 
 
-def _file_size_limit(limit: int) -> Callable[[], None]:
-    def apply() -> None:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-
-    return apply
-
-
 @pytest.mark.parametrize(("batch", "limit"), [("1000", 60_000), ("100", 120_000)], ids=["first-batch", "middle-batch"])
 def test_ledger_disk_full_exits_2_with_one_line_and_the_rerun_completes_the_exact_ledger(
     clean: Clean, tmp_path: Path, batch: str, limit: int
 ) -> None:
     state, out = tmp_path / "state", tmp_path / "ledger.jsonl"
-    full = replay(clean.journal, state, out, "--batch", batch, preexec_fn=_file_size_limit(limit))
+    full = replay(clean.journal, state, out, "--batch", batch, preexec_fn=file_size_limit(limit))
     assert full.returncode == 2
     line = one_line(full.stderr)
     assert f"cannot write the ledger {out}: File too large" in line and "run again" in line
@@ -190,7 +182,7 @@ def test_state_disk_full_exits_2_with_one_line_naming_the_state_and_the_rerun_co
     empty = tmp_path / "empty.jsonl"
     empty.write_bytes(b"")
     assert replay(empty, state, out).returncode == 0  # RocksDB's own files exist before the limit
-    full = replay(path, state, out, preexec_fn=_file_size_limit(200_000))
+    full = replay(path, state, out, preexec_fn=file_size_limit(200_000))
     assert full.returncode == 2
     line = one_line(full.stderr)
     assert "cannot write the state" in line and str(state) in line and "run again" in line

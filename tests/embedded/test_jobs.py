@@ -9,7 +9,6 @@ SIGKILL of the coordinator or of one worker at a chosen call, then a rerun.
 """
 
 import os
-import resource
 import time
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ from recurrence_ledger.processor.embedded.statedir import MemoryState, StateView
 from recurrence_ledger.processor.store.rocksdb import RocksStore
 from recurrence_ledger.processor.synthetic import JournalSpec, generate
 from recurrence_ledger.schemas.journal import JOURNAL_ENTRY
-from tests.support.embedded_cli import Hook, cli, hook_env, one_line, replay, stats
+from tests.support.embedded_cli import Hook, cli, file_size_limit, hook_env, one_line, replay, stats
 
 
 def _journal(path: Path, entries: int, scopes: int, seed: int) -> Path:
@@ -308,13 +307,6 @@ def test_murmur2_is_kafkas() -> None:
         assert murmur2(data) == reference(data)
 
 
-def _file_size_limit(limit: int) -> Any:
-    def apply() -> None:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-
-    return apply
-
-
 @pytest.mark.parametrize("limit", [60_000, 150_000])
 def test_a_full_disk_under_jobs_exits_2_with_one_line_and_the_rerun_is_byte_identical(
     crash_journal: tuple[Path, tuple[bytes, Any, bytes]], tmp_path: Path, limit: int
@@ -322,7 +314,7 @@ def test_a_full_disk_under_jobs_exits_2_with_one_line_and_the_rerun_is_byte_iden
     """``RLIMIT_FSIZE`` holds for the workers too: the ledger, the main store or a partition fills first."""
     journal, clean = crash_journal
     state, out = tmp_path / "state", tmp_path / "ledger.jsonl"
-    full = replay(journal, state, out, "--jobs", "2", "--batch", "40", preexec_fn=_file_size_limit(limit))
+    full = replay(journal, state, out, "--jobs", "2", "--batch", "40", preexec_fn=file_size_limit(limit))
     assert full.returncode == 2, full.stderr
     line = one_line(full.stderr)
     assert "run again" in line and "File too large" in line

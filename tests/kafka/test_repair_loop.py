@@ -13,8 +13,8 @@ from typing import Any
 import orjson
 import pytest
 
-from devkit.deployment import Deployment, Worker, owned_partitions, write_journal
-from devkit.localrun import REPO, wait_for
+from devkit.deployment import Deployment, Worker, write_journal
+from devkit.localrun import REPO
 from recurrence_ledger.processor import repairloop
 from recurrence_ledger.processor.core.retirement import RetirementRules
 from recurrence_ledger.processor.core.state import State
@@ -22,7 +22,6 @@ from recurrence_ledger.processor.embedded.runner import replay
 from recurrence_ledger.processor.embedded.statedir import MemoryState
 from recurrence_ledger.processor.store.base import StateStore, Transaction
 from recurrence_ledger.processor.synthetic import JournalSpec, generate
-from recurrence_ledger.processor.verify import distinct
 
 EXAMPLE = REPO / "examples" / "repair-loop.jsonl"
 
@@ -39,14 +38,7 @@ def running(
     replay(str(journal), state, ledger)
     deployment = Deployment(kafka_bootstrap, work)
     try:
-        deployment.apply_topics()
-        workers = [deployment.worker("w1").start(), deployment.worker("w2").start()]
-        wait_for(lambda: owned_partitions(workers, deployment.partitions), 120, 0.2, "both workers to own partitions")
-        deployment.publish(journal)
-        expected = len(ledger.read_bytes().splitlines())
-        wait_for(lambda: len(distinct(deployment.outputs())) == expected, 180, 0.5, "every output record")
-        wait_for(lambda: owned_partitions(workers, deployment.partitions), 60, 0.2, "a stable split")
-        yield workers, state.view()
+        yield deployment.two_workers_through(journal, len(ledger.read_bytes().splitlines())), state.view()
     finally:
         deployment.close()
 

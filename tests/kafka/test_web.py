@@ -43,15 +43,8 @@ from recurrence_ledger.processor.verify import distinct
 from recurrence_ledger.processor.web.webtoken import TOKEN_ENV
 from recurrence_ledger.schemas.constants import DEFAULT_PATTERN_SCOPES
 from recurrence_ledger.schemas.readsurface import DeadLetterListing, Explanation, PatternSuggestions, ThresholdWhatIf
+from tests.support import browser
 from tests.support.apicheck import failures
-from tests.support.browser import (
-    SCREENSHOTS,
-    expected_pattern_rows,
-    expected_readings,
-    expected_tune,
-    page_readings,
-    tune_readings,
-)
 from tests.support.hostile import TOKEN, check_hostile_requests, check_token_guard, report, request
 
 EXAMPLE = REPO / "examples" / "rfc-minimum.jsonl"
@@ -87,13 +80,7 @@ def cluster(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> I
     deployment = Deployment(kafka_bootstrap, work)
     deployment.extra_env[TOKEN_ENV] = TOKEN
     try:
-        deployment.apply_topics()
-        workers = [deployment.worker("w1").start(), deployment.worker("w2").start()]
-        wait_for(lambda: owned_partitions(workers, deployment.partitions), 120, 0.2, "both workers to own partitions")
-        deployment.publish(journal)
-        expected = len(ledger.read_bytes().splitlines())
-        wait_for(lambda: len(distinct(deployment.outputs())) == expected, 180, 0.5, "every output record")
-        wait_for(lambda: owned_partitions(workers, deployment.partitions), 60, 0.2, "a stable split")
+        workers = deployment.two_workers_through(journal, len(ledger.read_bytes().splitlines()))
         yield Cluster(deployment, workers, store, ledger, journal)
     finally:
         deployment.close()
@@ -220,15 +207,15 @@ def test_the_worker_page_shows_what_statistics_say(cluster: Cluster) -> None:
     worker = cluster.workers[1]
     patterns = _embedded_patterns(cluster)
     # The token in the URL's fragment (never sent to the server): the page takes it, and drops it from the address.
-    shown = page_readings(f"{worker.url}/ui#token={TOKEN}", SCREENSHOTS / "ui-worker.png")
+    shown = browser.page_readings(f"{worker.url}/ui#token={TOKEN}", browser.SCREENSHOTS / "ui-worker.png")
     assert "token" not in shown["address"] and not shown["csp_violations"], shown["csp_violations"]
     status, served = worker.get_json("/statistics?top=50")
     assert status == 200
-    want = expected_readings(served)
-    assert want == expected_readings(statistics(cluster.store, None, 50))  # = `recurrence stats --top 50`
+    want = browser.expected_readings(served)
+    assert want == browser.expected_readings(statistics(cluster.store, None, 50))  # = `recurrence stats --top 50`
     assert shown["scopes"] == want["scopes"] and shown["totals"] == want["totals"]
     assert shown["dead_letters"] == dict(Counter(r["error"] for r in cluster.records if r["record"] == "dead_letter"))
-    assert list(shown["pattern_rows"].items()) == list(expected_pattern_rows(patterns).items())
+    assert list(shown["pattern_rows"].items()) == list(browser.expected_pattern_rows(patterns).items())
     assert shown["explanation"].startswith("revision ")
     # Its own partitions, their positions and lag, and its readiness, as /progress says.
     status, progress = worker.get_json("/progress")
@@ -266,10 +253,10 @@ def test_tune_on_either_worker_is_recurrence_tune_of_the_journal(cluster: Cluste
 @pytest.mark.browser
 def test_the_worker_page_draws_the_tune_chart(cluster: Cluster) -> None:
     worker = cluster.workers[0]
-    shown = tune_readings(f"{worker.url}/ui#token={TOKEN}", SCREENSHOTS / "tune-chart-worker.png")
+    shown = browser.tune_readings(f"{worker.url}/ui#token={TOKEN}", browser.SCREENSHOTS / "tune-chart-worker.png")
     status, body = worker.get_json("/tune")
     assert status == 200
-    want = expected_tune(body)
+    want = browser.expected_tune(body)
     assert shown["bars"] == want["bars"] and shown["table"] == want["table"]
     assert shown["marked"] == want["marked"] == [3]
 

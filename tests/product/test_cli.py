@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from devkit.localrun import replay_command
 from recurrence_ledger import __version__
 from recurrence_ledger.processor.cli import build_parser, main
 from recurrence_ledger.processor.core.formats import OLDEST_STATE_FORMAT, ROW_LAYOUT, STATE_FORMAT
@@ -27,10 +28,13 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "rfc-minimum.jsonl"
 EXPECTED = json.loads((ROOT / "examples" / "rfc-minimum.expected-stats.json").read_text())
 
+#: The command line as a module run (not the installed script).
+CLI = [sys.executable, "-m", "recurrence_ledger.processor.cli"]
+
 
 def stats(state: Path, *extra: str) -> Any:
     done = subprocess.run(
-        [sys.executable, "-m", "recurrence_ledger.processor.cli", "stats", "--state", str(state), *extra],
+        [*CLI, "stats", "--state", str(state), *extra],
         capture_output=True,
         check=True,
         text=True,
@@ -41,23 +45,8 @@ def stats(state: Path, *extra: str) -> Any:
 def replay(
     journal: Path | str, state: Path, out: Path, *extra: str, stdin: bytes | None = None
 ) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "recurrence_ledger.processor.cli",
-            "replay",
-            str(journal),
-            "--state",
-            str(state),
-            "--out",
-            str(out),
-            *extra,
-        ],
-        capture_output=True,
-        input=stdin,
-        check=False,
-    )
+    argv = replay_command(journal, state, out, *extra, command=CLI)
+    return subprocess.run(argv, capture_output=True, input=stdin, check=False)
 
 
 def test_rfc_minimum_example_end_to_end(tmp_path: Path) -> None:
@@ -107,16 +96,7 @@ def test_stats_scope_and_top(tmp_path: Path) -> None:
     # A misspelled scope is not an empty answer: one line naming the nearest scopes, exit 2, nothing on stdout.
     for scope, hint in (("rfc-minimun", "did you mean 'rfc-minimum'?"), ("nobody", "1 scope: recurrence stats")):
         done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "recurrence_ledger.processor.cli",
-                "stats",
-                "--state",
-                str(tmp_path / "s"),
-                "--scope",
-                scope,
-            ],
+            [*CLI, "stats", "--state", str(tmp_path / "s"), "--scope", scope],
             capture_output=True,
             text=True,
             check=False,
@@ -167,16 +147,7 @@ def test_stats_json_on_a_terminal_names_the_table(tmp_path: Path) -> None:
     write(JournalSpec(entries=300, scopes=3, seed=5), str(journal))
     assert replay(journal, tmp_path / "s", tmp_path / "l.jsonl").returncode == 0
     # --top 0: a short answer, well within what the terminal holds unread
-    command = [
-        sys.executable,
-        "-m",
-        "recurrence_ledger.processor.cli",
-        "stats",
-        "--state",
-        str(tmp_path / "s"),
-        "--top",
-        "0",
-    ]
+    command = [*CLI, "stats", "--state", str(tmp_path / "s"), "--top", "0"]
     piped = subprocess.run(command, capture_output=True, text=True, check=True)
     assert piped.stderr == ""  # what a suite reads: the JSON alone
     leader, follower = pty.openpty()
@@ -249,16 +220,7 @@ def test_dead_letters_do_not_fail_the_run(tmp_path: Path) -> None:
 def test_generate_is_seeded_and_replayable(tmp_path: Path) -> None:
     def generated(seed: int) -> bytes:
         return subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "recurrence_ledger.processor.cli",
-                "generate",
-                "--entries",
-                "300",
-                "--seed",
-                str(seed),
-            ],
+            [*CLI, "generate", "--entries", "300", "--seed", str(seed)],
             capture_output=True,
             check=True,
         ).stdout
@@ -290,12 +252,7 @@ def test_verbose_is_accepted_before_or_after_the_subcommand(tmp_path: Path, wher
     journal.write_bytes(b"{broken\n")
     args = ["replay", str(journal), "--state", str(tmp_path / "s"), "--out", str(tmp_path / "l.jsonl")]
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "recurrence_ledger.processor.cli",
-            *(["-v", *args] if where == "before" else [*args, "-v"]),
-        ],
+        [*CLI, *(["-v", *args] if where == "before" else [*args, "-v"])],
         capture_output=True,
         check=False,
     )
@@ -319,20 +276,7 @@ def test_every_flag_has_help(name: str) -> None:
 
 def test_generate_experiences_per_scope_bounds_the_working_set() -> None:
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "recurrence_ledger.processor.cli",
-            "generate",
-            "--entries",
-            "400",
-            "--scopes",
-            "2",
-            "--seed",
-            "4",
-            "--experiences-per-scope",
-            "3",
-        ],
+        [*CLI, "generate", "--entries", "400", "--scopes", "2", "--seed", "4", "--experiences-per-scope", "3"],
         capture_output=True,
         check=True,
     )
@@ -348,23 +292,9 @@ def test_generate_experiences_per_scope_bounds_the_working_set() -> None:
 
 def test_generate_recent_window_cites_only_recent_entries() -> None:
     window = 5
+    spec_flags = ["--entries", "3000", "--scopes", "2", "--seed", "5", "--experiences-per-scope", "3"]
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "recurrence_ledger.processor.cli",
-            "generate",
-            "--entries",
-            "3000",
-            "--scopes",
-            "2",
-            "--seed",
-            "5",
-            "--experiences-per-scope",
-            "3",
-            "--recent-window",
-            str(window),
-        ],
+        [*CLI, "generate", *spec_flags, "--recent-window", str(window)],
         capture_output=True,
         check=True,
     )

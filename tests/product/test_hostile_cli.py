@@ -20,7 +20,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from devkit.localrun import recurrence_command
+from devkit.localrun import run_recurrence
 from recurrence_ledger.processor.embedded.ledgerfile import TAIL_BYTES
 from recurrence_ledger.processor.embedded.reading import open_state
 from recurrence_ledger.processor.synthetic import JournalSpec, generate
@@ -40,15 +40,7 @@ def _limited() -> None:
 
 
 def run(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*recurrence_command(), *args],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        preexec_fn=_limited,
-        env={**os.environ, **(env or {})},
-    )
+    return run_recurrence(*args, timeout=timeout, preexec_fn=_limited, env={**os.environ, **(env or {})})
 
 
 def refused(result: subprocess.CompletedProcess[str], *said: str) -> None:

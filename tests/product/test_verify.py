@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from devkit.deployment import write_journal
-from devkit.localrun import recurrence_command
+from devkit.localrun import recurrence_command, run_recurrence
 from devkit.oracle import Oracle
 from recurrence_ledger.processor.core.records import dead_letter
 from recurrence_ledger.processor.synthetic import JournalSpec, generate
@@ -172,23 +172,7 @@ def test_what_is_not_a_dump_is_refused_in_one_line(
 
 
 def test_a_missing_file_and_two_stdins_are_refused_in_one_line(tmp_path: Path) -> None:
-    missing = subprocess.run(
-        [*recurrence_command(), "verify", "--ledger", "nope.jsonl", "--outputs", "-"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        input="",
-    )
+    missing = run_recurrence("verify", "--ledger", "nope.jsonl", "--outputs", "-", timeout=60, cwd=tmp_path, input="")
     assert missing.returncode == 2 and "cannot read --ledger nope.jsonl" in missing.stderr
-    both = subprocess.run(
-        [*recurrence_command(), "verify", "--ledger", "-", "--outputs", "-"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        input="",
-    )
+    both = run_recurrence("verify", "--ledger", "-", "--outputs", "-", timeout=60, cwd=tmp_path, input="")
     assert both.returncode == 2 and len(both.stderr.strip().splitlines()) == 1

@@ -292,40 +292,44 @@ def test_the_list_names_every_override_and_private_call_of_the_product_and_nothi
     assert sorted(listed - found) == [], "listed in faustcompat.MEMBERS but no longer used"
 
 
-def test_no_other_module_names_a_private_attribute_by_string() -> None:
-    # ruff's SLF rule sees ``x._y``; ``getattr(x, "_y")`` would slip past it.
+def _outside_compat(offends: Callable[[ast.AST], bool]) -> list[str]:
+    """Where a product module other than ``faustcompat`` has a node ``offends`` picks (path:line)."""
     offenders = []
     for path in (ROOT / "processor").rglob("*.py"):
         if path.relative_to(ROOT).as_posix() == COMPAT_MODULE:
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Name)
-                and node.func.id in ("getattr", "setattr", "hasattr", "delattr")
-                and len(node.args) > 1
-                and isinstance(node.args[1], ast.Constant)
-                and str(node.args[1].value).startswith("_")
-            ):
-                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
-    assert offenders == []
+            if offends(node):
+                offenders.append(f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 0)}")
+    return offenders
+
+
+def test_no_other_module_names_a_private_attribute_by_string() -> None:
+    # ruff's SLF rule sees ``x._y``; ``getattr(x, "_y")`` would slip past it.
+    def offends(node: ast.AST) -> bool:
+        return (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "setattr", "hasattr", "delattr")
+            and len(node.args) > 1
+            and isinstance(node.args[1], ast.Constant)
+            and str(node.args[1].value).startswith("_")
+        )
+
+    assert _outside_compat(offends) == []
 
 
 def test_no_other_module_imports_a_private_name_of_a_library() -> None:
     # ``from faust.web.base import _BPList`` is a private member too, and ruff's SLF rule does not see imports.
-    offenders = []
-    for path in (ROOT / "processor").rglob("*.py"):
-        if path.relative_to(ROOT).as_posix() == COMPAT_MODULE:
-            continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if (
-                isinstance(node, ast.ImportFrom)
-                and not node.level
-                and (node.module or "").split(".")[0] in LIBRARIES
-                and any(alias.name.startswith("_") for alias in node.names)
-            ):
-                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
-    assert offenders == []
+    def offends(node: ast.AST) -> bool:
+        return (
+            isinstance(node, ast.ImportFrom)
+            and not node.level
+            and (node.module or "").split(".")[0] in LIBRARIES
+            and any(alias.name.startswith("_") for alias in node.names)
+        )
+
+    assert _outside_compat(offends) == []
 
 
 def test_the_private_member_rule_is_lifted_for_the_compat_module_alone() -> None:

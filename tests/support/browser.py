@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from devkit.localrun import chromium_arguments
 from tests.support.tools import REPO, find
 
 SCREENSHOTS = REPO / "out"
@@ -37,13 +38,7 @@ def chromium(width: int = 1280, height: int = 1300) -> Iterator[Any]:
 
     options = webdriver.ChromeOptions()
     options.binary_location = browser
-    for argument in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-dev-shm-usage",
-        "--disable-gpu",
-        f"--window-size={width},{height}",
-    ):
+    for argument in chromium_arguments(width, height):
         options.add_argument(argument)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(driver_path), options=options)

@@ -9,6 +9,7 @@ world would.
 
 import json
 import os
+import resource
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -162,6 +163,15 @@ def stats(state: Path) -> Any:
         return statistics(store, None, None)
     finally:
         store.close()
+
+
+def file_size_limit(limit: int) -> Callable[[], None]:
+    """A ``preexec_fn`` for ``cli``: the child cannot write a file past ``limit`` bytes (a full disk)."""
+
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return apply
 
 
 def one_line(stderr: bytes) -> str:

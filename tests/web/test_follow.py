@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from devkit.localrun import recurrence_command
+from devkit.localrun import recurrence_command, replay_command
 from recurrence_ledger.processor.embedded.reading import open_state, statistics
 from recurrence_ledger.processor.embedded.runner import replay
 from recurrence_ledger.processor.embedded.statedir import MemoryState, main_path, open_view
@@ -43,23 +43,8 @@ def _journal(path: Path, entries: int, seed: int = 3) -> list[bytes]:
 
 
 def _replay(journal: Path, state: Path, ledger: Path, batch: int = 1000, jobs: int = 1) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [
-            *recurrence_command(),
-            "replay",
-            str(journal),
-            "--state",
-            str(state),
-            "--out",
-            str(ledger),
-            "--batch",
-            str(batch),
-            "--jobs",
-            str(jobs),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    argv = replay_command(journal, state, ledger, "--batch", str(batch), "--jobs", str(jobs))
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
 def _feed_in_step(writer: "subprocess.Popen[bytes]", lines: list[bytes], ends: list[int], viewed: "_Viewed") -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 import pytest
 
-from devkit.localrun import free_port, recurrence_command, wait_for
+from devkit.localrun import recurrence_command, replay_command, serve_process
 from recurrence_ledger.processor.synthetic import JournalSpec, generate
 from tests.support.browser import (
     SCREENSHOTS,
@@ -62,41 +62,8 @@ def _journal(path: Path, entries: int) -> list[bytes]:
 
 
 def _replay(journal: Path, state: Path, ledger: Path, batch: int = 1000) -> "subprocess.Popen[bytes]":
-    return subprocess.Popen(
-        [
-            *recurrence_command(),
-            "replay",
-            str(journal),
-            "--state",
-            str(state),
-            "--out",
-            str(ledger),
-            "--batch",
-            str(batch),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-
-
-def _serve(state: Path) -> tuple[str, "subprocess.Popen[bytes]"]:
-    port = free_port()
-    server = subprocess.Popen(
-        [*recurrence_command(), "serve", "--state", str(state), "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    url = f"http://127.0.0.1:{port}"
-
-    def answers() -> bool:
-        try:
-            with urllib.request.urlopen(url + "/livez", timeout=2) as response:
-                return bool(response.status == 200)
-        except OSError:
-            return False
-
-    wait_for(lambda: server.poll() is None and answers(), 30, 0.1, "recurrence serve")
-    return url, server
+    argv = replay_command(journal, state, ledger, "--batch", str(batch))
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
 def _stop(server: "subprocess.Popen[bytes]") -> None:
@@ -111,7 +78,7 @@ def fifty(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Page]:
     _journal(journal, 6000)
     writer = _replay(journal, state, ledger)
     assert writer.wait(timeout=300) == 0, writer.stderr
-    url, server = _serve(state)
+    url, server = serve_process(state)
     try:
         yield Page(url, state, ledger, journal, server)
     finally:
@@ -335,7 +302,7 @@ def test_the_page_follows_a_replay_that_appends(tmp_path: Path) -> None:
     first = tmp_path / "first.jsonl"
     first.write_bytes(b"".join(lines[:1500]))
     assert _replay(first, state, ledger).wait(timeout=300) == 0
-    url, server = _serve(state)
+    url, server = serve_process(state)
     try:
         with chromium(1400, 1300) as driver:
             open_page(driver, url + "/ui")

@@ -12,10 +12,10 @@ from typing import Any
 import orjson
 import pytest
 
-from devkit.localrun import recurrence_command
+from devkit.localrun import recurrence_command, serve_process
 from tests.support.browser import SCREENSHOTS, chromium, open_explanation, open_page, wait
 from tests.support.tools import REPO
-from tests.web.test_page import _serve, _stop
+from tests.web.test_page import _stop
 
 EXAMPLE = REPO / "examples" / "repair-loop.jsonl"
 
@@ -30,7 +30,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
         capture_output=True,
         timeout=120,
     )
-    url, server = _serve(state)
+    url, server = serve_process(state)
     try:
         yield url, state
     finally:

@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 import pytest
 
-from devkit.localrun import free_port, recurrence_command, wait_for
+from devkit.localrun import recurrence_command, serve_process, wait_for
 from recurrence_ledger.processor.embedded.reading import open_state, statistics
 from recurrence_ledger.processor.synthetic import JournalSpec, generate
 from tests.support.browser import chromium, open_page, wait
@@ -54,28 +54,14 @@ def serving(tmp_path: Path) -> Iterator[tuple[str, Path, Path]]:
     state, other = tmp_path / "state", tmp_path / "other"
     _replay(EXAMPLE, state, tmp_path / "ledger.jsonl")
     _replay(other_journal, other, tmp_path / "other-ledger.jsonl")
-    port = free_port()
-    server = subprocess.Popen(
-        [*recurrence_command(), "serve", "--state", str(state), "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    url = f"http://127.0.0.1:{port}"
+    url, server = serve_process(state)
     try:
-        wait_for(lambda: server.poll() is None and _alive(url), 30, 0.1, "recurrence serve")
         yield url, state, other
     finally:
         server.terminate()
         _, stderr = server.communicate(timeout=30)
     assert server.returncode == 0, stderr
     assert b"Traceback" not in stderr
-
-
-def _alive(url: str) -> bool:
-    try:
-        return _get(url + "/livez")[0] == 200
-    except OSError:
-        return False
 
 
 def _ready(url: str) -> int:
