@@ -571,7 +571,7 @@ def _add_repair_loop(commands: "argparse._SubParsersAction[argparse.ArgumentPars
         "history", help="an artifact's revisions in order: yield, streak, head positions, proposals, repair effect"
     )
     p.add_argument("artifact", help="family/artifact_id (experience/E7), or an Experience's artifact_id")
-    p.add_argument("--state", required=True, help="state directory written by replay")
+    p.add_argument("--state", type=path_arg, required=True, help="state directory written by replay")
     p.add_argument("--scope", help="only this scope (default: every scope holding the artifact)")
     p.add_argument(
         "--min-selections",
@@ -585,7 +585,7 @@ def _add_repair_loop(commands: "argparse._SubParsersAction[argparse.ArgumentPars
     p = commands.add_parser(
         "suggestions", help="retirement suggestions from measured yield (suggestions only: nothing changes)"
     )
-    p.add_argument("--state", required=True, help="state directory written by replay")
+    p.add_argument("--state", type=path_arg, required=True, help="state directory written by replay")
     p.add_argument("--scope", help="only this scope (default: every scope)")
     defaults = RetirementRules()
     helps = {
@@ -602,7 +602,7 @@ def _add_repair_loop(commands: "argparse._SubParsersAction[argparse.ArgumentPars
     p.set_defaults(func=_cmd_suggestions)
 
     p = commands.add_parser("trends", help="yield per window of journal positions, per scope and per revision")
-    p.add_argument("--state", required=True, help="state directory written by replay")
+    p.add_argument("--state", type=path_arg, required=True, help="state directory written by replay")
     p.add_argument("--scope", help="only this scope (default: every scope)")
     p.add_argument(
         "--window", type=positive_int, default=DEFAULT_TREND_WINDOW, help="positions per window (default %(default)s)"

@@ -197,3 +197,8 @@ def records(ledger: Path) -> list[dict[str, Any]]:
 
 def dead_letters(ledger: Path) -> list[dict[str, Any]]:
     return [r for r in records(ledger) if r["record"] == "dead_letter"]
+
+
+def stop_server(server: "subprocess.Popen[bytes]") -> None:
+    server.terminate()
+    server.wait(timeout=30)

@@ -29,6 +29,7 @@ from tests.support.browser import (
     table_numbers,
     wait,
 )
+from tests.support.embedded_cli import stop_server
 
 SCOPES = 50
 
@@ -66,11 +67,6 @@ def _replay(journal: Path, state: Path, ledger: Path, batch: int = 1000) -> "sub
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
-def _stop(server: "subprocess.Popen[bytes]") -> None:
-    server.terminate()
-    server.wait(timeout=30)
-
-
 @pytest.fixture(scope="module")
 def fifty(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Page]:
     work = tmp_path_factory.mktemp("page")
@@ -82,7 +78,7 @@ def fifty(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Page]:
     try:
         yield Page(url, state, ledger, journal, server)
     finally:
-        _stop(server)
+        stop_server(server)
 
 
 def _attrs(driver: Any, selector: str, name: str) -> list[str]:
@@ -347,7 +343,7 @@ def test_the_page_follows_a_replay_that_appends(tmp_path: Path) -> None:
             assert driver.find_element(By.ID, "status").text.startswith(f"the state as of journal line {len(lines):,} ")
             print(f"the page showed the replay's end {followed:.2f} s after it")
     finally:
-        _stop(server)
+        stop_server(server)
 
 
 @pytest.mark.browser

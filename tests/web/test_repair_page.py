@@ -14,8 +14,8 @@ import pytest
 
 from devkit.localrun import recurrence_command, serve_process
 from tests.support.browser import SCREENSHOTS, chromium, open_explanation, open_page, wait
+from tests.support.embedded_cli import stop_server
 from tests.support.tools import REPO
-from tests.web.test_page import _stop
 
 EXAMPLE = REPO / "examples" / "repair-loop.jsonl"
 
@@ -34,7 +34,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
     try:
         yield url, state
     finally:
-        _stop(server)
+        stop_server(server)
 
 
 def _cli(state: Path, *args: str) -> Any:
