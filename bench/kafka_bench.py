@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from benchdoc import update_doc  # bench/ is the script's directory, so first on sys.path
+from benchdoc import emit, update_doc  # bench/ is the script's directory, so first on sys.path
 from partition_balance import balance, scope_counts
 from proccpu import cpu_seconds
 from prometheus_client.parser import text_string_to_metric_families
@@ -59,10 +59,15 @@ ROOT = Path(__file__).resolve().parent.parent
 PUBLISH_LINGER_MS = 5
 
 
-def emit(phase: str, **values: Any) -> dict[str, Any]:
-    line = {"phase": phase, **values}
-    print(json.dumps(line), flush=True)
-    return line
+def _spec(args: argparse.Namespace, entries: int, seed: int) -> JournalSpec:
+    """A journal of ``entries`` over the run's scopes, garbage and Experience cap, from ``seed``."""
+    return JournalSpec(
+        entries=entries,
+        scopes=args.scopes,
+        seed=seed,
+        garbage_ratio=args.garbage,
+        experiences_per_scope=args.experiences_per_scope or None,
+    )
 
 
 # -- comparison --------------------------------------------------------------------------------
@@ -228,13 +233,7 @@ def warm_up(bootstrap: str, args: argparse.Namespace, workdir: Path) -> None:
     """
     journal = workdir / "journal-warm-up.jsonl"
     write(
-        JournalSpec(
-            entries=args.warm_up_entries,
-            scopes=args.scopes,
-            seed=args.seed + 1,
-            garbage_ratio=args.garbage,
-            experiences_per_scope=args.experiences_per_scope or None,
-        ),
+        _spec(args, args.warm_up_entries, args.seed + 1),
         str(journal),
     )
     for guarantee in ("at_least_once", "exactly_once"):
@@ -259,13 +258,7 @@ def comparison(bootstrap: str, args: argparse.Namespace, workdir: Path) -> dict[
     """
     journal = workdir / "journal-compare.jsonl"
     write(
-        JournalSpec(
-            entries=args.entries,
-            scopes=args.scopes,
-            seed=args.seed,
-            garbage_ratio=args.garbage,
-            experiences_per_scope=args.experiences_per_scope or None,
-        ),
+        _spec(args, args.entries, args.seed),
         str(journal),
     )
     want: list[bytes] = []
@@ -600,13 +593,7 @@ def latency(
     ``--latency-seconds``."""
     journal = workdir / f"journal-latency-{round(rate)}.jsonl"
     write(
-        JournalSpec(
-            entries=max(1000, round(rate * args.latency_seconds)),
-            scopes=args.scopes,
-            seed=args.seed + 1,
-            garbage_ratio=args.garbage,
-            experiences_per_scope=args.experiences_per_scope or None,
-        ),
+        _spec(args, max(1000, round(rate * args.latency_seconds)), args.seed + 1),
         str(journal),
     )
     lines = [line for line in journal.read_bytes().splitlines() if line.strip()]
@@ -693,13 +680,7 @@ def cold_start(bootstrap: str, args: argparse.Namespace, workdir: Path) -> dict[
     """
     journal = workdir / "journal-cold-start.jsonl"
     write(
-        JournalSpec(
-            entries=args.cold_start_backlog,
-            scopes=args.scopes,
-            seed=args.seed + 2,
-            garbage_ratio=args.garbage,
-            experiences_per_scope=args.experiences_per_scope or None,
-        ),
+        _spec(args, args.cold_start_backlog, args.seed + 2),
         str(journal),
     )
     measured: dict[str, list[dict[str, Any]]] = {}
@@ -767,13 +748,7 @@ def cold_start_table(found: dict[str, Any], backlog: int) -> str:
 def bench(bootstrap: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     n = args.entries
     full = workdir / "journal-full.jsonl"
-    spec = JournalSpec(
-        entries=2 * n,
-        scopes=args.scopes,
-        seed=args.seed,
-        garbage_ratio=args.garbage,
-        experiences_per_scope=args.experiences_per_scope or None,
-    )
+    spec = _spec(args, 2 * n, args.seed)
     write(spec, str(full))
     lines = full.read_bytes().splitlines(keepends=True)
     first, second = workdir / "journal-1.jsonl", workdir / "journal-2.jsonl"

@@ -44,7 +44,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from proccpu import cpu_seconds  # bench/ is the script's directory, so first on sys.path
+from benchdoc import emit  # bench/ is the script's directory, so first on sys.path
+from proccpu import cpu_seconds
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -54,12 +55,6 @@ from recurrence_ledger.processor.synthetic import JournalSpec, write
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "page_follow.json"
-
-
-def emit(phase: str, **values: Any) -> dict[str, Any]:
-    line = {"phase": phase, **values}
-    print(json.dumps(line), flush=True)
-    return line
 
 
 def get(url: str) -> bytes:

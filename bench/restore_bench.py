@@ -58,7 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient
-from benchdoc import update_doc  # bench/ is the script's directory, so first on sys.path
+from benchdoc import emit, update_doc  # bench/ is the script's directory, so first on sys.path
 from rocksdict import AccessType, Options, Rdict
 
 from devkit.deployment import Deployment
@@ -67,12 +67,6 @@ from recurrence_ledger.processor.synthetic import JournalSpec, write
 
 ROOT = Path(__file__).resolve().parent.parent
 PARTITIONS = 4
-
-
-def emit(phase: str, **values: Any) -> dict[str, Any]:
-    line = {"phase": phase, **values}
-    print(json.dumps(line), flush=True)
-    return line
 
 
 # The restores are timed to ready on every partition, with the whole backlog still to come.

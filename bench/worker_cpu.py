@@ -39,7 +39,7 @@ from proccpu import cpu_seconds
 
 import devkit.deployment as deployment_module
 from devkit.deployment import Deployment
-from devkit.localrun import LocalBroker, recurrence_command
+from devkit.localrun import LocalBroker, replay_command
 from recurrence_ledger.processor.synthetic import JournalSpec, write
 
 #: Where a sample's CPU went, first match wins: (part, frame substrings, any of which marks the sample).
@@ -123,11 +123,7 @@ def embedded_cpu(journal: Path, skip: int, workdir: Path) -> dict[str, Any]:
         state, ledger = workdir / f"embedded-state-{name}", workdir / f"embedded-{name}.jsonl"
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
-        subprocess.run(
-            [*recurrence_command(), "replay", str(path), "--state", str(state), "--out", str(ledger), "--jobs", "1"],
-            check=True,
-            capture_output=True,
-        )
+        subprocess.run(replay_command(path, state, ledger, "--jobs", "1"), check=True, capture_output=True)
         wall = time.perf_counter() - started
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         used[name] = (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, wall)

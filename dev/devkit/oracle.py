@@ -18,7 +18,7 @@ from recurrence_ledger.processor.embedded.statedir import MemoryState
 from recurrence_ledger.processor.store.base import StateStore
 from recurrence_ledger.processor.verify import Grouped, by_scope
 
-from .localrun import recurrence_command
+from .localrun import replay_command
 
 
 @dataclass
@@ -49,10 +49,6 @@ def embedded_ledger(journal: Path, workdir: Path) -> tuple[list[bytes], float]:
     seconds (process start included; one process, the reference a worker is compared with)."""
     state, out = workdir / f"oracle-state-{journal.stem}", workdir / f"oracle-{journal.stem}.jsonl"
     started = time.perf_counter()
-    subprocess.run(
-        [*recurrence_command(), "replay", str(journal), "--state", str(state), "--out", str(out), "--jobs", "1"],
-        check=True,
-        capture_output=True,
-    )
+    subprocess.run(replay_command(journal, state, out, "--jobs", "1"), check=True, capture_output=True)
     seconds = time.perf_counter() - started
     return [line for line in out.read_bytes().splitlines() if line.strip()], seconds
