@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from devkit.localrun import REPO, recurrence_command
+from devkit.localrun import REPO, recurrence_command, replay_command
 from devkit.releases import build
 
 BEFORE_JOBS = "78d47b4"
@@ -90,11 +90,7 @@ def one_size(entries: int, repeat: int, work: Path) -> dict[str, Any]:
             shutil.rmtree(state)
     state = work / f"state-{entries}-0"
     length = ledger.stat().st_size
-    subprocess.run(
-        [*recurrence_command(), "replay", str(journal), "--state", str(state), "--out", str(ledger)],
-        check=True,
-        capture_output=True,
-    )
+    subprocess.run(replay_command(journal, state, ledger), check=True, capture_output=True)
     if ledger.stat().st_size != length:
         sys.exit("the migrated state, resumed over the journal it had applied, appended to its ledger")
     moved = int(said.split(" rows into")[0].rsplit(" ", 1)[1].replace(",", ""))

@@ -50,7 +50,7 @@ from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
-from devkit.localrun import chromium_arguments, recurrence_command, serve_process
+from devkit.localrun import chromium_arguments, replay_command, run_recurrence, serve_process
 from recurrence_ledger.processor.synthetic import JournalSpec, write
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,12 +64,7 @@ def get(url: str) -> bytes:
 
 
 def stats_cli(state: Path) -> Any:
-    out = subprocess.run(
-        [*recurrence_command(), "stats", "--state", str(state), "--top", "50"],
-        check=True,
-        capture_output=True,
-        timeout=600,
-    ).stdout
+    out = run_recurrence("stats", "--state", str(state), "--top", "50", timeout=600, check=True).stdout
     return json.loads(out)
 
 
@@ -77,12 +72,7 @@ def replay(journal: Path, state: Path, ledger: Path) -> tuple[float, float]:
     """Wall and CPU seconds of one replay (the CPU of children reaped meanwhile: only the replay)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
-    subprocess.run(
-        [*recurrence_command(), "replay", str(journal), "--state", str(state), "--out", str(ledger)],
-        check=True,
-        capture_output=True,
-        timeout=7200,
-    )
+    subprocess.run(replay_command(journal, state, ledger), check=True, capture_output=True, timeout=7200)
     wall = time.monotonic() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)

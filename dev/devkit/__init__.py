@@ -1,7 +1,8 @@
 """What the tests and the benchmarks share, and the product never imports.
 
 - ``localrun``: the local broker (``deploy/kafka/kafka.sh``, or ``KAFKA_BOOTSTRAP_SERVERS``),
-  the installed ``recurrence`` command, free ports, polling with a deadline;
+  the installed ``recurrence`` command (a run of it, a replay's command line, ``serve`` started),
+  free ports, polling with a deadline, the headless browser's switches;
 - ``deployment``: topics under one prefix and ``recurrence worker`` subprocesses, with what a
   test or a benchmark asks of them (readiness, positions, lag of every input, outputs);
 - ``oracle``: the embedded runner over the same journal, the reference both compare with;

@@ -288,6 +288,15 @@ class Deployment:
 
     # -- what the group has done
 
+    def one_worker_through(self, journal: Path, oracle: Oracle, timeout: float = 120.0) -> tuple[Worker, list[bytes]]:
+        """Topics applied, ``journal`` published, worker w1 ready on every partition and the output topics
+        equal to ``oracle``'s ledger: the worker and the outputs read."""
+        self.apply_topics()
+        self.publish(journal)
+        worker = self.worker("w1").start()
+        worker.wait_ready(partitions=self.partitions)
+        return worker, self.wait_for_outputs(oracle, timeout=timeout)
+
     def two_workers_through(self, journal: Path, records: int) -> list[Worker]:
         """Topics applied, workers w1 and w2 owning every partition between them, ``journal`` published, and
         the output topics holding ``records`` distinct records, on a stable split: the two workers."""

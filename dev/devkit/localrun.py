@@ -29,11 +29,13 @@ def recurrence_command() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "recurrence_ledger.processor.cli"]
 
 
-def run_recurrence(*args: str, timeout: float, **options: Any) -> "subprocess.CompletedProcess[str]":
-    """``recurrence ARGS`` with its output captured as text; never raises on its exit code (``options``: the
-    rest of ``subprocess.run``'s, e.g. ``env``, ``cwd``)."""
+def run_recurrence(
+    *args: str, timeout: float, check: bool = False, **options: Any
+) -> "subprocess.CompletedProcess[str]":
+    """``recurrence ARGS`` with its output captured as text; raises on its exit code only with ``check``
+    (``options``: the rest of ``subprocess.run``'s, e.g. ``env``, ``cwd``)."""
     command = [*recurrence_command(), *args]
-    return subprocess.run(command, check=False, capture_output=True, text=True, timeout=timeout, **options)
+    return subprocess.run(command, check=check, capture_output=True, text=True, timeout=timeout, **options)
 
 
 def replay_command(

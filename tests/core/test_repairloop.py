@@ -25,6 +25,7 @@ from recurrence_ledger.processor.core.yieldmarks import Mark, terminal_streak
 from recurrence_ledger.processor.explain import NotFoundError
 from recurrence_ledger.processor.synthetic import JournalSpec, generate
 from tests.support.builders import Runner
+from tests.support.strategies import journal_specs
 
 SETTINGS = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -112,14 +113,7 @@ class LedgerOracle:
         return became
 
 
-journals = st.builds(
-    JournalSpec,
-    entries=st.integers(min_value=30, max_value=600),
-    scopes=st.integers(min_value=1, max_value=4),
-    seed=st.integers(min_value=0, max_value=2**32),
-    garbage_ratio=st.sampled_from([0.0, 0.05]),
-    conflict_ratio=st.sampled_from([0.0, 0.05]),
-)
+journals = journal_specs(entries=(30, 600), scopes=(1, 4))
 
 
 def _replayed(spec: JournalSpec, threshold: int) -> tuple[Runner, LedgerOracle]:

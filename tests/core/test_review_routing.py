@@ -19,16 +19,16 @@ from recurrence_ledger.processor.core.engineconfig import EngineConfig
 from recurrence_ledger.schemas.base import ArtifactRef, SourceRef
 from recurrence_ledger.schemas.records import ObservationRecord, OutputRecord, ReviewProposalRecord
 from tests.support.builders import (
-    CONDITION,
     CUE,
     Journal,
     Runner,
+    avoided,
     check,
-    claim,
     experience_content,
     failure_block,
     kinds,
     linked_setup,
+    recurrence,
     run,
 )
 
@@ -37,22 +37,6 @@ SURFACES_WITHOUT_CONTENT_REPAIR = ["working_state", "recall_policy", "acceptance
 
 
 # -- local builders -------------------------------------------------------------------
-
-
-def recurrence(journal: Journal, source_id: str, linked: bool = False, cue: str = CUE) -> None:
-    """One Task Outcome whose verified failed check is named exactly ``cue``: one ``recurred``."""
-    journal.outcome(source_id, status="failed", receipt="R12" if linked else None, checks=[check(cue, "failed")])
-
-
-def avoided(journal: Journal, source_id: str) -> None:
-    """A linked Outcome with the verified condition and the bound check passing: one ``avoided``."""
-    journal.outcome(
-        source_id,
-        status="succeeded",
-        receipt="R12",
-        observations=[claim(CONDITION)],
-        checks=[check(CUE, "passed")],
-    )
 
 
 def experience_setup(surface: str = "experience_content") -> Journal:

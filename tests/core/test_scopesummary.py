@@ -29,6 +29,7 @@ from recurrence_ledger.processor.synthetic import JournalSpec, generate
 from recurrence_ledger.schemas.constants import EXPERIENCE_FAMILY, HANDOFF_FAMILY
 from recurrence_ledger.schemas.statistics import ScopeStatistics
 from tests.support.builders import Journal, check, claim, failure_block
+from tests.support.strategies import journal_specs
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 CONFIG = EngineConfig(review_threshold=2, top_revisions=3)  # small, so streaks cross and top cuts
@@ -230,14 +231,7 @@ def test_incremental_statistics_equal_the_scan_on_a_small_world(
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    spec=st.builds(
-        JournalSpec,
-        entries=st.integers(min_value=20, max_value=400),
-        scopes=st.integers(min_value=1, max_value=6),
-        seed=st.integers(min_value=0, max_value=2**32),
-        garbage_ratio=st.sampled_from([0.0, 0.05]),
-        conflict_ratio=st.sampled_from([0.0, 0.05]),
-    ),
+    spec=journal_specs(entries=(20, 400), scopes=(1, 6)),
     data=st.data(),
 )
 def test_incremental_statistics_equal_the_scan_on_synthetic_journals(spec: JournalSpec, data: st.DataObject) -> None:

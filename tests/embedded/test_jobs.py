@@ -49,6 +49,13 @@ def _outputs(state: Path, out: Path) -> tuple[bytes, Any, bytes]:
     return out.read_bytes(), stats(state), _patterns(state)
 
 
+def _rerun(journal: Path, state: Path, out: Path) -> tuple[bytes, Any, bytes]:
+    """The run again after a stop (``--jobs 2``, batches of 40): it completes; its outputs."""
+    rerun = replay(journal, state, out, "--jobs", "2", "--batch", "40")
+    assert rerun.returncode == 0, rerun.stderr
+    return _outputs(state, out)
+
+
 def _run(journal: Path, workdir: Path, *extra: str) -> tuple[bytes, Any, bytes]:
     state, out = workdir / "state", workdir / "ledger.jsonl"
     done = replay(journal, state, out, *extra)
@@ -179,9 +186,7 @@ def test_kill_9_of_a_worker_stops_the_run_with_one_line_and_the_rerun_is_byte_id
     assert killed.returncode == 2, killed.stderr
     line = one_line(killed.stderr)
     assert "was killed by signal 9" in line and "run again to resume" in line
-    rerun = replay(journal, state, out, "--jobs", "2", "--batch", "40")
-    assert rerun.returncode == 0, rerun.stderr
-    assert _outputs(state, out) == clean
+    assert _rerun(journal, state, out) == clean
 
 
 def test_a_state_of_the_single_store_layout_is_refused_by_replay_and_still_read(tmp_path: Path) -> None:
@@ -318,6 +323,4 @@ def test_a_full_disk_under_jobs_exits_2_with_one_line_and_the_rerun_is_byte_iden
     assert full.returncode == 2, full.stderr
     line = one_line(full.stderr)
     assert "run again" in line and "File too large" in line
-    rerun = replay(journal, state, out, "--jobs", "2", "--batch", "40")
-    assert rerun.returncode == 0, rerun.stderr
-    assert _outputs(state, out) == clean
+    assert _rerun(journal, state, out) == clean

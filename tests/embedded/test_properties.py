@@ -13,16 +13,11 @@ from recurrence_ledger.processor.embedded.runner import ReplayOptions, replay
 from recurrence_ledger.processor.store.memory import MemoryStore
 from recurrence_ledger.processor.synthetic import JournalSpec, generate
 from tests.support.builders import Runner
+from tests.support.strategies import journal_specs
 
 SETTINGS = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
-journals = st.builds(
-    JournalSpec,
-    entries=st.integers(min_value=20, max_value=400),
-    scopes=st.integers(min_value=1, max_value=6),
-    seed=st.integers(min_value=0, max_value=2**32),
-    garbage_ratio=st.sampled_from([0.0, 0.05]),
-)
+journals = journal_specs(entries=(20, 400), scopes=(1, 6), conflicts=False)
 
 
 def ledger(runner: Runner, lines: list[bytes]) -> list[bytes]:

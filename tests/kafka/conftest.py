@@ -75,3 +75,10 @@ def deployment(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Deployment]:
         yield deployment
     finally:
         deployment.close()
+
+
+@pytest.fixture(params=["at_least_once", "exactly_once"])
+def guarantee(deployment: Deployment, request: pytest.FixtureRequest) -> str:
+    """Each processing guarantee in turn (a test per guarantee), set on the test's ``deployment``."""
+    deployment.guarantee = str(request.param)
+    return deployment.guarantee

@@ -12,8 +12,6 @@ import asyncio
 import shutil
 from pathlib import Path
 
-import pytest
-
 from devkit.deployment import Deployment, Worker, write_journal
 from devkit.localrun import wait_for
 from devkit.oracle import Oracle
@@ -26,11 +24,9 @@ from .workerchecks import check_statistics, scopes_of
 CAP = 2048
 
 
-@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
 def test_split_change_sets_stay_under_the_cap_and_restore_whole(
     deployment: Deployment, tmp_path: Path, guarantee: str
 ) -> None:
-    deployment.guarantee = guarantee
     lines = list(generate(JournalSpec(entries=500, scopes=12, seed=23, garbage_ratio=0.01)))
     everything = tmp_path / "all.jsonl"
     write_journal(everything, lines)

@@ -14,8 +14,6 @@ import shutil
 import time
 from pathlib import Path
 
-import pytest
-
 from devkit.deployment import Deployment, write_journal
 from devkit.localrun import wait_for
 from devkit.oracle import Oracle
@@ -27,10 +25,8 @@ from .workerchecks import check_statistics, scopes_of
 CYCLES = 5
 
 
-@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
 def test_kill_minus_nine_at_random_points(deployment: Deployment, tmp_path: Path, guarantee: str) -> None:
     rng = random.Random(f"crash-{guarantee}")
-    deployment.guarantee = guarantee
     lines = list(generate(JournalSpec(entries=4200, scopes=40, seed=31, garbage_ratio=0.02)))
     chunks = [lines[k * 700 : (k + 1) * 700] for k in range(6)]
     everything = tmp_path / "all.jsonl"

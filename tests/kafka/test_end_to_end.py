@@ -94,11 +94,7 @@ def test_publishing_the_journal_twice_adds_no_distinct_records(deployment: Deplo
     journal = tmp_path / "journal.jsonl"
     entries = write_journal(journal, generate(JournalSpec(entries=800, scopes=10, seed=5, garbage_ratio=0.03)))
     oracle = Oracle.run(journal, tmp_path)
-    deployment.apply_topics()
-    deployment.publish(journal)
-    worker = deployment.worker("w1").start()
-    worker.wait_ready(partitions=deployment.partitions)
-    first = deployment.wait_for_outputs(oracle, timeout=120)
+    worker, first = deployment.one_worker_through(journal, oracle)
     raw_before = deployment.outputs(deduplicated=False)
 
     deployment.publish(journal)  # the same journal again, a backfill replay
@@ -133,11 +129,7 @@ def test_rebuilding_all_state_from_the_journal_with_a_new_app_id(deployment: Dep
     journal = tmp_path / "journal.jsonl"
     entries = write_journal(journal, generate(JournalSpec(entries=600, scopes=8, seed=9, garbage_ratio=0.02)))
     oracle = Oracle.run(journal, tmp_path)
-    deployment.apply_topics()
-    deployment.publish(journal)
-    first = deployment.worker("w1").start()
-    first.wait_ready(partitions=deployment.partitions)
-    before = deployment.wait_for_outputs(oracle, timeout=120)
+    first, before = deployment.one_worker_through(journal, oracle)
     assert first.stop() == 0
 
     # The documented procedure: a new app id is a new consumer group and a new changelog,
@@ -153,11 +145,7 @@ def test_rebuilding_all_state_from_the_journal_with_a_new_app_id(deployment: Dep
 
 def test_the_review_threshold_is_pinned_per_state_on_the_worker_too(deployment: Deployment, tmp_path: Path) -> None:
     oracle = Oracle.run(RFC_EXAMPLE, tmp_path)
-    deployment.apply_topics()
-    deployment.publish(RFC_EXAMPLE)
-    worker = deployment.worker("w1").start()
-    worker.wait_ready(partitions=deployment.partitions)
-    deployment.wait_for_outputs(oracle, timeout=90)
+    worker, _ = deployment.one_worker_through(RFC_EXAMPLE, oracle, timeout=90)
     worker.stop()
     # The same state with another threshold would move needing_review silently: refused, exit 2.
     other = deployment.worker("w1", "--review-threshold", "1")

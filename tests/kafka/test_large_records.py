@@ -12,7 +12,6 @@ import asyncio
 from pathlib import Path
 
 import orjson
-import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
@@ -34,11 +33,9 @@ from recurrence_ledger.topics.definitions import (
 HUGE = JOURNAL_MAX_RECORD_BYTES - 4096
 
 
-@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
 def test_an_entry_as_large_as_the_journal_takes_is_dead_lettered_and_the_stream_goes_on(
     deployment: Deployment, tmp_path: Path, guarantee: str
 ) -> None:
-    deployment.guarantee = guarantee
     lines = list(generate(JournalSpec(entries=120, scopes=4, seed=31)))
     lines.insert(60, b"\x01" * HUGE)
     journal = tmp_path / "journal.jsonl"

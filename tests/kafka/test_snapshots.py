@@ -12,8 +12,6 @@ import asyncio
 import shutil
 from pathlib import Path
 
-import pytest
-
 from devkit.deployment import Deployment, Worker, write_journal
 from devkit.localrun import wait_for
 from devkit.oracle import Oracle
@@ -30,11 +28,9 @@ def _counter(worker: Worker, name: str) -> float:
     return worker.metrics().get(f"recurrence_{name}_total", 0.0)
 
 
-@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
 def test_a_lost_disk_is_restored_from_a_snapshot_and_the_changelog_tail(
     deployment: Deployment, tmp_path: Path, guarantee: str
 ) -> None:
-    deployment.guarantee = guarantee
     lines = list(generate(JournalSpec(entries=1300, scopes=24, seed=17, garbage_ratio=0.01)))
     parts = (lines[:1000], lines[1000:1100], lines[1100:])
     everything = tmp_path / "all.jsonl"

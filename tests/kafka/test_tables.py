@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import pytest
 
 from devkit.deployment import Deployment, write_journal
 from devkit.localrun import wait_for
@@ -56,11 +55,9 @@ def _statistics(deployment: Deployment) -> list[Any]:
     return asyncio.run(read_statistics(deployment.connection, f"{deployment.prefix}.statistics"))
 
 
-@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
 def test_patterns_and_statistics_topics_equal_the_embedded_runner(
     deployment: Deployment, tmp_path: Path, guarantee: str
 ) -> None:
-    deployment.guarantee = guarantee
     lines = list(generate(JournalSpec(entries=3000, scopes=10, seed=8)))
     journal, first, second = tmp_path / "journal.jsonl", tmp_path / "first.jsonl", tmp_path / "second.jsonl"
     write_journal(journal, lines)

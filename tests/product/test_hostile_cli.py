@@ -142,18 +142,23 @@ def test_serve_answers_409_where_the_cli_exits_2(big: tuple[Path, Path, Path], t
     assert all("where the state indexed record" in body["error"] for _, body in statuses)
 
 
-def _ask(app: web.Application, paths: list[str]) -> list[tuple[int, dict[str, str]]]:
+def _answers(app: web.Application, paths: list[str]) -> list[tuple[int, str]]:
+    """Each path's status and body text, asked of ``app`` in order."""
     import asyncio
 
-    async def main() -> list[tuple[int, dict[str, str]]]:
+    async def main() -> list[tuple[int, str]]:
         async with TestClient(TestServer(app)) as client:
             answers = []
             for path in paths:
                 response = await client.get(path)
-                answers.append((response.status, await response.json()))
+                answers.append((response.status, await response.text()))
             return answers
 
     return asyncio.run(main())
+
+
+def _ask(app: web.Application, paths: list[str]) -> list[tuple[int, dict[str, str]]]:
+    return [(status, orjson.loads(text)) for status, text in _answers(app, paths)]
 
 
 IMPOSSIBLE = [
@@ -304,7 +309,7 @@ def test_terminal_text_never_carries_a_control_character_from_the_journal(tmp_pa
 
     store = open_state(state)
     try:
-        texts = _ask_text(
+        texts = _answers(
             application(EmbeddedReadSurface(store)),
             [
                 f"/explain/{recurred['observation_id']}",
@@ -319,20 +324,6 @@ def test_terminal_text_never_carries_a_control_character_from_the_journal(tmp_pa
     for _, text in texts:
         assert not TERMINAL_CONTROLS.search(text), text[:300]
     assert "\\x1b]0;pwned\\x07" in texts[0][1]
-
-
-def _ask_text(app: web.Application, paths: list[str]) -> list[tuple[int, str]]:
-    import asyncio
-
-    async def main() -> list[tuple[int, str]]:
-        async with TestClient(TestServer(app)) as client:
-            answers = []
-            for path in paths:
-                response = await client.get(path)
-                answers.append((response.status, await response.text()))
-            return answers
-
-    return asyncio.run(main())
 
 
 def test_printable_escapes_every_control_and_keeps_the_rest() -> None:

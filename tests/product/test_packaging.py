@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.once import BUILD_LOG, built_wheel
+from tests.support.once import BUILD_LOG, built_wheel, pip
 
 #: make test-fast leaves the wheel builds to make test.
 pytestmark = pytest.mark.wheel
@@ -83,23 +83,8 @@ def test_the_build_and_the_development_install_raise_no_setuptools_warning(
 
     outputs = [(built_wheel(tmp_path_factory).parent / BUILD_LOG).read_text()]
     venv.create(tmp_path / "v", with_pip=False)
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "--python",
-            str(tmp_path / "v" / "bin" / "python"),
-            "install",
-            "--no-deps",
-            "-v",
-            "-e",
-            str(REPO),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
+    result = pip(
+        "--python", str(tmp_path / "v" / "bin" / "python"), "install", "--no-deps", "-v", "-e", str(REPO), timeout=600
     )
     assert result.returncode == 0, result.stderr[-3000:]
     outputs.append(result.stdout + result.stderr)

@@ -32,7 +32,7 @@ from recurrence_ledger.processor.store.base import Transaction
 from recurrence_ledger.processor.store.memory import MemoryStore
 from recurrence_ledger.processor.synthetic import JournalSpec, generate
 from recurrence_ledger.processor.tune import table, tune
-from tests.support.builders import CONDITION, CUE, Journal, Runner, check, claim, linked_setup
+from tests.support.builders import Journal, Runner, avoided, linked_setup, recurrence
 
 THRESHOLDS = (1, 2, 3, 4, 5, 6)
 COUNTS = ("review_proposals", "needing_review", "flags", "flags_then_avoided")
@@ -131,23 +131,13 @@ def test_a_journal_with_every_kind_of_flag_agrees(tmp_path: Path) -> None:
     assert any(row["flags"] > row["review_proposals"] for row in body["thresholds"])
 
 
-def _recurrence(journal: Journal, source_id: str) -> None:
-    journal.outcome(source_id, status="failed", receipt="R12", checks=[check(CUE, "failed")])
-
-
-def _avoided(journal: Journal, source_id: str) -> None:
-    journal.outcome(
-        source_id, status="succeeded", receipt="R12", observations=[claim(CONDITION)], checks=[check(CUE, "passed")]
-    )
-
-
 def test_streaks_longer_than_the_counters_tell_apart_stay_exact_up_to_their_last_slot(tmp_path: Path) -> None:
     journal = linked_setup()
     for n in range(SHADOW_STREAKS + 3):
-        _recurrence(journal, f"O{n}")
-    _avoided(journal, "A1")
+        recurrence(journal, f"O{n}", linked=True)
+    avoided(journal, "A1")
     for n in range(2):
-        _recurrence(journal, f"P{n}")
+        recurrence(journal, f"P{n}", linked=True)
     path = write(tmp_path / "journal.jsonl", journal.lines())
     body = assert_agrees(path, tmp_path, (1, 2, SHADOW_STREAKS - 1, SHADOW_STREAKS))
     top = body["thresholds"][-1]
@@ -248,7 +238,7 @@ def test_the_table_marks_the_default_threshold_for_a_journal() -> None:
 def test_a_state_replayed_without_counters_says_which_scopes_they_miss() -> None:
     store = MemoryStore()
     journal = linked_setup()
-    _recurrence(journal, "O1")
+    recurrence(journal, "O1", linked=True)
     other = Journal()
     other.evidence("ev-1", scope="team-b")
     lines = journal.lines() + other.lines()

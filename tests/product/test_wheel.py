@@ -9,14 +9,13 @@ runs from an empty folder that holds an application's own ``schemas`` and
 import json
 import os
 import subprocess
-import sys
 import venv
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from tests.support.once import built_once, built_wheel
+from tests.support.once import built_once, built_wheel, pip
 
 #: make test-fast leaves the wheel builds to make test.
 pytestmark = pytest.mark.wheel
@@ -45,23 +44,8 @@ def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     def install(env_dir: Path) -> None:
         # A fresh environment without pip of its own: this interpreter's pip installs into it (--python).
         venv.create(env_dir, clear=True, with_pip=False)
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "--python",
-                str(env_dir / "bin" / "python"),
-                "install",
-                "-q",
-                "--disable-pip-version-check",
-                str(wheel),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=900,
-            check=False,
-        )
+        python = str(env_dir / "bin" / "python")
+        done = pip("--python", python, "install", "-q", "--disable-pip-version-check", str(wheel), timeout=900)
         assert done.returncode == 0, done.stderr[-3000:]
 
     return built_once(tmp_path_factory, "venv", install)

@@ -244,6 +244,19 @@ def linked_setup(
     return journal
 
 
+def recurrence(journal: Journal, source_id: str, linked: bool = False, cue: str = CUE) -> None:
+    """One Task Outcome whose verified failed check is named exactly ``cue``: one ``recurred`` (through the
+    receipt R12 of ``linked_setup`` when ``linked``)."""
+    journal.outcome(source_id, status="failed", receipt="R12" if linked else None, checks=[check(cue, "failed")])
+
+
+def avoided(journal: Journal, source_id: str) -> None:
+    """A linked Outcome with the verified condition and the bound check passing: one ``avoided``."""
+    journal.outcome(
+        source_id, status="succeeded", receipt="R12", observations=[claim(CONDITION)], checks=[check(CUE, "passed")]
+    )
+
+
 class Runner:
     """A fresh engine over a store; feeds raw lines and commits after each.
 

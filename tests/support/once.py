@@ -44,6 +44,14 @@ NOT_SOURCE = shutil.ignore_patterns(
 BUILD_LOG = "build.log"
 
 
+def pip(*args: str, timeout: float) -> "subprocess.CompletedProcess[str]":
+    """This interpreter's pip (``--python ENV/bin/python`` installs into another environment, without a pip
+    of its own), its output as text; never raises on its exit code."""
+    return subprocess.run(
+        [sys.executable, "-m", "pip", *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
 def built_wheel(factory: pytest.TempPathFactory) -> Path:
     """The product's wheel, built once per run from a clean copy of the checkout (setuptools builds in
     place, and a build/ left by an earlier build in the checkout ships modules since moved or deleted)."""
@@ -51,13 +59,7 @@ def built_wheel(factory: pytest.TempPathFactory) -> Path:
     def build(out: Path) -> None:
         source = out / "source" / "recurrence"
         shutil.copytree(REPO, source, symlinks=True, ignore=NOT_SOURCE)
-        built = subprocess.run(
-            [sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", str(source), "-w", str(out)],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
+        built = pip("wheel", "--no-deps", "-v", str(source), "-w", str(out), timeout=600)
         (out / BUILD_LOG).write_text(built.stdout + built.stderr)
         assert built.returncode == 0, built.stderr[-3000:]
 

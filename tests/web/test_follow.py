@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from devkit.localrun import recurrence_command, replay_command
+from devkit.localrun import replay_command
 from recurrence_ledger.processor.embedded.reading import open_state, statistics
 from recurrence_ledger.processor.embedded.runner import replay
 from recurrence_ledger.processor.embedded.statedir import MemoryState, main_path, open_view
@@ -45,6 +45,17 @@ def _journal(path: Path, entries: int, seed: int = 3) -> list[bytes]:
 def _replay(journal: Path, state: Path, ledger: Path, batch: int = 1000, jobs: int = 1) -> subprocess.Popen[bytes]:
     argv = replay_command(journal, state, ledger, "--batch", str(batch), "--jobs", str(jobs))
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def _replayed_head(tmp_path: Path, entries: int, seed: int, head: int) -> tuple[Path, Path, Path, list[bytes]]:
+    """A journal of ``entries`` lines whose first ``head`` a replay has committed: the journal, the state,
+    the ledger and the journal's lines (the rest is for the test to feed)."""
+    journal, state, ledger = tmp_path / "j.jsonl", tmp_path / "state", tmp_path / "l.jsonl"
+    lines = _journal(journal, entries, seed=seed)
+    first = tmp_path / "first.jsonl"
+    first.write_bytes(b"".join(lines[:head]))
+    assert _replay(first, state, ledger).wait(timeout=120) == 0
+    return journal, state, ledger, lines
 
 
 def _feed_in_step(writer: "subprocess.Popen[bytes]", lines: list[bytes], ends: list[int], viewed: "_Viewed") -> None:
@@ -128,11 +139,7 @@ def test_opening_a_view_changes_nothing_the_signature_watches(tmp_path: Path) ->
 
 
 def test_every_view_is_one_committed_batch_and_the_last_is_the_end(tmp_path: Path) -> None:
-    journal, state, ledger = tmp_path / "j.jsonl", tmp_path / "state", tmp_path / "l.jsonl"
-    lines = _journal(journal, 3000, seed=9)
-    first = tmp_path / "first.jsonl"
-    first.write_bytes(b"".join(lines[:200]))
-    assert _replay(first, state, ledger).wait(timeout=120) == 0
+    _, state, ledger, lines = _replayed_head(tmp_path, 3000, 9, head=200)
     follower = follow_state(state)
     assert follower.mark.line == 200
     marks: list[StateMark] = []
@@ -143,7 +150,7 @@ def test_every_view_is_one_committed_batch_and_the_last_is_the_end(tmp_path: Pat
     # at the same batch (processor/embedded/statedir.py).
     viewed = _Viewed(200)
     writer = subprocess.Popen(
-        [*recurrence_command(), "replay", "-", "--state", str(state), "--out", str(ledger), "--batch", "400"],
+        replay_command("-", state, ledger, "--batch", "400"),
         stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -183,11 +190,7 @@ def test_every_view_is_one_committed_batch_and_the_last_is_the_end(tmp_path: Pat
 
 
 def test_follow_hands_each_new_view_to_the_server_and_reaches_the_end(tmp_path: Path) -> None:
-    journal, state, ledger = tmp_path / "j.jsonl", tmp_path / "state", tmp_path / "l.jsonl"
-    lines = _journal(journal, 1500, seed=4)
-    first = tmp_path / "first.jsonl"
-    first.write_bytes(b"".join(lines[:100]))
-    assert _replay(first, state, ledger).wait(timeout=120) == 0
+    journal, state, ledger, lines = _replayed_head(tmp_path, 1500, 4, head=100)
     follower = follow_state(state)
     served: list[tuple[StateStore, StateMark]] = []
 

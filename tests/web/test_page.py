@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 import pytest
 
-from devkit.localrun import recurrence_command, replay_command, serve_process
+from devkit.localrun import recurrence_command, replay_command, run_recurrence, serve_process
 from recurrence_ledger.processor.synthetic import JournalSpec, generate
 from tests.support.browser import (
     SCREENSHOTS,
@@ -330,12 +330,7 @@ def test_the_page_follows_a_replay_that_appends(tmp_path: Path) -> None:
             wait(driver, lambda d: all(c.text != "…" for c in d.find_elements(By.CSS_SELECTOR, "td[data-spark]")))
             followed = time.monotonic() - ended
             after = table_numbers(driver)
-            stats = subprocess.run(
-                [*recurrence_command(), "stats", "--state", str(state), "--top", "50"],
-                check=True,
-                capture_output=True,
-                timeout=60,
-            ).stdout
+            stats = run_recurrence("stats", "--state", str(state), "--top", "50", timeout=60, check=True).stdout
             assert after == expected_readings(orjson.loads(stats)) and after != before
             assert driver.execute_script("return window.__sameDocument") is True
             assert _column(driver, "recurred") == sorted(_column(driver, "recurred"), reverse=True)

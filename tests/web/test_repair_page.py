@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 import pytest
 
-from devkit.localrun import recurrence_command, serve_process
+from devkit.localrun import recurrence_command, replay_command, serve_process
 from tests.support.browser import SCREENSHOTS, chromium, open_explanation, open_page, wait
 from tests.support.embedded_cli import stop_server
 from tests.support.tools import REPO
@@ -24,12 +24,7 @@ EXAMPLE = REPO / "examples" / "repair-loop.jsonl"
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     work = tmp_path_factory.mktemp("repair-page")
     state = work / "state"
-    subprocess.run(
-        [*recurrence_command(), "replay", str(EXAMPLE), "--state", str(state), "--out", str(work / "l.jsonl")],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
+    subprocess.run(replay_command(EXAMPLE, state, work / "l.jsonl"), check=True, capture_output=True, timeout=120)
     url, server = serve_process(state)
     try:
         yield url, state

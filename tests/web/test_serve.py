@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 import pytest
 
-from devkit.localrun import free_port, recurrence_command, wait_for
+from devkit.localrun import free_port, recurrence_command, replay_command, wait_for
 from recurrence_ledger.processor.core.deadletters import CODES
 from recurrence_ledger.processor.embedded.reading import open_state
 from recurrence_ledger.processor.synthetic import JournalSpec, generate
@@ -105,12 +105,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     generated = generate(JournalSpec(entries=400, scopes=5, seed=21, garbage_ratio=0.04, experiences_per_scope=6))
     journal.write_bytes(EXAMPLE.read_bytes() + b"".join(line + b"\n" for line in generated))
     state, ledger = work / "state", work / "ledger.jsonl"
-    subprocess.run(
-        [*recurrence_command(), "replay", str(journal), "--state", str(state), "--out", str(ledger)],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
+    subprocess.run(replay_command(journal, state, ledger), check=True, capture_output=True, timeout=120)
     port = free_port()
     # With a token: every check below goes through the guard (tests/web/test_serve_security.py tests the guard).
     server = subprocess.Popen(

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from devkit.localrun import free_port, recurrence_command, wait_for
+from devkit.localrun import free_port, recurrence_command, replay_command, wait_for
 from tests.support.hostile import PATH_VALUES, PUBLIC, TOKEN, check_hostile_requests, check_token_guard, report, request
 from tests.support.tools import REPO
 
@@ -37,12 +37,7 @@ class Server:
 
 def _replayed(work: Path) -> Path:
     state = work / "state"
-    subprocess.run(
-        [*recurrence_command(), "replay", str(EXAMPLE), "--state", str(state), "--out", str(work / "ledger.jsonl")],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
+    subprocess.run(replay_command(EXAMPLE, state, work / "ledger.jsonl"), check=True, capture_output=True, timeout=120)
     return state
 
 

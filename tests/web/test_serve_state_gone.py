@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 import pytest
 
-from devkit.localrun import recurrence_command, serve_process, wait_for
+from devkit.localrun import replay_command, serve_process, wait_for
 from recurrence_ledger.processor.embedded.reading import open_state, statistics
 from recurrence_ledger.processor.synthetic import JournalSpec, generate
 from tests.support.browser import chromium, open_page, wait
@@ -34,7 +34,7 @@ def _get(url: str) -> tuple[int, Any]:
 
 
 def _replay(journal: Path, state: Path, ledger: Path) -> None:
-    command = [*recurrence_command(), "replay", str(journal), "--state", str(state), "--out", str(ledger)]
+    command = replay_command(journal, state, ledger)
     subprocess.run(command, check=True, capture_output=True, timeout=120)
 
 
