@@ -26,7 +26,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from devkit.localrun import replay_command
@@ -96,9 +97,25 @@ def check_window(parser: argparse.ArgumentParser, args: argparse.Namespace) -> b
     return True
 
 
-def heads(journal: Path, short: int, long: int, workdir: Path) -> tuple[Path, Path]:
-    """The journal's first ``short`` and first ``long`` entries, as two files."""
-    return head(journal, short, workdir / f"head-{short}.jsonl"), head(journal, long, workdir / f"head-{long}.jsonl")
+@dataclass(frozen=True)
+class Window:
+    """The journal's first ``--short`` and first ``--long`` entries as two files in ``workdir``: what an
+    entry costs is a count over the longer less the same count over the shorter, per entry between
+    (start-up and imports cancel out)."""
+
+    workdir: Path
+    short: Path
+    long: Path
+    entries: int
+
+    @classmethod
+    def of(cls, args: argparse.Namespace, workdir: Path) -> "Window":
+        short = head(args.journal, args.short, workdir / f"head-{args.short}.jsonl")
+        long = head(args.journal, args.long, workdir / f"head-{args.long}.jsonl")
+        return cls(workdir, short, long, args.long - args.short)
+
+    def per_entry(self, count: Callable[[Path], int]) -> float:
+        return (count(self.long) - count(self.short)) / self.entries
 
 
 def main() -> int:
@@ -107,12 +124,10 @@ def main() -> int:
     if not check_window(parser, args):
         return 2
     with tempfile.TemporaryDirectory(prefix="recurrence-icount-") as tmp:
-        workdir = Path(tmp)
-        short, long = heads(args.journal, args.short, args.long, workdir)
-        entries = args.long - args.short
-        replay = (replay_count(long, workdir) - replay_count(short, workdir)) / entries
+        window = Window.of(args, Path(tmp))
+        replay = window.per_entry(lambda journal: replay_count(journal, window.workdir))
         validate = [PYTHON, str(BENCH / "validate_only.py")]
-        validation = (instructions([*validate, str(long)]) - instructions([*validate, str(short)])) / entries
+        validation = window.per_entry(lambda journal: instructions([*validate, str(journal)]))
     print(f"entries {args.short + 1:,}-{args.long:,} of {args.journal.name}")
     print(f"replay:           {replay:,.0f} instructions per entry")
     print(f"validation limit: {validation:,.0f} instructions per entry")

@@ -50,7 +50,7 @@ from recurrence_ledger.processor.stream.worker.sink import FaustSink
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
-from icount import PYTHON, check_window, counted_with_state, heads, replay_count, window_parser  # noqa: E402
+from icount import PYTHON, Window, check_window, counted_with_state, replay_count, window_parser  # noqa: E402
 
 
 class _StubProducer:
@@ -235,14 +235,11 @@ def main() -> int:
     if not check_window(parser, args):
         return 2
     with tempfile.TemporaryDirectory(prefix="recurrence-worker-icount-") as tmp:
-        workdir = Path(tmp)
-        short, long = heads(args.journal, args.short, args.long, workdir)
-        entries = args.long - args.short
-        worker = (
-            worker_count(long, workdir, args.partitions, args.batch, args.exactly_once)
-            - worker_count(short, workdir, args.partitions, args.batch, args.exactly_once)
-        ) / entries
-        replay = None if args.no_replay else (replay_count(long, workdir) - replay_count(short, workdir)) / entries
+        window = Window.of(args, Path(tmp))
+        worker = window.per_entry(
+            lambda journal: worker_count(journal, window.workdir, args.partitions, args.batch, args.exactly_once)
+        )
+        replay = None if args.no_replay else window.per_entry(lambda journal: replay_count(journal, window.workdir))
     print(
         f"entries {args.short + 1:,}-{args.long:,} of {args.journal.name}, "
         f"{args.partitions} partitions, batches of {args.batch}, "
