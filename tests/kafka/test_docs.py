@@ -30,12 +30,8 @@ commands not run, each with the reason. The test prints how many commands ran.
 
 import contextlib
 import fcntl
-import os
 import re
-import signal
 import socket
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -50,7 +46,7 @@ import pytest
 from devkit.localrun import REPO, free_port
 from devkit.oracle import Oracle
 from tests.support.docblocks import Block as DocBlock
-from tests.support.docblocks import not_ignored, run_verbatim, runnable, written
+from tests.support.docblocks import block_environment, not_ignored, run_verbatim, runnable, script_session, written
 
 DOCS: Final = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 FENCE: Final = re.compile(r"^```sh\n(.*?)^```", re.S | re.M)
@@ -231,31 +227,16 @@ def run_block(block: Block, bootstrap: str, scratch: Path) -> tuple[int, list[tu
         ran += 1
     if ran == 0:
         return 0, skipped
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KAFKA_", "RECURRENCE_"))}
-    env.update(
-        PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+    env = block_environment(
         KAFKA_BOOTSTRAP_SERVERS=bootstrap,
         RECURRENCE_TOPIC_PREFIX=f"docs{uuid.uuid4().hex[:8]}",
         RECURRENCE_WEB_PORT=str(port),
-        PYTHONUNBUFFERED="1",
     )
     log = scratch / "block.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            ["bash", "-c", "\n".join(script)],
-            cwd=scratch,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        try:
-            code = proc.wait(timeout=300)
-            worker = any("recurrence worker" in line for line in script)
-            ready = _ready(port, 90) if worker and code == 0 else True
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)  # the block's background worker, if any
+    with script_session("\n".join(script), scratch, env) as proc:  # killed after: the block's worker, if any
+        code = proc.wait(timeout=300)
+        worker = any("recurrence worker" in line for line in script)
+        ready = _ready(port, 90) if worker and code == 0 else True
     where = f"{block.doc.relative_to(REPO)}:{block.line}"
     output = log.read_text()[-4000:]
     assert code == 0, f"{where} failed ({code}):\n" + "\n".join(script) + "\n--- output ---\n" + output

@@ -22,7 +22,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -70,6 +70,36 @@ def _broker_script(line: str) -> str:
     )
 
 
+def block_environment(**extra: str) -> dict[str, str]:
+    """What a documented block runs in: this environment without its Kafka and recurrence settings (the
+    block sets its own), this interpreter's ``bin`` first on PATH, unbuffered Python, then ``extra``."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith(("KAFKA_", "RECURRENCE_"))}
+    environment.update(
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{environment.get('PATH', '')}", PYTHONUNBUFFERED="1", **extra
+    )
+    return environment
+
+
+@contextlib.contextmanager
+def script_session(script: str, scratch: Path, environment: dict[str, str]) -> Iterator["subprocess.Popen[bytes]"]:
+    """``bash -c SCRIPT`` in ``scratch``, its output in ``scratch/block.log``, in a session of its own that is
+    killed on exit, with whatever the script left running (a worker started with ``&``)."""
+    with (scratch / "block.log").open("wb") as out:
+        proc = subprocess.Popen(
+            ["bash", "-c", script],
+            cwd=scratch,
+            env=environment,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            yield proc
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+
+
 def run_verbatim(
     block: Block,
     scratch: Path,
@@ -89,30 +119,13 @@ def run_verbatim(
         script = scratch / "deploy" / "kafka" / "kafka.sh"
         script.parent.mkdir(parents=True)
         script.write_text(_broker_script(up_line or f"KAFKA_BOOTSTRAP_SERVERS={bootstrap}"))
-    environment = {k: v for k, v in os.environ.items() if not k.startswith(("KAFKA_", "RECURRENCE_"))}
-    environment.update(
-        PATH=f"{Path(sys.executable).parent}{os.pathsep}{environment.get('PATH', '')}",
-        PYTHONUNBUFFERED="1",
-        **(env or {}),
-    )
-    log = scratch / "block.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            ["bash", "-c", "set -euo pipefail\n" + block.text],
-            cwd=scratch,
-            env=environment,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    code: int | None
+    with script_session("set -euo pipefail\n" + block.text, scratch, block_environment(**(env or {}))) as proc:
         try:
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             code = None
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-    output = log.read_text(errors="replace")
+    output = (scratch / "block.log").read_text(errors="replace")
     assert code == 0, f"{block.where} exited {code}:\n{block.text}\n--- output ---\n{output[-4000:]}"
     return output
 
