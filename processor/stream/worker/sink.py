@@ -102,7 +102,8 @@ class _Batches:
             if key is None:
                 raise ValueError(f"a record for {topic} needs a key or a partition")
             partition = await self.partition_for(producer, topic, key)
-        found = self._append_at(producer, record, partition)
+            record = record._replace(partition=partition)
+        found = self.append(producer, record)
         if found is not None:
             return found
         return await self._append(producer, record, partition)
@@ -110,19 +111,15 @@ class _Batches:
     def append(self, producer: Any, record: Outgoing) -> Awaitable[Delivered] | None:
         """``send``'s common case without a coroutine: a batch with room, for a known partition (or a
         key whose partition was computed before); None when only ``send`` can take the record."""
-        partition = record.partition
+        topic, key, value, partition, headers, _ = record  # one unpacking: this runs per output record
         if partition is None:
-            key = record.key
-            partition = self._chosen.get((record.topic, key)) if key is not None else None
+            partition = self._chosen.get((topic, key)) if key is not None else None
             if partition is None:
                 return None
-        return self._append_at(producer, record, partition)
-
-    def _append_at(self, producer: Any, record: Outgoing, partition: int) -> Awaitable[Delivered] | None:
-        slot = self._open.get((id(producer), record.topic, partition))
+        slot = self._open.get((id(producer), topic, partition))
         if slot is None:
             return None
-        meta = slot.builder.append(timestamp=None, key=record.key, value=record.value, headers=record.headers)
+        meta = slot.builder.append(timestamp=None, key=key, value=value, headers=headers)
         return None if meta is None else _Pending(slot, meta.offset)
 
     async def partition_for(self, producer: Any, topic: str, key: bytes) -> int:
