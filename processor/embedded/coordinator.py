@@ -45,6 +45,7 @@ from ..host.journalfile import HeldBack, JournalPosition, JournalReader, Progres
 from ..host.stopsignals import StopNow, StopSignals
 from ..store.base import StateStore, Transaction
 from .ledgerfile import DiscardedLedger, Ledger, LedgerMark
+from .parts import COMMITTED_KEY, committed_row
 from .shard import BatchSpec, Line, LocalShard, ShardClient
 from .statedir import CLEAN_KEY, EPOCH_KEY, JOURNAL_KEY, LEDGER_KEY, WRITTEN_KEY, MemoryState, StateDir, clean_mark
 
@@ -128,6 +129,8 @@ class RunPlan:
     owned: tuple[tuple[int, ...], ...]  # per shard, the partitions it owns
     owner: tuple[int, ...]  # per partition, the index of the shard that owns it
     existing: tuple[int, ...]  # the partitions whose store exists
+    committed: frozenset[int]  # the partitions main has committed lines to (``parts.COMMITTED_KEY``)
+    identity: str | None  # the state's id, stamped into every partition (``parts``)
     start: Start
     batch_size: int
     progress_stream: IO[str] | None
@@ -140,6 +143,8 @@ class Writer:
         self.main, self.ledger, self.config, self.summary = plan.main, plan.ledger, plan.config, summary
         self.epoch = b"%d" % plan.start.epoch
         self.cache = row_cache(10_000)
+        self.committed = set(plan.committed)
+        self.partitions = plan.router.partitions
         self._begin()
 
     def _begin(self) -> None:
@@ -179,7 +184,7 @@ class Writer:
             self.ledger.append(b"".join(self.pending))
         return self.ledger.sync()
 
-    def record(self, mark: LedgerMark, position: JournalPosition) -> None:
+    def record(self, mark: LedgerMark, position: JournalPosition, lines: list[Line]) -> None:
         """Step 2 of ``Run._commit``: one atomic, durable main-store write that records the ledger lines."""
         self.txn.prepare()
         changes: dict[bytes, bytes | None] = {
@@ -189,6 +194,13 @@ class Writer:
             # What a follower shows as "written at" (milliseconds since the epoch); never read by the engine.
             WRITTEN_KEY: b"%d" % (time.time_ns() // 1_000_000),
         }
+        # The partitions main has committed lines to, rewritten only when a batch brings one's first line
+        # (once every partition has had one, nothing is looked at).
+        if len(self.committed) < self.partitions:
+            new = {partition for _, _, partition in lines} - self.committed
+            if new:
+                self.committed |= new
+                changes[COMMITTED_KEY] = committed_row(self.committed)
         changes.update(self.diagnosed)
         try:
             self.txn.flush(changes)
@@ -233,7 +245,7 @@ class Run:
         try:
             for shard, parts in zip(plan.shards, plan.owned, strict=True):
                 owned = None if isinstance(shard, LocalShard) else parts
-                shard.open(plan.state, plan.config, owned, plan.existing, plan.start.sync_first)
+                shard.open(plan.state, plan.config, owned, plan.existing, plan.start.sync_first, plan.identity)
             summary.processes = len(plan.shards)
             try:
                 completed = self._batches(stop)
@@ -334,7 +346,7 @@ class Run:
         mark = self.writer.append()
         # 2. What records them, in one atomic durable write: the ledger mark, the journal position, the
         #    record index, dead-letter and pattern rows (main store).
-        self.writer.record(mark, sent.position)
+        self.writer.record(mark, sent.position, sent.lines)
         self.summary.entries += sent.entries
         # 3. Local state: each shard flushes the batch's partition rows once told it is committed (with its
         #    next batch, or at the end: ``self.committed``); a partition a crash leaves behind catches up.

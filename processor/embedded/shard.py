@@ -31,6 +31,7 @@ from ..core.engineconfig import EngineConfig
 from ..core.records import Emitted
 from ..core.state import row_cache
 from ..exceptions import StateDirError
+from .parts import IDENTITY_KEY, partition_identity
 from .statedir import APPLIED_KEY, Applied, Store
 
 if TYPE_CHECKING:
@@ -83,8 +84,11 @@ class Shard:
         owned: Collection[int] | None,
         config: EngineConfig,
         cache: RowCache | None = None,
+        identity: str | None = None,
     ) -> None:
+        """``identity``: the state's id, stamped into each partition (``parts``)."""
         self._open_store = open_store
+        self._identity = identity
         self._owned = None if owned is None else frozenset(owned)
         self._existing = [p for p in existing if self._owns(p)]
         self.config = config
@@ -100,6 +104,7 @@ class Shard:
     def open(self, sync_first: bool = False) -> dict[int, Applied | None]:
         """Open the partitions that exist; how far each has applied the journal. ``sync_first``: make them
         durable before a new epoch's first batch."""
+        stamped = False
         for partition in self._existing:
             store = self._open_store(partition)
             self.stores[partition] = store
@@ -110,7 +115,11 @@ class Shard:
                 raise StateDirError(f"{where} has no header (not written by this recurrence); {_REBUILD}")
             raw = store.get(APPLIED_KEY)
             self.applied[partition] = None if raw is None else Applied.decode(raw)
-        if sync_first:
+            if self._identity is not None and store.get(IDENTITY_KEY) is None:
+                # A partition of a state 1.0.0 wrote (``parts`` accepted it): stamped on its first replay.
+                store.apply({IDENTITY_KEY: partition_identity(self._identity, partition)})
+                stamped = True
+        if sync_first or stamped:
             self.sync()
         return dict(self.applied)
 
@@ -123,6 +132,8 @@ class Shard:
         # Nothing of it before this batch exists: it has applied every line of its own up to here.
         applied = Applied(spec.epoch, *spec.start)
         rows[APPLIED_KEY] = applied.encode()
+        if self._identity is not None:
+            rows[IDENTITY_KEY] = partition_identity(self._identity, partition)
         store.apply(rows)
         store.sync()
         self.stores[partition] = store
@@ -228,6 +239,7 @@ class ShardClient(Protocol):
         owned: Sequence[int] | None,
         existing: Sequence[int],
         sync_first: bool,
+        identity: str | None,
     ) -> dict[int, Applied | None]: ...
 
     def submit(self, spec: BatchSpec, lines: Sequence[Line], committed: int | None) -> None: ...
@@ -257,8 +269,9 @@ class LocalShard:
         owned: Sequence[int] | None,
         existing: Sequence[int],
         sync_first: bool,
+        identity: str | None,
     ) -> dict[int, Applied | None]:
-        self.shard = Shard(state.opener(), existing, owned, config)
+        self.shard = Shard(state.opener(), existing, owned, config, identity=identity)
         return self.shard.open(sync_first)
 
     def submit(self, spec: BatchSpec, lines: Sequence[Line], committed: int | None) -> None:

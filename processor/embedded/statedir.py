@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 import orjson
 from rocksdict import Cache, WriteBufferManager
@@ -46,6 +46,9 @@ from ..store.memory import MemoryStore
 from ..store.rocksdb import RocksStore, rocks_options
 from .ledgerfile import sync_directory
 from .stateformat import newer, stamped_format
+
+if TYPE_CHECKING:
+    from .parts import Header
 
 log = logging.getLogger("recurrence.state")
 
@@ -76,6 +79,8 @@ MAIN_NAMESPACES: Final = frozenset(
         "pat",
         "state_format",
         "migrated",
+        "identity",
+        "committed",
     }
 )
 #: Where ``recurrence migrate`` builds a state's new stores before they are moved into place.
@@ -167,8 +172,13 @@ def refuse_single_store(root: Path) -> None:
 #: The files a RocksDB store (and rocksdict) keeps in its directory: what a single store leaves in STATE.
 _STORE_FILE: Final = re.compile(
     r"CURRENT|IDENTITY|LOCK|LOG(\.old\.\d+)?|MANIFEST-\d+|OPTIONS-\d+(\.dbtmp)?|\d+\.(sst|log|blob)"
-    r"|rocksdict-config\.json"
+    r"|rocksdict-config\.json|\d+\.dbtmp"
 )
+
+
+def is_store_file(name: str) -> bool:
+    """A name RocksDB (or rocksdict) gives a file it keeps in a store's directory."""
+    return _STORE_FILE.fullmatch(name) is not None
 
 
 def leftovers(root: Path) -> list[Path]:
@@ -455,6 +465,8 @@ def check_state(root: Path) -> None:
 
 
 def _open_view(root: Path, follower: bool) -> StateStore:
+    from .parts import check_parts, read_header  # noqa: PLC0415 - parts builds on this module's rows
+
     def opened(path: Path) -> RocksStore:
         return RocksStore.open_follower(path) if follower else RocksStore.open(path, read_only=True)
 
@@ -463,17 +475,28 @@ def _open_view(root: Path, follower: bool) -> StateStore:
         return opened(root)
     main = opened(main_path(root))
     partitions: dict[int, StateStore] = {}
+
+    def header_of(partition: int) -> "Header | None":
+        path = partition_path(root, partition)
+        # A partition's folder exists a moment before its database does (a replay creating it, or
+        # killed right then): it holds nothing yet, and opening it would write rocksdict's config there.
+        if not holds_store(path):
+            return None
+        store = partitions[partition] = opened(path)
+        return read_header(store)
+
     try:
         found = stamped_format(main.get, f"the state {shown(root)}")
         if found is not None and found > STATE_FORMAT:
             raise newer(found, f"the state {shown(root)}")
         count = partition_count(main)
-        for partition in existing_partitions(root) if count else []:
-            path = partition_path(root, partition)
-            # A partition's folder exists a moment before its database does (a replay creating it, or
-            # killed right then): it holds nothing yet, and opening it would write rocksdict's config there.
-            if holds_store(path):
-                partitions[partition] = opened(path)
+        if count:
+            # The partitions main never committed to hold nothing of the state: passed by.
+            parts = check_parts(root, main.get, existing_partitions(root), header_of, follower)
+            for partition in parts.again:
+                store = partitions.pop(partition, None)
+                if store is not None:
+                    store.close()
     except BaseException:
         for store in [*partitions.values(), main]:
             with suppress(Exception):

@@ -102,10 +102,11 @@ def _worker_main(inbox: Connection, outbox: Connection) -> int:
                 shard.commit(committed)
             reply: tuple[Any, ...] = ("results", spec.number, _plain(shard.process(spec, lines)))
         elif kind == "open":
-            _, root, config, owned, existing, sync_first, share = message
+            _, root, config, owned, existing, sync_first, share, identity = message
             # This process's part of the memory one process would use: caches scale with the scopes it owns.
             stores = PartitionStores(root, share=share)
-            shard = Shard(stores.open, existing, owned, config, row_cache(max(10_000, int(50_000 * share))))
+            cache = row_cache(max(10_000, int(50_000 * share)))
+            shard = Shard(stores.open, existing, owned, config, cache, identity)
             reply = ("opened", shard.open(sync_first))
         elif kind == "finish":
             _, committed = message
@@ -250,9 +251,10 @@ class RemoteShard:
         owned: Sequence[int] | None,
         existing: Sequence[int],
         sync_first: bool,
+        identity: str | None,
     ) -> dict[int, Applied | None]:
         assert owned is not None and isinstance(state, StateDir), "worker processes need a state directory"
-        self._send(("open", state.root, config, list(owned), list(existing), sync_first, self.share))
+        self._send(("open", state.root, config, list(owned), list(existing), sync_first, self.share, identity))
         applied: dict[int, Applied | None] = self._expect("opened")[1]
         return applied
 
