@@ -2,9 +2,11 @@
 
 ```
 STATE/main/              RocksDB: the header, the ledger mark, the journal position, the record index,
-                         dead-letter rows and counts, pattern rows (everything written in ledger order)
-STATE/partitions/007/    RocksDB: the engine rows of the scopes whose partition is 7, the header, and
-                         how far into the journal this partition has applied (``APPLIED_KEY``)
+                         dead-letter rows and counts, pattern rows (everything written in ledger order),
+                         the state's id and the partitions it committed lines to (``parts``)
+STATE/partitions/007/    RocksDB: the engine rows of the scopes whose partition is 7, the header, the
+                         state's id and the number 7, and how far into the journal this partition has
+                         applied (``APPLIED_KEY``)
 ```
 
 The partition count is chosen when the state is created (``--partitions``)

@@ -11,6 +11,10 @@ never a traceback.
 
 import json
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,13 +22,15 @@ from typing import Any, Final
 
 import pytest
 
+from devkit.fixtures import FIXTURES, unpack
 from recurrence_ledger.processor.cli import main
 from recurrence_ledger.processor.core.engine import Engine
+from recurrence_ledger.processor.embedded.reading import open_state
 from recurrence_ledger.processor.exceptions import StorageError
 from recurrence_ledger.processor.store.base import Transaction
 from recurrence_ledger.processor.store.memory import MemoryStore
 from recurrence_ledger.processor.store.rocksdb import RocksStore
-from tests.support.embedded_cli import head, journal, stats
+from tests.support.embedded_cli import Hook, head, hook_env, journal, stats
 
 #: Lines of the journal in the state every case starts from; the resuming replay reads all of them.
 FIRST: Final = 1200
@@ -455,3 +461,76 @@ def test_files_beside_the_stores_that_the_state_does_not_own_stay(
         (state / name).write_bytes(body)
     assert refused_or_intact(built, state, ledger, capsys) == []
     assert {name: (state / name).read_bytes() for name in foreign} == foreign
+
+
+# -- 3. migrate never loses a row --------------------------------------------------------------------------
+
+SINGLE_STORE: Final = FIXTURES / "0.1.0-78d47b4"
+
+
+def _single_store_rows(state: Path) -> Any:
+    store = RocksStore.open(state, read_only=True)
+    try:
+        return list(store.iterate_prefix(b""))
+    finally:
+        store.close()
+
+
+def test_a_single_store_with_a_flipped_byte_is_not_migrated_and_is_kept(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = tmp_path / "state"
+    unpack(SINGLE_STORE, state, tmp_path / "ledger.jsonl")
+    (table,) = state.glob("*.sst")
+    flip(table, table.stat().st_size // 3)
+    damaged = table.read_bytes()
+    code, _, err = _run(["migrate", "--state", str(state)], capsys)
+    line = _one_refusal(code, err, "migrate")
+    assert f"{table.name}" in line and "cannot be read back" in line, line
+    assert table.read_bytes() == damaged and not (state / "main").exists()  # the old store, as it was
+    code, _, err = _run(["migrate", "--state", str(state), "--dry-run"], capsys)
+    assert "cannot be read back" in _one_refusal(code, err, "migrate")
+
+
+def _stopped(pid: int) -> bool:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
+
+
+def test_a_second_migrate_is_refused_while_the_first_runs_and_the_first_ends_intact(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    reference = tmp_path / "reference"
+    unpack(SINGLE_STORE, reference, tmp_path / "reference.jsonl")
+    assert main(["migrate", "--state", str(reference)]) == 0
+    capsys.readouterr()
+    state = tmp_path / "state"
+    unpack(SINGLE_STORE, state, tmp_path / "ledger.jsonl")
+    rows = _single_store_rows(state)
+    # The first migrate stops itself (SIGSTOP) amid writing the new stores, holding the lock.
+    env = hook_env(tmp_path / "hooks", [Hook("apply", "before", 3, (signal.SIGSTOP,))])
+    first = subprocess.Popen(
+        [sys.executable, "-m", "recurrence_ledger.processor.cli", "migrate", "--state", str(state)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        for _ in range(600):
+            if first.poll() is not None or _stopped(first.pid):
+                break
+            time.sleep(0.05)
+        assert first.poll() is None and _stopped(first.pid), first.returncode
+        code, _, err = _run(["migrate", "--state", str(state)], capsys)
+        line = _one_refusal(code, err, "migrate")
+        assert "in use by another recurrence process" in line, line
+    finally:
+        first.send_signal(signal.SIGCONT)
+        _, err_bytes = first.communicate(timeout=120)
+    assert first.returncode == 0, err_bytes
+    assert sorted(path.name for path in state.iterdir()) == ["main", "partitions"]
+    assert stats(state) == stats(reference)
+    view = open_state(state)
+    try:
+        assert sum(1 for _ in view.iterate_prefix(b"")) >= len(rows) - 1
+    finally:
+        view.close()
