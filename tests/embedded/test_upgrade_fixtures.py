@@ -107,7 +107,7 @@ def test_a_release_state_continued_by_this_one_ends_with_the_ledger_of_a_fresh_r
     assert migrate(state).changes == []
 
 
-def _identities(state: Path) -> tuple[str, dict[int, int]]:
+def _identities(state: Path) -> tuple[str, dict[int, int | None]]:
     """How main says the state got its id, and the number each partition carries with that id (``parts``)."""
     main = RocksStore.open(main_path(state), read_only=True)
     try:
@@ -115,7 +115,7 @@ def _identities(state: Path) -> tuple[str, dict[int, int]]:
     finally:
         main.close()
     assert identity is not None
-    numbers = {}
+    numbers: dict[int, int | None] = {}
     for partition in existing_partitions(state):
         store = RocksStore.open(partition_path(state, partition), read_only=True)
         try:
