@@ -41,7 +41,7 @@ from rocksdict import Cache, WriteBufferManager
 
 from ..core.formats import STATE_FORMAT
 from ..core.partitioning import partition_for
-from ..exceptions import StateDirError
+from ..exceptions import StateDirError, StorageError
 from ..host.journalfile import JournalPosition, shown
 from ..store.base import StateStore
 from ..store.memory import MemoryStore
@@ -484,7 +484,9 @@ def _open_view(root: Path, follower: bool) -> StateStore:
         # killed right then): it holds nothing yet, and opening it would write rocksdict's config there.
         if not holds_store(path):
             return None
-        store = partitions[partition] = opened(path)
+        store = partitions.get(partition)
+        if store is None:
+            store = partitions[partition] = opened(path)
         return read_header(store)
 
     try:
@@ -493,8 +495,19 @@ def _open_view(root: Path, follower: bool) -> StateStore:
             raise newer(found, f"the state {shown(root)}")
         count = partition_count(main)
         if count:
+            try:
+                parts = check_parts(root, main.get, existing_partitions(root), header_of, follower)
+            except StorageError:
+                raise
+            except StateDirError:
+                if follower:
+                    raise
+                # A replay may have committed a batch between main's open and its partitions' (main is
+                # written first): a main opened after them is never behind them. Damage fails again.
+                main.close()
+                main = opened(main_path(root))
+                parts = check_parts(root, main.get, existing_partitions(root), header_of, follower)
             # The partitions main never committed to hold nothing of the state: passed by.
-            parts = check_parts(root, main.get, existing_partitions(root), header_of, follower)
             for partition in parts.again:
                 store = partitions.pop(partition, None)
                 if store is not None:
