@@ -125,6 +125,26 @@ def test_kill_9_at_every_durability_point_of_a_batch_is_repaired_by_the_rerun(
     assert not failures
 
 
+# A store write: the first run's stamps of the new main store (1), then each new partition's header, written
+# once its store is created and before any row of it (2, 3): a kill there leaves a partition folder with a
+# store that holds nothing, which main never committed to.
+CREATION_POINTS: dict[str, tuple[Target, When, int]] = {
+    "before the first partition's header": ("apply", "before", 2),
+    "after the first partition's header": ("apply", "after", 2),
+    "before the second partition's header": ("apply", "before", 3),
+}
+
+
+def test_kill_9_while_a_partition_store_is_created_is_repaired_by_the_rerun(clean: Clean, tmp_path: Path) -> None:
+    def run(name: str) -> str | None:
+        return _kill_and_rerun(clean, tmp_path / name.replace(" ", "-"), CREATION_POINTS[name])
+
+    with ThreadPoolExecutor(2) as pool:
+        outcomes = pool.map(run, CREATION_POINTS)
+        failures = {name: failure for name, failure in zip(CREATION_POINTS, outcomes, strict=True) if failure}
+    assert not failures
+
+
 def _file_size_limit(limit: int) -> Callable[[], None]:
     def apply() -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
