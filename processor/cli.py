@@ -26,6 +26,7 @@ from .cliparser import CommandParser
 from .core.engineconfig import EngineConfig, add_flags, from_flags
 from .core.formats import version_lines
 from .core.patterns import listing
+from .core.retirement import parse_rule_thresholds
 from .core.state import State
 from .core.tally import counted
 from .core.whatif import MAX_THRESHOLD, parse_thresholds
@@ -228,10 +229,24 @@ def _rules(args: argparse.Namespace) -> Any:
 
 
 def _cmd_suggestions(args: argparse.Namespace) -> int:
-    from .repairloop import scope_suggestions  # noqa: PLC0415
-    from .repairreport import suggestions_text  # noqa: PLC0415
+    from .repairloop import scope_suggestions, suggestions_what_if  # noqa: PLC0415
+    from .repairreport import suggestions_text, what_if_text  # noqa: PLC0415
 
     rules = _rules(args)
+    if args.what_if is not None:
+        try:
+            thresholds = parse_rule_thresholds(args.what_if)
+        except ValueError as bad:
+            raise SettingsError(f"--what-if: {bad}") from None
+        with _state(Path(args.state), must_exist=True) as store:
+            state = State(Transaction(store))
+            scopes = _scopes(store, args.scope, args.state)
+            body = suggestions_what_if(state, scopes, thresholds, rules.unknown_percent)
+        if args.json:
+            _print_json(body)
+        else:
+            sys.stdout.write(what_if_text(body))
+        return EXIT_OK
     with _state(Path(args.state), must_exist=True) as store:
         state = State(Transaction(store))
         found = [scope_suggestions(state, scope, rules) for scope in _scopes(store, args.scope, args.state)]
@@ -572,7 +587,7 @@ def _add_repair_loop(commands: "argparse._SubParsersAction[argparse.ArgumentPars
         "history", help="an artifact's revisions in order: yield, streak, head positions, proposals, repair effect"
     )
     p.add_argument("artifact", help="family/artifact_id (experience/E7), or an Experience's artifact_id")
-    p.add_argument("--state", required=True, help="state directory written by replay")
+    p.add_argument("--state", type=path_arg, required=True, help="state directory written by replay")
     p.add_argument("--scope", help="only this scope (default: every scope holding the artifact)")
     p.add_argument(
         "--min-selections",
@@ -586,7 +601,7 @@ def _add_repair_loop(commands: "argparse._SubParsersAction[argparse.ArgumentPars
     p = commands.add_parser(
         "suggestions", help="retirement suggestions from measured yield (suggestions only: nothing changes)"
     )
-    p.add_argument("--state", required=True, help="state directory written by replay")
+    p.add_argument("--state", type=path_arg, required=True, help="state directory written by replay")
     p.add_argument("--scope", help="only this scope (default: every scope)")
     defaults = RetirementRules()
     helps = {
@@ -599,11 +614,17 @@ def _add_repair_loop(commands: "argparse._SubParsersAction[argparse.ArgumentPars
         p.add_argument(
             "--" + name.replace("_", "-"), type=positive_int, default=getattr(defaults, name), help=helps[name]
         )
-    p.add_argument("--json", action="store_true", help="print JSON (a list: one body per scope)")
+    p.add_argument(
+        "--what-if",
+        metavar="N,N,...",
+        help="instead of the suggestions: how many each rule would make with its count threshold at each N "
+        "(1,2,3,5,10: one row each; --unknown-percent as given), over the scopes listed",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON (a list: one body per scope; --what-if: one body)")
     p.set_defaults(func=_cmd_suggestions)
 
     p = commands.add_parser("trends", help="yield per window of journal positions, per scope and per revision")
-    p.add_argument("--state", required=True, help="state directory written by replay")
+    p.add_argument("--state", type=path_arg, required=True, help="state directory written by replay")
     p.add_argument("--scope", help="only this scope (default: every scope)")
     p.add_argument(
         "--window", type=positive_int, default=DEFAULT_TREND_WINDOW, help="positions per window (default %(default)s)"

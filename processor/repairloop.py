@@ -11,7 +11,7 @@ release before the marks existed) is refused, never answered from part of the
 evidence: ``IncompleteMarksError``, exit 2 / HTTP 409.
 """
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import quote
@@ -112,9 +112,19 @@ def scope_suggestions(state: State, scope_id: str, rules: RetirementRules) -> di
     return suggestions(scope_id, _heads(state, scope_id), rules)
 
 
-def suggestions_what_if(state: State, scope_id: str, variants: list[RetirementRules]) -> list[dict[str, Any]]:
-    _known_scope(state, scope_id)
-    return what_if(list(_heads(state, scope_id)), variants)
+def suggestions_what_if(
+    state: State, scopes: Iterable[str], thresholds: Sequence[int], unknown_percent: int
+) -> dict[str, Any]:
+    """How many suggestions each rule would make at each count threshold, over ``scopes`` together."""
+    listed = list(scopes)
+    for scope_id in listed:
+        _known_scope(state, scope_id)
+    heads = (facts for scope_id in listed for facts in _heads(state, scope_id))
+    return {
+        "scopes": len(listed),
+        "unknown_percent": unknown_percent,
+        "what_if": what_if(heads, thresholds, unknown_percent),
+    }
 
 
 def trends(state: State, scope_id: str, window: int) -> dict[str, Any]:

@@ -73,6 +73,24 @@ def suggestions_text(bodies: Iterable[dict[str, Any]], state: str) -> str:
     return "".join(printable(line) + "\n" for line in lines)
 
 
+def what_if_text(body: dict[str, Any]) -> str:
+    """One row per count threshold: the suggestions each rule would make (``suggestions --what-if``)."""
+    scopes = body["scopes"]
+    lines = [
+        f"what if: the suggestions each rule would make over {scopes} scope{'' if scopes == 1 else 's'} with N "
+        "as its count threshold (--min-selected, --min-unselected-recurred, --min-unknown; unknown_binding at "
+        f"{body['unknown_percent']}% unknown)",
+        f"{'N':>8}  {'never_avoids':>12}  {'never_selected':>14}  {'unknown_binding':>15}",
+    ]
+    for row in body["what_if"]:
+        counts = row["suggestions"]
+        lines.append(
+            f"{row['threshold']:>8}  {counts['never_avoids']:>12}  {counts['never_selected']:>14}  "
+            f"{counts['unknown_binding']:>15}"
+        )
+    return "".join(line + "\n" for line in lines)
+
+
 def trends_csv(trends: Iterable[dict[str, Any]]) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")

@@ -109,6 +109,7 @@ def test_a_runnable_kafka_block_runs_as_written(block: DocBlock, kafka_bootstrap
 
 
 # Commands that cannot run inside this test, by prefix, and why.
+INSTALLS_A_RELEASE: Final = "installs a release into ~/.venvs (tests/product/test_wheel.py installs this tree's wheel)"
 SKIPPED: Final = {
     "make test": "runs the whole suite, this test included",
     "make test-fast": "runs the whole broker-less suite (make test runs it)",
@@ -121,6 +122,9 @@ SKIPPED: Final = {
     "make kafka-down": "the session fixture owns the test broker",
     "docker": "no Docker engine here",
     "kubectl": "no Kubernetes cluster here (tests/stream/test_deploy.py validates the manifest)",
+    "python3.11 -m venv ~/.venvs/recurrence": INSTALLS_A_RELEASE,
+    "~/.venvs/recurrence/bin/pip install": INSTALLS_A_RELEASE,
+    "~/.venvs/recurrence/bin/recurrence --version": INSTALLS_A_RELEASE,
 }
 
 

@@ -52,7 +52,7 @@ from tests.support.browser import (
     page_readings,
     tune_readings,
 )
-from tests.support.hostile import TOKEN, check_hostile_requests, check_token_guard, report, request
+from tests.support.hostile import PATH_VALUES, TOKEN, check_hostile_requests, check_token_guard, report, request
 
 EXAMPLE = REPO / "examples" / "rfc-minimum.jsonl"
 _ORIGIN = re.compile(r"journal line \d+|[\w.-]+\[\d+\]@\d+")
@@ -275,13 +275,10 @@ def test_the_worker_page_draws_the_tune_chart(cluster: Cluster) -> None:
 
 
 # -- a stranger's requests, a second worker, a cut file (issue 26) --------------------------------------------
-VALUES = {"scope_id": "rfc-minimum", "id": "experience/E7@1", "name": "app.js", "code": "invalid_json"}
-
-
 def test_every_data_path_of_a_worker_asks_for_the_token(cluster: Cluster) -> None:
     worker = cluster.workers[0]
     documented = request(worker.url, "/openapi.json", TOKEN).json()["paths"]
-    asked = check_token_guard(worker.url, documented, VALUES)
+    asked = check_token_guard(worker.url, documented, PATH_VALUES)
     assert {"/metrics", "/statistics", "/dead-letters", "/patterns", "/openapi.json"} <= set(asked)
     # Faust's own views are not served: not the app's details at /, not the tables at /table/.
     for path in ("/router/", "/table/", "/table/recurrence-state/", "/graph", "/stats/", "/performance/"):

@@ -16,6 +16,7 @@ import pytest
 from recurrence_ledger.processor.cli import main
 from recurrence_ledger.processor.embedded.runner import replay
 from recurrence_ledger.processor.store.rocksdb import RocksStore
+from recurrence_ledger.processor.synthetic import JournalSpec, write
 from tests.support.repairexample import repair_loop_journal
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "repair-loop.jsonl"
@@ -78,6 +79,50 @@ def test_suggestions_name_each_rule_with_its_counts(state: Path, capsys: pytest.
     [stricter] = _json(capsys, "suggestions", "--state", str(state), "--json", "--min-selected", "6")
     assert "never_avoids" not in {s["rule"] for s in stricter["suggestions"]}
     assert stricter["rules"]["min_selected"] == 6
+
+
+@pytest.mark.parametrize("journal", ["example", "generated"])
+def test_what_if_counts_are_the_suggestions_made_at_each_threshold(
+    journal: str, tmp_path: Path, state: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if journal == "generated":  # several scopes, many revisions: counts that move with N
+        source = tmp_path / "journal.jsonl"
+        write(JournalSpec(entries=3000, scopes=3, seed=5, experiences_per_scope=6), str(source))
+        replay(str(source), tmp_path / "state", tmp_path / "ledger.jsonl")
+        state = tmp_path / "state"
+    capsys.readouterr()
+    thresholds = [1, 2, 3, 5, 8]
+    body = _json(capsys, "suggestions", "--state", str(state), "--what-if", ",".join(map(str, thresholds)), "--json")
+    assert [row["threshold"] for row in body["what_if"]] == thresholds
+    for row in body["what_if"]:
+        n = str(row["threshold"])
+        made = _json(
+            capsys,
+            *("suggestions", "--state", str(state), "--json"),
+            *("--min-selected", n, "--min-unselected-recurred", n, "--min-unknown", n),
+        )
+        counted = {rule: 0 for rule in ("never_avoids", "never_selected", "unknown_binding")}
+        for scope in made:
+            for suggestion in scope["suggestions"]:
+                counted[suggestion["rule"]] += 1
+        assert row["suggestions"] == counted, n
+    if journal == "example":  # E8@2: 5 selections; E9@1: 3 unselected recurrences; E10@1: 5 unknown
+        assert [tuple(row["suggestions"].values()) for row in body["what_if"]] == [
+            (1, 1, 1),
+            (1, 1, 1),
+            (1, 1, 1),
+            (1, 0, 1),
+            (0, 0, 0),
+        ]
+
+
+def test_a_bad_what_if_list_is_refused_in_one_line(state: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["suggestions", "--state", str(state), "--what-if", "1,x"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "recurrence suggestions: --what-if: a comma-separated list of whole numbers such as 1,2,3,5,10 is "
+        "expected, not '1,x'"
+    )
 
 
 def test_trends_as_json_and_csv_agree(state: Path, capsys: pytest.CaptureFixture[str]) -> None:

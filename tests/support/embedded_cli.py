@@ -187,3 +187,33 @@ def records(ledger: Path) -> list[dict[str, Any]]:
 
 def dead_letters(ledger: Path) -> list[dict[str, Any]]:
     return [r for r in records(ledger) if r["record"] == "dead_letter"]
+
+
+def serve_state(state: Path) -> tuple[str, "subprocess.Popen[bytes]"]:
+    """``recurrence serve`` on ``state`` at a free port, once it answers ``/livez``: its URL and process."""
+    import urllib.request
+
+    from devkit.localrun import free_port, recurrence_command, wait_for
+
+    port = free_port()
+    server = subprocess.Popen(
+        [*recurrence_command(), "serve", "--state", str(state), "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}"
+
+    def answers() -> bool:
+        try:
+            with urllib.request.urlopen(url + "/livez", timeout=2) as response:
+                return bool(response.status == 200)
+        except OSError:
+            return False
+
+    wait_for(lambda: server.poll() is None and answers(), 30, 0.1, "recurrence serve")
+    return url, server
+
+
+def stop_server(server: "subprocess.Popen[bytes]") -> None:
+    server.terminate()
+    server.wait(timeout=30)

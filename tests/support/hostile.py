@@ -131,6 +131,16 @@ def assert_secured(answer: Answer, what: str) -> None:
     assert "aiohttp" not in answer.headers.get("server", "") and "Python" not in answer.headers.get("server", "")
 
 
+#: A value for each path parameter of the documented paths, on the worked example's state.
+PATH_VALUES = {
+    "scope_id": "rfc-minimum",
+    "id": "experience/E7@1",
+    "name": "app.js",
+    "code": "invalid_json",
+    "family": "experience",
+    "artifact_id": "E7",
+}
+
 PUBLIC = {"/", "/livez", "/readyz", "/health", "/ui", "/ui/{name}", "/favicon.ico"}
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 import pytest
 
-from devkit.localrun import free_port, recurrence_command, wait_for
+from devkit.localrun import recurrence_command
 from recurrence_ledger.processor.synthetic import JournalSpec, generate
 from tests.support.browser import (
     SCREENSHOTS,
@@ -29,6 +29,7 @@ from tests.support.browser import (
     table_numbers,
     wait,
 )
+from tests.support.embedded_cli import serve_state, stop_server
 
 SCOPES = 50
 
@@ -79,31 +80,6 @@ def _replay(journal: Path, state: Path, ledger: Path, batch: int = 1000) -> "sub
     )
 
 
-def _serve(state: Path) -> tuple[str, "subprocess.Popen[bytes]"]:
-    port = free_port()
-    server = subprocess.Popen(
-        [*recurrence_command(), "serve", "--state", str(state), "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    url = f"http://127.0.0.1:{port}"
-
-    def answers() -> bool:
-        try:
-            with urllib.request.urlopen(url + "/livez", timeout=2) as response:
-                return bool(response.status == 200)
-        except OSError:
-            return False
-
-    wait_for(lambda: server.poll() is None and answers(), 30, 0.1, "recurrence serve")
-    return url, server
-
-
-def _stop(server: "subprocess.Popen[bytes]") -> None:
-    server.terminate()
-    server.wait(timeout=30)
-
-
 @pytest.fixture(scope="module")
 def fifty(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Page]:
     work = tmp_path_factory.mktemp("page")
@@ -111,11 +87,11 @@ def fifty(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Page]:
     _journal(journal, 6000)
     writer = _replay(journal, state, ledger)
     assert writer.wait(timeout=300) == 0, writer.stderr
-    url, server = _serve(state)
+    url, server = serve_state(state)
     try:
         yield Page(url, state, ledger, journal, server)
     finally:
-        _stop(server)
+        stop_server(server)
 
 
 def _attrs(driver: Any, selector: str, name: str) -> list[str]:
@@ -335,7 +311,7 @@ def test_the_page_follows_a_replay_that_appends(tmp_path: Path) -> None:
     first = tmp_path / "first.jsonl"
     first.write_bytes(b"".join(lines[:1500]))
     assert _replay(first, state, ledger).wait(timeout=300) == 0
-    url, server = _serve(state)
+    url, server = serve_state(state)
     try:
         with chromium(1400, 1300) as driver:
             open_page(driver, url + "/ui")
@@ -380,7 +356,7 @@ def test_the_page_follows_a_replay_that_appends(tmp_path: Path) -> None:
             assert driver.find_element(By.ID, "status").text.startswith(f"the state as of journal line {len(lines):,} ")
             print(f"the page showed the replay's end {followed:.2f} s after it")
     finally:
-        _stop(server)
+        stop_server(server)
 
 
 @pytest.mark.browser

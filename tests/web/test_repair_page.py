@@ -14,8 +14,8 @@ import pytest
 
 from devkit.localrun import recurrence_command
 from tests.support.browser import SCREENSHOTS, chromium, open_explanation, open_page, wait
+from tests.support.embedded_cli import serve_state, stop_server
 from tests.support.tools import REPO
-from tests.web.test_page import _serve, _stop
 
 EXAMPLE = REPO / "examples" / "repair-loop.jsonl"
 
@@ -30,11 +30,11 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
         capture_output=True,
         timeout=120,
     )
-    url, server = _serve(state)
+    url, server = serve_state(state)
     try:
         yield url, state
     finally:
-        _stop(server)
+        stop_server(server)
 
 
 def _cli(state: Path, *args: str) -> Any:

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from devkit.localrun import free_port, recurrence_command, wait_for
-from tests.support.hostile import PUBLIC, TOKEN, check_hostile_requests, check_token_guard, report, request
+from tests.support.hostile import PATH_VALUES, PUBLIC, TOKEN, check_hostile_requests, check_token_guard, report, request
 from tests.support.tools import REPO
 
 # The product's own modules are imported by the tests that use them, so the behavioural tests above them
@@ -83,12 +83,9 @@ def _answers(url: str) -> bool:
         return False
 
 
-VALUES = {"scope_id": "rfc-minimum", "id": "experience/E7@1", "name": "app.js", "code": "invalid_json"}
-
-
 def test_every_data_path_asks_for_the_token_and_the_probes_and_the_page_shell_do_not(served: Server) -> None:
     documented = request(served.url, "/openapi.json", TOKEN).json()["paths"]
-    asked = check_token_guard(served.url, documented, VALUES)
+    asked = check_token_guard(served.url, documented, PATH_VALUES)
     assert {"/statistics", "/openapi.json", "/explain/experience%2FE7%401", "/ui", "/livez"} <= set(asked)
     # A path that does not exist says nothing without the token, and is a plain 404 with it.
     assert request(served.url, "/no-such-path").status == 401

@@ -126,4 +126,4 @@ def test_the_page_shows_a_banner_while_the_state_is_gone(serving: tuple[str, Pat
         assert driver.find_element(By.ID, "live").text == "state not current"
         os.rename(moved, state)
         wait(driver, lambda d: not d.find_element(By.ID, "state-problem").is_displayed())
-        assert driver.find_element(By.ID, "live").text == "following the state"
+        assert driver.find_element(By.ID, "live").text == "following"
