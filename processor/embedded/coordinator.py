@@ -345,7 +345,7 @@ class Run:
         # 1. Outputs: the batch's ledger lines, appended and fsync'ed.
         mark = self.writer.append()
         # 2. What records them, in one atomic durable write: the ledger mark, the journal position, the
-        #    record index, dead-letter and pattern rows (main store).
+        #    record index, dead-letter and pattern rows, a partition's first committed line (main store).
         self.writer.record(mark, sent.position, sent.lines)
         self.summary.entries += sent.entries
         # 3. Local state: each shard flushes the batch's partition rows once told it is committed (with its
