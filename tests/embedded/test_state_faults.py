@@ -30,7 +30,7 @@ from recurrence_ledger.processor.exceptions import StorageError
 from recurrence_ledger.processor.store.base import Transaction
 from recurrence_ledger.processor.store.memory import MemoryStore
 from recurrence_ledger.processor.store.rocksdb import RocksStore
-from tests.support.embedded_cli import Hook, head, hook_env, journal, stats
+from tests.support.embedded_cli import Hook, cli, head, hook_env, journal, stats
 
 #: Lines of the journal in the state every case starts from; the resuming replay reads all of them.
 FIRST: Final = 1200
@@ -288,6 +288,21 @@ def test_a_part_deleted_older_foreign_or_swapped_is_refused_naming_it(
     for argv in (["patterns"], ["tune"]):
         code, _, err = _run([*argv, "--state", str(state)], capsys)
         assert _one_refusal(code, err, argv[0]).endswith(lines[0].split(": ", 1)[1])
+
+
+def test_after_a_crash_a_partition_older_than_the_last_clean_end_is_refused(
+    built: Built, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state, ledger = copy(built, tmp_path)
+    # Killed after its second batch's main commit: main at line FIRST + 200, the partitions behind it, the
+    # state not clean; FIRST is where every partition stood at the last clean end.
+    env = hook_env(tmp_path / "hooks", [Hook("commit", "after", 2)])
+    killed = cli("replay", built.journal, "--state", state, "--out", ledger, "--batch", "100", "--jobs", "1", env=env)
+    assert killed.returncode == -9, killed.stderr
+    _replace(state / "partitions/005", built.older / "partitions/005")
+    lines = refused_or_intact(built, state, ledger, capsys)
+    wanted = f"partition 005 of the state {state} is from an older copy of it (journal line {OLDER}, main at line "
+    assert [line.split(": ", 1)[1][: len(wanted)] for line in lines] == [wanted, wanted], lines
 
 
 @dataclass(frozen=True)
