@@ -45,7 +45,7 @@ from ..host.journalfile import HeldBack, JournalPosition, JournalReader, Progres
 from ..host.stopsignals import StopNow, StopSignals
 from ..store.base import StateStore, Transaction
 from .ledgerfile import DiscardedLedger, Ledger, LedgerMark
-from .parts import COMMITTED_KEY, committed_row
+from .parts import COMMITTED_KEY, Expected, committed_row
 from .shard import BatchSpec, Line, LocalShard, ShardClient
 from .statedir import CLEAN_KEY, EPOCH_KEY, JOURNAL_KEY, LEDGER_KEY, WRITTEN_KEY, MemoryState, StateDir, clean_mark
 
@@ -131,6 +131,7 @@ class RunPlan:
     existing: tuple[int, ...]  # the partitions whose store exists
     committed: frozenset[int]  # the partitions main has committed lines to (``parts.COMMITTED_KEY``)
     identity: str | None  # the state's id, stamped into every partition (``parts``)
+    deferred: Expected | None  # what each shard checks its partitions against as it opens them (``parts``)
     start: Start
     batch_size: int
     progress_stream: IO[str] | None
@@ -245,7 +246,17 @@ class Run:
         try:
             for shard, parts in zip(plan.shards, plan.owned, strict=True):
                 owned = None if isinstance(shard, LocalShard) else parts
-                shard.open(plan.state, plan.config, owned, plan.existing, plan.start.sync_first, plan.identity)
+                sync_first = plan.start.sync_first
+                shard.open(plan.state, plan.config, owned, plan.existing, sync_first, plan.identity, plan.deferred)
+            if summary.truncated_bytes and isinstance(plan.ledger, Ledger):
+                # Ledger recovery, before the first append: bytes a crash left that the state never recorded.
+                # Only now, with every partition checked as it opened (``parts``): a refused state keeps its ledger.
+                plan.ledger.cut(plan.ledger.length)
+                log.info(
+                    "ledger recovery: cut %d uncommitted bytes after offset %d",
+                    summary.truncated_bytes,
+                    plan.ledger.length,
+                )  # replay says it
             summary.processes = len(plan.shards)
             try:
                 completed = self._batches(stop)

@@ -35,7 +35,7 @@ import orjson
 
 from ..core.stateheader import CONFIG_KEY, FORMAT_KEY
 from ..exceptions import StateDirError, StorageError
-from ..host.journalfile import shown
+from ..host.journalfile import JournalPosition, shown
 from ..store.base import StateStore
 from .header import NEW_STATE
 from .ledgerfile import sync_directory
@@ -49,6 +49,7 @@ from .statedir import (
     Applied,
     MemoryState,
     StateDir,
+    clean_mark,
     holds_store,
     is_store_file,
     partition_path,
@@ -135,9 +136,11 @@ def committed(get: Get) -> frozenset[int] | None:
 
 
 @dataclass(frozen=True, slots=True)
-class _Main:
-    """Main's side: where it stands, and where every partition stood at the last clean end."""
+class Expected:
+    """Main's side: where it stands, and where every partition stood at the last clean end (picklable: a
+    ``replay --jobs`` worker checks its partitions against it as it opens them)."""
 
+    state: str  # the state folder, as messages show it
     identity: MainIdentity | None
     committed: frozenset[int] | None
     at: tuple[int, int] | None  # (epoch, line) of main's journal position
@@ -145,7 +148,7 @@ class _Main:
     floor: tuple[int, int] | None  # (epoch, line) of the last clean end, when not after ``at``
 
     @classmethod
-    def read(cls, get: Get) -> "_Main":
+    def read(cls, root: Path, get: Get) -> "Expected":
         epoch_raw, journal = get(EPOCH_KEY), get(JOURNAL_KEY)
         epoch = 0 if epoch_raw is None else int(epoch_raw)
         at = None if journal is None else (epoch, int(orjson.loads(journal)[1]))
@@ -158,7 +161,12 @@ class _Main:
         # A clean mark after main's position (a run that read a new journal and applied nothing) says nothing.
         if floor is not None and (at is None or floor > at):
             floor = None
-        return cls(main_identity(get), committed(get), at, floor is not None and floor == at, floor)
+        # Clean exactly as the replay decides it (``runner._resume``): then it does not look at the partitions.
+        clean = journal is not None and clean_raw == clean_mark(epoch, JournalPosition.decode(journal))
+        return cls(shown(root), main_identity(get), committed(get), at, clean, floor)
+
+    def missing(self, name: str) -> StateDirError:
+        return StateDirError(f"partition {name} of the state {self.state} is missing: {RESTORE}")
 
 
 @dataclass(slots=True)
@@ -168,9 +176,12 @@ class Parts:
     use: list[int] = field(default_factory=list)  # the state's partitions: open these
     # Folders main never committed to, holding nothing of the state: created again (replay) or passed by.
     again: list[int] = field(default_factory=list)
-    applied: dict[int, Applied | None] = field(default_factory=dict)  # per partition in ``use``
+    applied: dict[int, Applied | None] = field(default_factory=dict)  # per partition looked at
     committed: frozenset[int] = frozenset()  # main's record, or (a state of 1.0.0) every partition in ``use``
     unstamped: bool = False  # main records no identity yet
+    # The partitions main committed to were found present and not opened: whoever opens them checks each
+    # (``check_header``) against this.
+    deferred: Expected | None = None
 
 
 def _line(at: tuple[int, int]) -> str:
@@ -183,21 +194,28 @@ def check_parts(
     folders: Iterable[int],
     header_of: Callable[[int], Header | None],
     follower: bool = False,
+    present: Callable[[int], bool] | None = None,
 ) -> Parts:
     """Check every partition folder (``folders``) and every partition main committed to against main.
 
     ``header_of``: a partition's ``Header``, or None when its folder holds no store that opens (a
-    ``StorageError`` it raises for a partition main committed to is the answer). Refuses (StateDirError,
-    one line) or says which partitions to open and which to make again.
+    ``StorageError`` it raises for a partition main committed to is the answer). ``present``: when given and
+    the state ended clean with an id, a partition main committed to is only looked for here, and checked by
+    whoever opens it (``Parts.deferred``): a replay opens every partition anyway. Refuses (StateDirError, one
+    line) or says which partitions to open and which to make again.
     """
-    main = _Main.read(main_get)
-    state = shown(root)
-    expected = set(folders) | set(main.committed or ())
-    parts = Parts(unstamped=main.identity is None)
+    expected = Expected.read(root, main_get)
+    defer = present is not None and expected.clean and expected.identity is not None
+    parts = Parts(unstamped=expected.identity is None, deferred=expected if defer else None)
     use: set[int] = set()
-    for partition in sorted(expected):
+    for partition in sorted(set(folders) | set(expected.committed or ())):
         name = f"{partition:03d}"
-        recorded = main.committed is None or partition in main.committed
+        recorded = expected.committed is None or partition in expected.committed
+        if defer and recorded and present is not None:
+            if not present(partition):
+                raise expected.missing(name)
+            use.add(partition)
+            continue
         try:
             header = header_of(partition)
         except StorageError:
@@ -205,30 +223,42 @@ def check_parts(
                 raise
             header = None
         if header is None or not header.layout:
-            if main.committed is not None and partition in main.committed:
-                raise StateDirError(f"partition {name} of the state {state} is missing: {RESTORE}")
+            if expected.committed is not None and partition in expected.committed:
+                raise expected.missing(name)
             parts.again.append(partition)
             continue
-        _check_identity(main, header, name, state)
         if not recorded:
+            _check_identity(expected, header, name)
             if header.has_rows and not follower:
                 raise StateDirError(
-                    f"the main store of the state {state} ({state}/{MAIN}) is older than its partitions (partition "
-                    f"{name} holds rows it never recorded): {RESTORE}"
+                    f"the main store of the state {expected.state} ({expected.state}/{MAIN}) is older than its "
+                    f"partitions (partition {name} holds rows it never recorded): {RESTORE}"
                 )
             if not header.has_rows:
                 parts.again.append(partition)
                 continue
-        if not follower:
-            _check_position(main, header, name, state)
+        else:
+            check_header(expected, partition, header, follower)
         use.add(partition)
         parts.applied[partition] = header.applied
     parts.use = sorted(use)
-    parts.committed = main.committed if main.committed is not None else frozenset(use)
+    parts.committed = expected.committed if expected.committed is not None else frozenset(use)
     return parts
 
 
-def _check_identity(main: _Main, header: Header, name: str, state: str) -> None:
+def check_header(expected: Expected, partition: int, header: Header, follower: bool = False) -> None:
+    """A partition main committed to (or, a state of 1.0.0, one with a header) against main: refuse (one line)
+    one that is not this state's, not this number's, or not where main says it can stand."""
+    name = f"{partition:03d}"
+    if not header.layout:
+        raise expected.missing(name)
+    _check_identity(expected, header, name)
+    if not follower:
+        _check_position(expected, header, name)
+
+
+def _check_identity(main: Expected, header: Header, name: str) -> None:
+    state = main.state
     if header.state_id is None:
         if main.identity is not None and main.identity.since == CREATED:
             raise StateDirError(
@@ -253,7 +283,8 @@ def _check_identity(main: _Main, header: Header, name: str, state: str) -> None:
         )
 
 
-def _check_position(main: _Main, header: Header, name: str, state: str) -> None:
+def _check_position(main: Expected, header: Header, name: str) -> None:
+    state = main.state
     if main.at is None:
         return
     applied = (0, 0) if header.applied is None else (header.applied.epoch, header.applied.line)
@@ -289,7 +320,10 @@ def headers(stores: Mapping[int, StateStore]) -> Callable[[int], Header | None]:
 
 
 def check_state_parts(state: "StateDir | MemoryState", main: StateStore) -> Parts:
-    """``check_parts`` for a replay: each partition's header read through a read-only open, closed again."""
+    """``check_parts`` for a replay. A state that ended clean with an id: the partitions main committed to are
+    looked for, and each is checked by the shard that opens it (``Shard.open``, ``Parts.deferred``); else
+    (after a crash, where the replay needs every partition's position, or a state of 1.0.0) each partition's
+    header is read here through a read-only open, closed again."""
     if isinstance(state, MemoryState):
         return check_parts(Path("(in memory)"), main.get, state.existing(), headers(state.partitions))
     open_partition = state.opener(read_only=True)
@@ -303,7 +337,10 @@ def check_state_parts(state: "StateDir | MemoryState", main: StateStore) -> Part
         finally:
             store.close()
 
-    return check_parts(state.root, main.get, state.existing(), header_of)
+    def present(partition: int) -> bool:
+        return holds_store(partition_path(state.root, partition))
+
+    return check_parts(state.root, main.get, state.existing(), header_of, present=present)
 
 
 def make_again(state: "StateDir | MemoryState", partitions: Iterable[int]) -> None:

@@ -143,11 +143,9 @@ def _open_ledger(
         stamps[LEDGER_KEY] = mark.encode()
     if stamps:
         store.apply(stamps)
-    ledger = Ledger(out, mark)
-    if cut:
-        ledger.cut(mark.length)
-        log.info("ledger recovery: cut %d uncommitted bytes after offset %d", cut, mark.length)  # replay says it
-    return config, ledger, cut, count, parts
+    # The uncommitted bytes (``cut``) are cut once every partition was checked (``Run.run``): a state refused
+    # then leaves its ledger as it was.
+    return config, Ledger(out, mark), cut, count, parts
 
 
 def _behind(found: Mapping[int, Applied | None], epoch: int) -> tuple[int, int]:
@@ -311,6 +309,7 @@ def open_run(
                 owner=owner,
                 existing=tuple(existing),
                 committed=parts.committed,
+                deferred=parts.deferred,
                 identity=None if (found := main_identity(main.get)) is None else found.id,
                 start=start,
                 batch_size=request.options.batch_size,

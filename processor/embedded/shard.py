@@ -31,7 +31,7 @@ from ..core.engineconfig import EngineConfig
 from ..core.records import Emitted
 from ..core.state import row_cache
 from ..exceptions import StateDirError
-from .parts import IDENTITY_KEY, partition_identity
+from .parts import IDENTITY_KEY, Expected, check_header, partition_identity, read_header
 from .statedir import APPLIED_KEY, Applied, Store
 
 if TYPE_CHECKING:
@@ -85,10 +85,13 @@ class Shard:
         config: EngineConfig,
         cache: RowCache | None = None,
         identity: str | None = None,
+        expected: Expected | None = None,
     ) -> None:
-        """``identity``: the state's id, stamped into each partition (``parts``)."""
+        """``identity``: the state's id, stamped into each partition; ``expected``: what each partition that
+        exists is checked against as it is opened (``parts.Parts.deferred``)."""
         self._open_store = open_store
         self._identity = identity
+        self._expected = expected
         self._owned = None if owned is None else frozenset(owned)
         self._existing = [p for p in existing if self._owns(p)]
         self.config = config
@@ -108,6 +111,8 @@ class Shard:
         for partition in self._existing:
             store = self._open_store(partition)
             self.stores[partition] = store
+            if self._expected is not None:
+                check_header(self._expected, partition, read_header(store))
             where = f"the state's partition {partition}"
             if check_layout(store.get, where, _REBUILD) or check_pinned(
                 store.get, self.config.pinned(), where, _REBUILD
@@ -240,6 +245,7 @@ class ShardClient(Protocol):
         existing: Sequence[int],
         sync_first: bool,
         identity: str | None,
+        expected: Expected | None,
     ) -> dict[int, Applied | None]: ...
 
     def submit(self, spec: BatchSpec, lines: Sequence[Line], committed: int | None) -> None: ...
@@ -270,8 +276,9 @@ class LocalShard:
         existing: Sequence[int],
         sync_first: bool,
         identity: str | None,
+        expected: Expected | None,
     ) -> dict[int, Applied | None]:
-        self.shard = Shard(state.opener(), existing, owned, config, identity=identity)
+        self.shard = Shard(state.opener(), existing, owned, config, identity=identity, expected=expected)
         return self.shard.open(sync_first)
 
     def submit(self, spec: BatchSpec, lines: Sequence[Line], committed: int | None) -> None:

@@ -47,6 +47,7 @@ from ..core.state import row_cache
 from ..exceptions import UnusableError
 from ..host.gcpolicy import defer_full_collections
 from ..store.rocksdb import RocksStore
+from .parts import Expected
 from .shard import BatchSpec, Line, Results, Shard
 from .statedir import Applied, MemoryState, PartitionStores, StateDir
 
@@ -102,11 +103,11 @@ def _worker_main(inbox: Connection, outbox: Connection) -> int:
                 shard.commit(committed)
             reply: tuple[Any, ...] = ("results", spec.number, _plain(shard.process(spec, lines)))
         elif kind == "open":
-            _, root, config, owned, existing, sync_first, share, identity = message
+            _, root, config, owned, existing, sync_first, share, identity, expected = message
             # This process's part of the memory one process would use: caches scale with the scopes it owns.
             stores = PartitionStores(root, share=share)
             cache = row_cache(max(10_000, int(50_000 * share)))
-            shard = Shard(stores.open, existing, owned, config, cache, identity)
+            shard = Shard(stores.open, existing, owned, config, cache, identity, expected)
             reply = ("opened", shard.open(sync_first))
         elif kind == "finish":
             _, committed = message
@@ -252,9 +253,11 @@ class RemoteShard:
         existing: Sequence[int],
         sync_first: bool,
         identity: str | None,
+        expected: Expected | None,
     ) -> dict[int, Applied | None]:
         assert owned is not None and isinstance(state, StateDir), "worker processes need a state directory"
-        self._send(("open", state.root, config, list(owned), list(existing), sync_first, self.share, identity))
+        message = ("open", state.root, config, list(owned), list(existing), sync_first, self.share, identity, expected)
+        self._send(message)
         applied: dict[int, Applied | None] = self._expect("opened")[1]
         return applied
 
