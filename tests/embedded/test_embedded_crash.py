@@ -145,6 +145,20 @@ def test_kill_9_while_a_partition_store_is_created_is_repaired_by_the_rerun(clea
     assert not failures
 
 
+def test_a_full_disk_while_a_partition_store_is_created_exits_2_and_the_rerun_completes(
+    clean: Clean, tmp_path: Path
+) -> None:
+    state, out = tmp_path / "state", tmp_path / "ledger.jsonl"
+    env = hook_env(tmp_path / "hooks", [Hook(*CREATION_POINTS["before the first partition's header"], "enospc")])
+    full = replay(clean.journal, state, out, "--batch", BATCH, env=env)
+    assert full.returncode == 2, full.stderr
+    assert "No space left on device" in one_line(full.stderr)
+    rerun = replay(clean.journal, state, out, "--batch", BATCH)
+    assert rerun.returncode == 0, rerun.stderr
+    assert out.read_bytes() == clean.ledger
+    assert stats(state) == clean.stats
+
+
 def _file_size_limit(limit: int) -> Callable[[], None]:
     def apply() -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
