@@ -285,9 +285,16 @@ def _check_identity(main: Expected, header: Header, name: str) -> None:
 
 def _check_position(main: Expected, header: Header, name: str) -> None:
     state = main.state
-    if main.at is None:
-        return
     applied = (0, 0) if header.applied is None else (header.applied.epoch, header.applied.line)
+    if main.at is None:
+        # Main is written before any partition row: a main with no journal position under partitions that
+        # hold rows is not theirs (a main deleted and made again, or one restored from before the first batch).
+        if header.has_rows:
+            raise StateDirError(
+                f"the main store of the state {state} ({state}/{MAIN}) is older than its partitions (it records no "
+                f"journal position, partition {name} holds rows to line {_line(applied)}): {RESTORE}"
+            )
+        return
     if applied > main.at:
         raise StateDirError(
             f"the main store of the state {state} ({state}/{MAIN}) is older than its partitions (main at journal "

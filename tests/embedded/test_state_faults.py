@@ -301,6 +301,22 @@ def test_a_part_deleted_older_foreign_or_swapped_is_refused_naming_it(
         assert _one_refusal(code, err, argv[0]).endswith(lines[0].split(": ", 1)[1])
 
 
+def test_a_deleted_main_is_refused_and_not_made_again_over_the_partitions(
+    built: Built, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state, ledger = copy(built, tmp_path)
+    shutil.rmtree(state / "main")
+    stats_line, replay_line = refused_or_intact(built, state, ledger, capsys)
+    assert "is not a recurrence state (no main/CURRENT in it)" in stats_line, stats_line
+    assert "already holds" in replay_line and "but the state is new" in replay_line, replay_line
+    # With a fresh --out the new main would be made over partitions that hold rows: refused too.
+    code, _, err = _run(
+        ["replay", str(built.journal), "--state", str(state), "--out", str(tmp_path / "new.jsonl")], capsys
+    )
+    line = _one_refusal(code, err, "replay")
+    assert f"the main store of the state {state} ({state}/main) is older than its partitions" in line, line
+
+
 def test_after_a_crash_a_partition_older_than_the_last_clean_end_is_refused(
     built: Built, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
