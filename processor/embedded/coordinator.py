@@ -38,7 +38,7 @@ from ..core.patterns import PatternTracker, is_recurred
 from ..core.recordindex import index_record
 from ..core.records import Emitted
 from ..core.state import key, row_cache
-from ..core.tally import Tally
+from ..core.tally import Tally, counted
 from ..exceptions import StateDirError
 from ..host.gcpolicy import full_collections_between_batches
 from ..host.journalfile import HeldBack, JournalPosition, JournalReader, Progress
@@ -82,7 +82,8 @@ class RunSummary(Tally):
         patterns = f"; {self.patterns:,} new pattern suggestions" if self.patterns else ""
         processes = f" in {self.processes} processes" if self.processes > 1 else ""
         return (
-            f"recurrence replay: {self.entries:,} entries in {self.seconds:.2f}s ({rate:,.0f} entries/s{processes}); "
+            f"recurrence replay: {counted(self.entries, 'entry', 'entries')} in {self.seconds:.2f}s "
+            f"({rate:,.0f} entries/s{processes}); "
             f"{self.describe()}{repeated}{patterns}"
         )
 
