@@ -27,6 +27,7 @@ from typing import IO, Any, Final
 from ..schemas.constants import RECURRENCE_REVIEW_STREAK_THRESHOLD
 from .core.engineconfig import EngineConfig
 from .core.state import State
+from .core.tally import counted
 from .core.whatif import rows, scope_shadows, what_if
 from .embedded.header import state_config
 from .embedded.reading import open_state
@@ -48,7 +49,8 @@ class TuneSummary:
         rate = run.entries / run.seconds if run.seconds > 0 else 0.0
         processes = f" in {run.processes} processes" if run.processes > 1 else ""
         return (
-            f"recurrence tune: {run.entries:,} entries in {run.seconds:.2f}s ({rate:,.0f} entries/s{processes}), "
+            f"recurrence tune: {counted(run.entries, 'entry', 'entries')} in {run.seconds:.2f}s "
+            f"({rate:,.0f} entries/s{processes}), "
             f"nothing kept; at the default threshold the replay would write {run.describe()}"
         )
 

@@ -38,7 +38,7 @@ from ..core.patterns import PatternTracker, is_recurred
 from ..core.recordindex import index_record
 from ..core.records import Emitted
 from ..core.state import key, row_cache
-from ..core.tally import Tally
+from ..core.tally import Tally, counted
 from ..exceptions import StateDirError
 from ..host.gcpolicy import full_collections_between_batches
 from ..host.journalfile import HeldBack, JournalPosition, JournalReader
@@ -46,7 +46,8 @@ from ..host.progress import Progress
 from ..host.stopsignals import StopNow, StopSignals
 from ..store.base import StateStore, Transaction
 from .ledgerfile import DiscardedLedger, Ledger, LedgerMark
-from .shard import BatchSpec, Line, LocalShard, ShardClient
+from .parts import COMMITTED_KEY, Expected, committed_row
+from .shard import BatchSpec, Line, LocalShard, OpenSpec, ShardClient
 from .statedir import CLEAN_KEY, EPOCH_KEY, JOURNAL_KEY, LEDGER_KEY, WRITTEN_KEY, MemoryState, StateDir, clean_mark
 
 log = logging.getLogger("recurrence.embedded")
@@ -82,7 +83,8 @@ class RunSummary(Tally):
         patterns = f"; {self.patterns:,} new pattern suggestions" if self.patterns else ""
         processes = f" in {self.processes} processes" if self.processes > 1 else ""
         return (
-            f"recurrence replay: {self.entries:,} entries in {self.seconds:.2f}s ({rate:,.0f} entries/s{processes}); "
+            f"recurrence replay: {counted(self.entries, 'entry', 'entries')} in {self.seconds:.2f}s "
+            f"({rate:,.0f} entries/s{processes}); "
             f"{self.describe()}{repeated}{patterns}"
         )
 
@@ -129,6 +131,9 @@ class RunPlan:
     owned: tuple[tuple[int, ...], ...]  # per shard, the partitions it owns
     owner: tuple[int, ...]  # per partition, the index of the shard that owns it
     existing: tuple[int, ...]  # the partitions whose store exists
+    committed: frozenset[int]  # the partitions main has committed lines to (``parts.COMMITTED_KEY``)
+    identity: str | None  # the state's id, stamped into every partition (``parts``)
+    deferred: Expected | None  # what each shard checks its partitions against as it opens them (``parts``)
     start: Start
     batch_size: int
     progress_stream: IO[str] | None
@@ -141,6 +146,8 @@ class Writer:
         self.main, self.ledger, self.config, self.summary = plan.main, plan.ledger, plan.config, summary
         self.epoch = b"%d" % plan.start.epoch
         self.cache = row_cache(10_000)
+        self.committed = set(plan.committed)
+        self.partitions = plan.router.partitions
         self._begin()
 
     def _begin(self) -> None:
@@ -180,7 +187,7 @@ class Writer:
             self.ledger.append(b"".join(self.pending))
         return self.ledger.sync()
 
-    def record(self, mark: LedgerMark, position: JournalPosition) -> None:
+    def record(self, mark: LedgerMark, position: JournalPosition, lines: list[Line]) -> None:
         """Step 2 of ``Run._commit``: one atomic, durable main-store write that records the ledger lines."""
         self.txn.prepare()
         changes: dict[bytes, bytes | None] = {
@@ -190,6 +197,13 @@ class Writer:
             # What a follower shows as "written at" (milliseconds since the epoch); never read by the engine.
             WRITTEN_KEY: b"%d" % (time.time_ns() // 1_000_000),
         }
+        # The partitions main has committed lines to, rewritten only when a batch brings one's first line
+        # (once every partition has had one, nothing is looked at).
+        if len(self.committed) < self.partitions:
+            new = {partition for _, _, partition in lines} - self.committed
+            if new:
+                self.committed |= new
+                changes[COMMITTED_KEY] = committed_row(self.committed)
         changes.update(self.diagnosed)
         try:
             self.txn.flush(changes)
@@ -232,9 +246,18 @@ class Run:
         it before its end. Any failure aborts every shard (nothing after the last commit is kept)."""
         plan, summary = self.plan, self.summary
         try:
+            spec = OpenSpec(plan.config, plan.existing, plan.start.sync_first, plan.identity, plan.deferred)
             for shard, parts in zip(plan.shards, plan.owned, strict=True):
-                owned = None if isinstance(shard, LocalShard) else parts
-                shard.open(plan.state, plan.config, owned, plan.existing, plan.start.sync_first)
+                shard.open(plan.state, None if isinstance(shard, LocalShard) else parts, spec)
+            if summary.truncated_bytes and isinstance(plan.ledger, Ledger):
+                # Ledger recovery, before the first append: bytes a crash left that the state never recorded.
+                # Only now, with every partition checked as it opened (``parts``): a refused state keeps its ledger.
+                plan.ledger.cut(plan.ledger.length)
+                log.info(
+                    "ledger recovery: cut %d uncommitted bytes after offset %d",
+                    summary.truncated_bytes,
+                    plan.ledger.length,
+                )  # replay says it
             summary.processes = len(plan.shards)
             try:
                 completed = self._batches(stop)
@@ -334,8 +357,8 @@ class Run:
         # 1. Outputs: the batch's ledger lines, appended and fsync'ed.
         mark = self.writer.append()
         # 2. What records them, in one atomic durable write: the ledger mark, the journal position, the
-        #    record index, dead-letter and pattern rows (main store).
-        self.writer.record(mark, sent.position)
+        #    record index, dead-letter and pattern rows, a partition's first committed line (main store).
+        self.writer.record(mark, sent.position, sent.lines)
         self.summary.entries += sent.entries
         # 3. Local state: each shard flushes the batch's partition rows once told it is committed (with its
         #    next batch, or at the end: ``self.committed``); a partition a crash leaves behind catches up.

@@ -24,7 +24,7 @@ import logging
 import os
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, closing, contextmanager, suppress
 from dataclasses import dataclass
 from itertools import islice
@@ -43,10 +43,11 @@ from .coordinator import Run, RunPlan, RunSummary, Start
 from .header import bind_config, check_format, has_engine_rows
 from .ledgerfile import EMPTY_LEDGER, DiscardedLedger, Ledger, LedgerMark, check_ledger
 from .ledgerfile import owned as hold_ledger
+from .parts import Parts, check_state_parts, main_identity, make_again
+from .parts import stamps as identity_stamps
 from .paths import real
 from .shard import LocalShard, ShardClient
 from .statedir import (
-    APPLIED_KEY,
     CLEAN_KEY,
     DEFAULT_PARTITIONS,
     EPOCH_KEY,
@@ -99,8 +100,9 @@ def default_jobs(journal: str) -> int:
 
 def _open_ledger(
     store: StateStore, request: "_Request", created: bool
-) -> tuple[EngineConfig, "Ledger | DiscardedLedger", int, int]:
-    """Check the state and the ledger against each other; stamp a fresh state before its first batch.
+) -> tuple[EngineConfig, "Ledger | DiscardedLedger", int, int, Parts]:
+    """Check the state, its parts (``parts``) and the ledger against each other; stamp a fresh state (and
+    the identity of one of 1.0.0) before its first batch.
     ``out`` None: a dry run, whose records are not kept (a fresh state only); ``created``: the ledger file is
     the empty one this run's lock created (it was missing)."""
     out, journal, partitions = request.out, request.journal, request.options.partitions
@@ -111,6 +113,8 @@ def _open_ledger(
         stamps[JOURNAL_PATH_KEY] = os.fsencode(real(journal))
     check_format(store, stamps)
     config = bind_config(store, request.options.config, stamps)
+    parts = check_state_parts(request.state, store)
+    stamps.update(identity_stamps(parts))
     count = partition_count(store)
     if count is None:
         count = partitions or DEFAULT_PARTITIONS
@@ -126,7 +130,7 @@ def _open_ledger(
         if raw is not None or has_engine_rows(store):
             raise StateDirError("a dry run needs a fresh state: its records are not kept")
         store.apply(stamps)
-        return config, DiscardedLedger(), 0, count
+        return config, DiscardedLedger(), 0, count, parts
     if mark is None and has_engine_rows(store):
         raise LedgerMismatchError(
             "the state records no ledger mark (written by an older recurrence), so its ledger cannot be checked; "
@@ -140,36 +144,21 @@ def _open_ledger(
         stamps[LEDGER_KEY] = mark.encode()
     if stamps:
         store.apply(stamps)
-    ledger = Ledger(out, mark)
-    if cut:
-        ledger.cut(mark.length)
-        log.info("ledger recovery: cut %d uncommitted bytes after offset %d", cut, mark.length)  # replay says it
-    return config, ledger, cut, count
+    # The uncommitted bytes (``cut``) are cut once every partition was checked (``Run.run``): a state refused
+    # then leaves its ledger as it was.
+    return config, Ledger(out, mark), cut, count, parts
 
 
-def _behind(state: "StateDir | MemoryState", existing: list[int], epoch: int) -> tuple[int, int]:
-    """Where the partition furthest behind stands (a crash left it behind the ledger): read-only look."""
-    open_partition = state.opener(read_only=True)
+def _behind(found: Mapping[int, Applied | None], epoch: int) -> tuple[int, int]:
+    """Where the partition furthest behind stands (a crash left it behind the ledger), as ``parts`` read it."""
     lowest: tuple[int, int] | None = None
-    for partition in existing:
-        store = open_partition(partition)
-        try:
-            raw = store.get(APPLIED_KEY)
-        finally:
-            store.close()
-        applied = None if raw is None else Applied.decode(raw)
+    for applied in found.values():
         at = (applied.offset, applied.line) if applied is not None and applied.epoch == epoch else (0, 0)
         lowest = at if lowest is None else min(lowest, at)
     return lowest if lowest is not None else (0, 0)
 
 
-def _resume(
-    main: StateStore,
-    state: "StateDir | MemoryState",
-    reader: JournalReader,
-    summary: RunSummary,
-    existing: list[int],
-) -> Start:
+def _resume(main: StateStore, reader: JournalReader, summary: RunSummary, parts: Parts) -> Start:
     raw = main.get(JOURNAL_KEY)
     epoch_raw = main.get(EPOCH_KEY)
     epoch = 0 if epoch_raw is None else int(epoch_raw)
@@ -177,7 +166,7 @@ def _resume(
         return Start(epoch, 0, False)
     position = JournalPosition.decode(raw)
     clean = main.get(CLEAN_KEY) == clean_mark(epoch, position)
-    behind = (position.offset, position.line) if clean or not existing else _behind(state, existing, epoch)
+    behind = (position.offset, position.line) if clean or not parts.use else _behind(parts.applied, epoch)
     lagging = behind < (position.offset, position.line)
     if reader.resume(position, behind if lagging else None):
         summary.resumed = position
@@ -302,10 +291,11 @@ def open_run(
     ``summary``: what the checks found (a ledger cut, a resume) is recorded in it."""
     where = shown(request.state.root) if isinstance(request.state, StateDir) else "in memory"
     with closing_store(request.state.open_main(), where) as main:
-        config, ledger, summary.truncated_bytes, count = _open_ledger(main, request, created)
+        config, ledger, summary.truncated_bytes, count, parts = _open_ledger(main, request, created)
         with closing(ledger):
-            existing = request.state.existing()
-            start = _resume(main, request.state, reader, summary, existing)
+            make_again(request.state, parts.again)
+            existing = parts.use
+            start = _resume(main, reader, summary, parts)
             router = Router(count)
             shards, owned, owner = _shards(request.journal, reader, router, workers)
             yield RunPlan(
@@ -319,6 +309,9 @@ def open_run(
                 owned=owned,
                 owner=owner,
                 existing=tuple(existing),
+                committed=parts.committed,
+                deferred=parts.deferred,
+                identity=None if (found := main_identity(main.get)) is None else found.id,
                 start=start,
                 batch_size=request.options.batch_size,
                 progress_stream=request.options.progress_stream,

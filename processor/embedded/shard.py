@@ -22,7 +22,7 @@ the partitions that are behind and their records are dropped.
 
 import contextlib
 import logging
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Protocol
 
@@ -31,6 +31,7 @@ from ..core.engineconfig import EngineConfig
 from ..core.records import Emitted
 from ..core.state import row_cache
 from ..exceptions import REBUILD, StateDirError
+from .parts import IDENTITY_KEY, Expected, check_header, partition_identity, read_header
 from .statedir import APPLIED_KEY, Applied, Store
 
 if TYPE_CHECKING:
@@ -63,6 +64,19 @@ class BatchSpec:
         return Applied(self.epoch, *self.end)
 
 
+@dataclass(frozen=True, slots=True)
+class OpenSpec:
+    """How a shard opens its partitions: the run's engine configuration, the partitions whose store exists,
+    whether to make them durable first (a new epoch's first batch), the state's id each is stamped with and
+    what each is checked against as it is opened (``parts``)."""
+
+    config: EngineConfig
+    existing: tuple[int, ...]
+    sync_first: bool = False
+    identity: str | None = None
+    expected: Expected | None = None
+
+
 @dataclass(slots=True)
 class _Pending:
     spec: BatchSpec
@@ -79,15 +93,17 @@ class Shard:
     def __init__(
         self,
         open_store: Callable[[int], Store],
-        existing: Iterable[int],
         owned: Collection[int] | None,
-        config: EngineConfig,
+        spec: OpenSpec,
         cache: RowCache | None = None,
     ) -> None:
         self._open_store = open_store
+        self._identity = spec.identity
+        self._expected = spec.expected  # ``parts.Parts.deferred``
+        self._sync_first = spec.sync_first
         self._owned = None if owned is None else frozenset(owned)
-        self._existing = [p for p in existing if self._owns(p)]
-        self.config = config
+        self._existing = [p for p in spec.existing if self._owns(p)]
+        self.config = spec.config
         self.cache = cache if cache is not None else row_cache()
         self.stores: dict[int, Store] = {}
         self.applied: dict[int, Applied | None] = {}
@@ -97,12 +113,15 @@ class Shard:
     def _owns(self, partition: int) -> bool:
         return self._owned is None or partition in self._owned
 
-    def open(self, sync_first: bool = False) -> dict[int, Applied | None]:
-        """Open the partitions that exist; how far each has applied the journal. ``sync_first``: make them
-        durable before a new epoch's first batch."""
+    def open(self) -> dict[int, Applied | None]:
+        """Open the partitions that exist; how far each has applied the journal (``OpenSpec.sync_first``: made
+        durable first)."""
+        stamped = False
         for partition in self._existing:
             store = self._open_store(partition)
             self.stores[partition] = store
+            if self._expected is not None:
+                check_header(self._expected, partition, read_header(store))
             where = f"the state's partition {partition}"
             if check_layout(store.get, where, _REBUILD) or check_pinned(
                 store.get, self.config.pinned(), where, _REBUILD
@@ -110,7 +129,11 @@ class Shard:
                 raise StateDirError(f"{where} has no header (not written by this recurrence); {_REBUILD}")
             raw = store.get(APPLIED_KEY)
             self.applied[partition] = None if raw is None else Applied.decode(raw)
-        if sync_first:
+            if self._identity is not None and store.get(IDENTITY_KEY) is None:
+                # A partition of a state 1.0.0 wrote (``parts`` accepted it): stamped on its first replay.
+                store.apply({IDENTITY_KEY: partition_identity(self._identity, partition)})
+                stamped = True
+        if self._sync_first or stamped:
             self.sync()
         return dict(self.applied)
 
@@ -123,6 +146,8 @@ class Shard:
         # Nothing of it before this batch exists: it has applied every line of its own up to here.
         applied = Applied(spec.epoch, *spec.start)
         rows[APPLIED_KEY] = applied.encode()
+        if self._identity is not None:
+            rows[IDENTITY_KEY] = partition_identity(self._identity, partition)
         store.apply(rows)
         store.sync()
         self.stores[partition] = store
@@ -222,12 +247,7 @@ class ShardClient(Protocol):
     """What the coordinator needs of a shard, wherever it runs."""
 
     def open(
-        self,
-        state: "StateDir | MemoryState",
-        config: EngineConfig,
-        owned: Sequence[int] | None,
-        existing: Sequence[int],
-        sync_first: bool,
+        self, state: "StateDir | MemoryState", owned: Sequence[int] | None, spec: OpenSpec
     ) -> dict[int, Applied | None]: ...
 
     def submit(self, spec: BatchSpec, lines: Sequence[Line], committed: int | None) -> None: ...
@@ -251,15 +271,10 @@ class LocalShard:
         self._results: dict[int, Results] = {}
 
     def open(
-        self,
-        state: "StateDir | MemoryState",
-        config: EngineConfig,
-        owned: Sequence[int] | None,
-        existing: Sequence[int],
-        sync_first: bool,
+        self, state: "StateDir | MemoryState", owned: Sequence[int] | None, spec: OpenSpec
     ) -> dict[int, Applied | None]:
-        self.shard = Shard(state.opener(), existing, owned, config)
-        return self.shard.open(sync_first)
+        self.shard = Shard(state.opener(), owned, spec)
+        return self.shard.open()
 
     def submit(self, spec: BatchSpec, lines: Sequence[Line], committed: int | None) -> None:
         assert self.shard is not None

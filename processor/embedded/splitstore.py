@@ -23,6 +23,7 @@ Crash-safe (kill -9 anywhere, run again: the same state):
 
 import os
 import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import suppress
 from dataclasses import dataclass, field
@@ -36,7 +37,7 @@ from ..core.stateheader import CONFIG_KEY, FORMAT_KEY, ROW_LAYOUT
 from ..exceptions import REBUILD, StateDirError
 from ..host.journalfile import JournalPosition
 from ..host.printable import shown
-from ..store.rocksdb import RocksStore
+from ..store.rocksdb import RocksStore, rocks_options
 from .ledgerfile import sync_directory
 from .statedir import (
     APPLIED_KEY,
@@ -187,8 +188,17 @@ def split(root: Path, count: int, progress: Progress) -> Split:
         probe.close()
     found = store_files(root)
     # For writing only to hold the lock (nothing is written to it), and before anything is touched: a second
-    # migrate of the same state is refused here, not after it removed the first one's work folder.
-    store = RocksStore.open(root)
+    # migrate of the same state is refused here, not after it removed the first one's work folder. Its info
+    # log goes to a scratch folder: RocksDB rotates the log before it takes the lock, so a second migrate
+    # refused by the lock would leave a LOG.old file in the state that no one recorded.
+    scratch = Path(tempfile.mkdtemp(prefix="recurrence-migrate-"))
+    options = rocks_options()
+    options.set_db_log_dir(str(scratch))
+    try:
+        store = RocksStore.open(root, options=options)
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
     work = root / MIGRATING
     try:
         if work.exists():
@@ -224,6 +234,7 @@ def split(root: Path, count: int, progress: Progress) -> Split:
         _check_written(root, work, result, len(main_rows), len(header))
     finally:
         store.close()
+        shutil.rmtree(scratch, ignore_errors=True)
     _sync_tree(work)
     _commit(root, work)
     remove_leftovers(root)

@@ -2,9 +2,11 @@
 
 ```
 STATE/main/              RocksDB: the header, the ledger mark, the journal position, the record index,
-                         dead-letter rows and counts, pattern rows (everything written in ledger order)
-STATE/partitions/007/    RocksDB: the engine rows of the scopes whose partition is 7, the header, and
-                         how far into the journal this partition has applied (``APPLIED_KEY``)
+                         dead-letter rows and counts, pattern rows (everything written in ledger order),
+                         the state's id and the partitions it committed lines to (``parts``)
+STATE/partitions/007/    RocksDB: the engine rows of the scopes whose partition is 7, the header, the
+                         state's id and the number 7, and how far into the journal this partition has
+                         applied (``APPLIED_KEY``)
 ```
 
 The partition count is chosen when the state is created (``--partitions``)
@@ -32,14 +34,14 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 import orjson
 from rocksdict import Cache, WriteBufferManager
 
 from ..core.formats import STATE_FORMAT
 from ..core.partitioning import partition_for
-from ..exceptions import StateDirError
+from ..exceptions import StateDirError, StorageError
 from ..host.journalfile import JournalPosition
 from ..host.printable import shown
 from ..store.base import StateStore
@@ -47,6 +49,9 @@ from ..store.memory import MemoryStore
 from ..store.rocksdb import RocksStore, rocks_options
 from .ledgerfile import sync_directory
 from .stateformat import newer, stamped_format
+
+if TYPE_CHECKING:
+    from .parts import Header
 
 log = logging.getLogger("recurrence.state")
 
@@ -77,6 +82,8 @@ MAIN_NAMESPACES: Final = frozenset(
         "pat",
         "state_format",
         "migrated",
+        "identity",
+        "committed",
     }
 )
 #: Where ``recurrence migrate`` builds a state's new stores before they are moved into place.
@@ -168,8 +175,13 @@ def refuse_single_store(root: Path) -> None:
 #: The files a RocksDB store (and rocksdict) keeps in its directory: what a single store leaves in STATE.
 _STORE_FILE: Final = re.compile(
     r"CURRENT|IDENTITY|LOCK|LOG(\.old\.\d+)?|MANIFEST-\d+|OPTIONS-\d+(\.dbtmp)?|\d+\.(sst|log|blob)"
-    r"|rocksdict-config\.json"
+    r"|rocksdict-config\.json|\d+\.dbtmp"
 )
+
+
+def is_store_file(name: str) -> bool:
+    """A name RocksDB (or rocksdict) gives a file it keeps in a store's directory."""
+    return _STORE_FILE.fullmatch(name) is not None
 
 
 def leftovers(root: Path) -> list[Path]:
@@ -456,6 +468,8 @@ def check_state(root: Path) -> None:
 
 
 def _open_view(root: Path, follower: bool) -> StateStore:
+    from .parts import Expected, check_parts, read_header  # noqa: PLC0415 - parts builds on this module's rows
+
     def opened(path: Path) -> RocksStore:
         return RocksStore.open_follower(path) if follower else RocksStore.open(path, read_only=True)
 
@@ -464,17 +478,41 @@ def _open_view(root: Path, follower: bool) -> StateStore:
         return opened(root)
     main = opened(main_path(root))
     partitions: dict[int, StateStore] = {}
+
+    def header_of(partition: int) -> "Header | None":
+        path = partition_path(root, partition)
+        # A partition's folder exists a moment before its database does (a replay creating it, or
+        # killed right then): it holds nothing yet, and opening it would write rocksdict's config there.
+        if not holds_store(path):
+            return None
+        store = partitions.get(partition)
+        if store is None:
+            store = partitions[partition] = opened(path)
+        return read_header(store)
+
     try:
         found = stamped_format(main.get, f"the state {shown(root)}")
         if found is not None and found > STATE_FORMAT:
             raise newer(found, f"the state {shown(root)}")
         count = partition_count(main)
-        for partition in existing_partitions(root) if count else []:
-            path = partition_path(root, partition)
-            # A partition's folder exists a moment before its database does (a replay creating it, or
-            # killed right then): it holds nothing yet, and opening it would write rocksdict's config there.
-            if holds_store(path):
-                partitions[partition] = opened(path)
+        if count:
+            try:
+                parts = check_parts(Expected.read(root, main.get), existing_partitions(root), header_of, follower)
+            except StorageError:
+                raise
+            except StateDirError:
+                if follower:
+                    raise
+                # A replay may have committed a batch between main's open and its partitions' (main is
+                # written first): a main opened after them is never behind them. Damage fails again.
+                main.close()
+                main = opened(main_path(root))
+                parts = check_parts(Expected.read(root, main.get), existing_partitions(root), header_of, follower)
+            # The partitions main never committed to hold nothing of the state: passed by.
+            for partition in parts.again:
+                store = partitions.pop(partition, None)
+                if store is not None:
+                    store.close()
     except BaseException:
         for store in [*partitions.values(), main]:
             with suppress(Exception):

@@ -41,14 +41,13 @@ from multiprocessing.connection import Connection
 from typing import Any, Final
 
 from .. import exceptions
-from ..core.engineconfig import EngineConfig
 from ..core.records import Emitted
 from ..core.state import row_cache
 from ..exceptions import UnusableError
 from ..host.gcpolicy import defer_full_collections
 from ..host.printable import error_line
 from ..store.rocksdb import RocksStore
-from .shard import BatchSpec, Line, Results, Shard
+from .shard import BatchSpec, Line, OpenSpec, Results, Shard
 from .statedir import Applied, MemoryState, PartitionStores, StateDir
 
 log = logging.getLogger("recurrence.workers")
@@ -103,11 +102,12 @@ def _worker_main(inbox: Connection, outbox: Connection) -> int:
                 shard.commit(committed)
             reply: tuple[Any, ...] = ("results", spec.number, _plain(shard.process(spec, lines)))
         elif kind == "open":
-            _, root, config, owned, existing, sync_first, share = message
+            _, root, owned, spec, share = message
             # This process's part of the memory one process would use: caches scale with the scopes it owns.
             stores = PartitionStores(root, share=share)
-            shard = Shard(stores.open, existing, owned, config, row_cache(max(10_000, int(50_000 * share))))
-            reply = ("opened", shard.open(sync_first))
+            cache = row_cache(max(10_000, int(50_000 * share)))
+            shard = Shard(stores.open, owned, spec, cache)
+            reply = ("opened", shard.open())
         elif kind == "finish":
             _, committed = message
             if shard is not None:
@@ -238,15 +238,10 @@ class RemoteShard:
         return self._status
 
     def open(
-        self,
-        state: "StateDir | MemoryState",
-        config: EngineConfig,
-        owned: Sequence[int] | None,
-        existing: Sequence[int],
-        sync_first: bool,
+        self, state: "StateDir | MemoryState", owned: Sequence[int] | None, spec: OpenSpec
     ) -> dict[int, Applied | None]:
         assert owned is not None and isinstance(state, StateDir), "worker processes need a state directory"
-        self._send(("open", state.root, config, list(owned), list(existing), sync_first, self.share))
+        self._send(("open", state.root, list(owned), spec, self.share))
         applied: dict[int, Applied | None] = self._expect("opened")[1]
         return applied
 

@@ -108,20 +108,51 @@ def _kill_and_rerun(clean: Clean, workdir: Path, point: tuple[Target, When, int]
     return None
 
 
-@pytest.mark.parametrize("batch", list(POINTS))
-def test_kill_9_at_every_durability_point_of_a_batch_is_repaired_by_the_rerun(
-    clean: Clean, tmp_path: Path, batch: str
-) -> None:
-    """First, a middle and the last batch; two points at a time (each is two CLI processes)."""
-    points = POINTS[batch]
+def _failures(clean: Clean, tmp_path: Path, points: dict[str, tuple[Target, When, int]]) -> dict[str, str]:
+    """Each point killed and run again, two at a time (each is two CLI processes): what failed, by name."""
 
     def run(name: str) -> str | None:
         return _kill_and_rerun(clean, tmp_path / name.replace(" ", "-"), points[name])
 
     with ThreadPoolExecutor(2) as pool:
         outcomes = pool.map(run, points)
-        failures = {name: failure for name, failure in zip(points, outcomes, strict=True) if failure}
-    assert not failures
+        return {name: failure for name, failure in zip(points, outcomes, strict=True) if failure}
+
+
+@pytest.mark.parametrize("batch", list(POINTS))
+def test_kill_9_at_every_durability_point_of_a_batch_is_repaired_by_the_rerun(
+    clean: Clean, tmp_path: Path, batch: str
+) -> None:
+    """First, a middle and the last batch; two points at a time (each is two CLI processes)."""
+    assert _failures(clean, tmp_path, POINTS[batch]) == {}
+
+
+# A store write: the first run's stamps of the new main store (1), then each new partition's header, written
+# once its store is created and before any row of it (2, 3): a kill there leaves a partition folder with a
+# store that holds nothing, which main never committed to.
+CREATION_POINTS: dict[str, tuple[Target, When, int]] = {
+    "before the first partition's header": ("apply", "before", 2),
+    "after the first partition's header": ("apply", "after", 2),
+    "before the second partition's header": ("apply", "before", 3),
+}
+
+
+def test_kill_9_while_a_partition_store_is_created_is_repaired_by_the_rerun(clean: Clean, tmp_path: Path) -> None:
+    assert _failures(clean, tmp_path, CREATION_POINTS) == {}
+
+
+def test_a_full_disk_while_a_partition_store_is_created_exits_2_and_the_rerun_completes(
+    clean: Clean, tmp_path: Path
+) -> None:
+    state, out = tmp_path / "state", tmp_path / "ledger.jsonl"
+    env = hook_env(tmp_path / "hooks", [Hook(*CREATION_POINTS["before the first partition's header"], "enospc")])
+    full = replay(clean.journal, state, out, "--batch", BATCH, env=env)
+    assert full.returncode == 2, full.stderr
+    assert "No space left on device" in one_line(full.stderr)
+    rerun = replay(clean.journal, state, out, "--batch", BATCH)
+    assert rerun.returncode == 0, rerun.stderr
+    assert out.read_bytes() == clean.ledger
+    assert stats(state) == clean.stats
 
 
 @pytest.mark.parametrize(("batch", "limit"), [("1000", 60_000), ("100", 120_000)], ids=["first-batch", "middle-batch"])

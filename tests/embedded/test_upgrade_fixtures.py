@@ -19,9 +19,10 @@ from recurrence_ledger.processor.core.engineconfig import EngineConfig
 from recurrence_ledger.processor.core.formats import STATE_FORMAT
 from recurrence_ledger.processor.core.patterns import listing
 from recurrence_ledger.processor.embedded.migration import migrate
+from recurrence_ledger.processor.embedded.parts import main_identity, read_header
 from recurrence_ledger.processor.embedded.reading import open_state, statistics
 from recurrence_ledger.processor.embedded.runner import ReplayOptions, replay
-from recurrence_ledger.processor.embedded.statedir import MIGRATING, main_path
+from recurrence_ledger.processor.embedded.statedir import MIGRATING, existing_partitions, main_path, partition_path
 from recurrence_ledger.processor.embedded.stateformat import STATE_FORMAT_KEY
 from recurrence_ledger.processor.exceptions import StateDirError
 from recurrence_ledger.processor.store.base import StateStore, Transaction
@@ -102,7 +103,28 @@ def test_a_release_state_continued_by_this_one_ends_with_the_ledger_of_a_fresh_r
     assert summary.truncated_bytes == len(uncommitted)
     assert _outputs(state, ledger) == (fresh.ledger, fresh.statistics, fresh.patterns)
     assert _stamp(state) == b"%d" % STATE_FORMAT  # the first replay stamps a 0.1.0 state
+    assert _identities(state) == ("upgraded", {partition: partition for partition in existing_partitions(state)})
     assert migrate(state).changes == []
+
+
+def _identities(state: Path) -> tuple[str, dict[int, int | None]]:
+    """How main says the state got its id, and the number each partition carries with that id (``parts``)."""
+    main = RocksStore.open(main_path(state), read_only=True)
+    try:
+        identity = main_identity(main.get)
+    finally:
+        main.close()
+    assert identity is not None
+    numbers: dict[int, int | None] = {}
+    for partition in existing_partitions(state):
+        store = RocksStore.open(partition_path(state, partition), read_only=True)
+        try:
+            header = read_header(store)
+        finally:
+            store.close()
+        assert header.state_id == identity.id, partition
+        numbers[partition] = header.number
+    return identity.since, numbers
 
 
 def test_a_dry_run_says_what_it_would_do_and_changes_nothing(tmp_path: Path) -> None:
