@@ -13,7 +13,8 @@ from ..store.base import StateStore, Transaction
 from .archive import FileArchive
 from .header import NEW_STATE, state_config
 from .ledgerfile import LedgerMark, check_ledger
-from .statedir import LEDGER_KEY, open_view
+from .statedir import LEDGER_KEY
+from .views import open_view
 
 
 def statistics(store: StateStore, scope_id: str | None, top: int | None) -> list[dict[str, Any]]:

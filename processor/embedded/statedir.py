@@ -29,29 +29,23 @@ import logging
 import os
 import re
 import shutil
-import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import Final, Protocol
 
 import orjson
 from rocksdict import Cache, WriteBufferManager
 
-from ..core.formats import STATE_FORMAT
 from ..core.partitioning import partition_for
-from ..exceptions import StateDirError, StorageError
+from ..exceptions import StateDirError
 from ..host.journalfile import JournalPosition
 from ..host.printable import shown
 from ..store.base import StateStore
 from ..store.memory import MemoryStore
 from ..store.rocksdb import RocksStore, rocks_options
 from .ledgerfile import sync_directory
-from .stateformat import newer, stamped_format
-
-if TYPE_CHECKING:
-    from .parts import Header
 
 log = logging.getLogger("recurrence.state")
 
@@ -419,31 +413,6 @@ def partition_count(main: StateStore) -> int | None:
     return None if raw is None else int(raw)
 
 
-#: Attempts a follower makes to find every partition at the same batch (each a fresh set of views).
-_CONSISTENT_TRIES: Final = 20
-
-
-def open_view(root: Path, follower: bool = False) -> StateStore:
-    """The state for reading: a ``StateView``, or the single store of an earlier layout.
-
-    ``follower``: each store as a RocksDB secondary (``RocksStore.open_follower``), for a state a replay
-    may be writing. The partitions are flushed one after the other, so a view is kept only when they
-    all stand at the same batch (their ``applied`` rows agree; ``StateView.as_of``); the main store may
-    be a batch or two ahead of them while a replay runs (its records index and counts, never the
-    statistics). After ``_CONSISTENT_TRIES`` views caught between two flushes: StateDirError (a
-    follower keeps the view it has and looks again).
-    """
-    if not follower:
-        return _open_view(root, False)
-    for attempt in range(_CONSISTENT_TRIES):
-        view = _open_view(root, True)
-        if not isinstance(view, StateView) or view.partitions_agree():
-            return view
-        view.close()
-        time.sleep(0.01 * (attempt + 1))
-    raise StateDirError(f"the state {shown(root)} is between two batches; look again")
-
-
 def holds_store(path: Path) -> bool:
     """Does ``path`` hold a RocksDB database? (Its ``CURRENT`` file names the live manifest.)"""
     return (path / "CURRENT").is_file()
@@ -465,60 +434,6 @@ def check_state(root: Path) -> None:
             f"{shown(root)} is not a recurrence state (no {MAIN}/CURRENT in it); pass the --state directory that "
             "'recurrence replay' wrote, or replay a journal into it first"
         )
-
-
-def _open_view(root: Path, follower: bool) -> StateStore:
-    from .parts import Expected, check_parts, read_header  # noqa: PLC0415 - parts builds on this module's rows
-
-    def opened(path: Path) -> RocksStore:
-        return RocksStore.open_follower(path) if follower else RocksStore.open(path, read_only=True)
-
-    check_state(root)
-    if is_single_store(root):
-        return opened(root)
-    main = opened(main_path(root))
-    partitions: dict[int, StateStore] = {}
-
-    def header_of(partition: int) -> "Header | None":
-        path = partition_path(root, partition)
-        # A partition's folder exists a moment before its database does (a replay creating it, or
-        # killed right then): it holds nothing yet, and opening it would write rocksdict's config there.
-        if not holds_store(path):
-            return None
-        store = partitions.get(partition)
-        if store is None:
-            store = partitions[partition] = opened(path)
-        return read_header(store)
-
-    try:
-        found = stamped_format(main.get, f"the state {shown(root)}")
-        if found is not None and found > STATE_FORMAT:
-            raise newer(found, f"the state {shown(root)}")
-        count = partition_count(main)
-        if count:
-            try:
-                parts = check_parts(Expected.read(root, main.get), existing_partitions(root), header_of, follower)
-            except StorageError:
-                raise
-            except StateDirError:
-                if follower:
-                    raise
-                # A replay may have committed a batch between main's open and its partitions' (main is
-                # written first): a main opened after them is never behind them. Damage fails again.
-                main.close()
-                main = opened(main_path(root))
-                parts = check_parts(Expected.read(root, main.get), existing_partitions(root), header_of, follower)
-            # The partitions main never committed to hold nothing of the state: passed by.
-            for partition in parts.again:
-                store = partitions.pop(partition, None)
-                if store is not None:
-                    store.close()
-    except BaseException:
-        for store in [*partitions.values(), main]:
-            with suppress(Exception):
-                store.close()
-        raise
-    return StateView(main, partitions, count or 1)
 
 
 @contextmanager

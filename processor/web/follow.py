@@ -68,8 +68,8 @@ from ..embedded.statedir import (
     check_state,
     is_single_store,
     main_path,
-    open_view,
 )
+from ..embedded.views import open_view
 from ..exceptions import StateDirError
 from ..host.journalfile import JournalPosition
 from ..host.printable import shown

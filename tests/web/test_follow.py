@@ -19,7 +19,8 @@ import pytest
 from devkit.localrun import replay_command
 from recurrence_ledger.processor.embedded.reading import open_state, statistics
 from recurrence_ledger.processor.embedded.runner import replay
-from recurrence_ledger.processor.embedded.statedir import MemoryState, main_path, open_view
+from recurrence_ledger.processor.embedded.statedir import MemoryState, main_path
+from recurrence_ledger.processor.embedded.views import open_view
 from recurrence_ledger.processor.exceptions import StateDirError
 from recurrence_ledger.processor.store.base import StateStore
 from recurrence_ledger.processor.store.rocksdb import RocksStore
