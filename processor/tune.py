@@ -30,9 +30,9 @@ from .core.state import State
 from .core.tally import counted
 from .core.whatif import rows, scope_shadows, what_if
 from .embedded.header import state_config
+from .embedded.mainkeys import JOURNAL_KEY
 from .embedded.reading import open_state
 from .embedded.runner import DEFAULT_BATCH, ReplayOptions, RunSummary, replay
-from .embedded.statedir import JOURNAL_KEY
 from .embedded.views import open_view
 from .exceptions import REBUILD, StateDirError
 from .host.journalfile import JournalPosition

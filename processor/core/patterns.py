@@ -30,6 +30,8 @@ from .engineconfig import MAX_LISTED  # how many scopes and revisions a row list
 from .records import Emitted
 from .state import compact
 
+#: The namespace of pattern rows (outside every scope).
+PATTERNS: Final = "pat"
 _PREFIX: Final = b'["pat",'
 # An observation line names its event once, as ``"event":"recurred"`` (records are compact JSON).
 _RECURRED: Final = b'"event":"recurred"'
@@ -41,7 +43,7 @@ def is_recurred(record: Emitted) -> bool:
 
 
 def pattern_key(signature_key: str) -> bytes:
-    return compact(orjson.dumps(["pat", signature_key]))
+    return compact(orjson.dumps([PATTERNS, signature_key]))
 
 
 @dataclass(slots=True)

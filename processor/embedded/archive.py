@@ -22,13 +22,11 @@ from typing import Any, BinaryIO, Final
 
 from ...topics.definitions import OUTPUT_MAX_RECORD_BYTES
 from ..core.recordindex import record_key
-from ..core.state import key
 from ..host.printable import shown
 from ..host.regularfile import LineTooLongError, open_regular
 from ..store.base import StateStore
+from .mainkeys import JOURNAL_PATH_KEY, LEDGER_PATH_KEY
 
-LEDGER_PATH_KEY: Final = key("ledger_path")
-JOURNAL_PATH_KEY: Final = key("journal_path")
 _CHUNK: Final = 1 << 20
 #: The longest line read back: the largest record a deployment's topics hold. An entry or a record
 #: longer than that could never be on a topic; it is refused rather than read into memory whole.

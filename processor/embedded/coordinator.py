@@ -46,16 +46,16 @@ from ..host.progress import Progress
 from ..host.stopsignals import StopNow, StopSignals
 from ..store.base import StateStore, Transaction
 from .ledgerfile import DiscardedLedger, Ledger, LedgerMark
-from .parts import COMMITTED_KEY, Expected, committed_row
+from .mainkeys import CLEAN_KEY, COMMITTED_KEY, DIAGNOSED, EPOCH_KEY, JOURNAL_KEY, LEDGER_KEY, WRITTEN_KEY
+from .parts import Expected, committed_row
 from .shard import BatchSpec, Line, LocalShard, OpenSpec, ShardClient
-from .statedir import CLEAN_KEY, EPOCH_KEY, JOURNAL_KEY, LEDGER_KEY, WRITTEN_KEY, MemoryState, StateDir, clean_mark
+from .statedir import MemoryState, StateDir, clean_mark
 
 log = logging.getLogger("recurrence.embedded")
 
 #: Batches the shards may run ahead of the ledger (only with worker processes: in one process a batch
 #: is committed as soon as it has run, exactly as before there were shards).
 DEPTH: Final = 2
-_DIAGNOSED: Final = "dl"
 
 
 @dataclass
@@ -105,7 +105,7 @@ class RunSummary(Tally):
 
 def diagnosed_key(line_number: int, entry: bytes) -> bytes:
     """This journal line, this text: dead-lettered once, never again (whatever a re-read would say)."""
-    return key(_DIAGNOSED, hashlib.sha256(b"%d\n" % line_number + entry).hexdigest())
+    return key(DIAGNOSED, hashlib.sha256(b"%d\n" % line_number + entry).hexdigest())
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,11 +40,9 @@ from ..host.printable import shown
 from ..store.base import StateStore
 from .header import NEW_STATE
 from .ledgerfile import sync_directory
+from .mainkeys import CLEAN_KEY, COMMITTED_KEY, EPOCH_KEY, IDENTITY_KEY, JOURNAL_KEY
 from .statedir import (
     APPLIED_KEY,
-    CLEAN_KEY,
-    EPOCH_KEY,
-    JOURNAL_KEY,
     MAIN,
     PARTITIONS,
     Applied,
@@ -56,10 +54,6 @@ from .statedir import (
     partition_path,
 )
 
-#: Main: {"id": the state's id, "since": "created" | "upgraded"}; a partition: {"id": its state's id, "partition": n}.
-IDENTITY_KEY: Final = b'["identity"]'
-#: Main: the partitions it has committed journal lines to (a sorted JSON list).
-COMMITTED_KEY: Final = b'["committed"]'
 CREATED: Final = "created"
 UPGRADED: Final = "upgraded"
 #: Rows a partition holds before any of the state's rows: a partition with nothing else holds nothing.

@@ -13,7 +13,7 @@ from ..store.base import StateStore, Transaction
 from .archive import FileArchive
 from .header import NEW_STATE, state_config
 from .ledgerfile import LedgerMark, check_ledger
-from .statedir import LEDGER_KEY
+from .mainkeys import LEDGER_KEY
 from .views import open_view
 
 

@@ -38,22 +38,17 @@ from ..host.journalfile import JournalPosition, JournalReader
 from ..host.printable import shown
 from ..host.stopsignals import Abandon, StopNow, StopSignals
 from ..store.base import StateStore
-from .archive import JOURNAL_PATH_KEY, LEDGER_PATH_KEY
 from .coordinator import Run, RunPlan, RunSummary, Start
 from .header import bind_config, check_format, has_engine_rows
 from .ledgerfile import EMPTY_LEDGER, DiscardedLedger, Ledger, LedgerMark, check_ledger
 from .ledgerfile import owned as hold_ledger
+from .mainkeys import CLEAN_KEY, EPOCH_KEY, JOURNAL_KEY, JOURNAL_PATH_KEY, LEDGER_KEY, LEDGER_PATH_KEY, PARTITIONS_KEY
 from .parts import Parts, check_state_parts, main_identity, make_again
 from .parts import stamps as identity_stamps
 from .paths import real
 from .shard import LocalShard, ShardClient
 from .statedir import (
-    CLEAN_KEY,
     DEFAULT_PARTITIONS,
-    EPOCH_KEY,
-    JOURNAL_KEY,
-    LEDGER_KEY,
-    PARTITIONS_KEY,
     Applied,
     MemoryState,
     StateDir,

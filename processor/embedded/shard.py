@@ -31,7 +31,8 @@ from ..core.engineconfig import EngineConfig
 from ..core.records import Emitted
 from ..core.state import row_cache
 from ..exceptions import REBUILD, StateDirError
-from .parts import IDENTITY_KEY, Expected, check_header, partition_identity, read_header
+from .mainkeys import IDENTITY_KEY
+from .parts import Expected, check_header, partition_identity, read_header
 from .statedir import APPLIED_KEY, Applied, Store
 
 if TYPE_CHECKING:

@@ -39,16 +39,11 @@ from ..host.journalfile import JournalPosition
 from ..host.printable import shown
 from ..store.rocksdb import RocksStore, rocks_options
 from .ledgerfile import sync_directory
+from .mainkeys import CLEAN_KEY, EPOCH_KEY, JOURNAL_KEY, LEDGER_KEY, MIGRATED_KEY, PARTITIONS_KEY, STATE_FORMAT_KEY
 from .statedir import (
     APPLIED_KEY,
-    CLEAN_KEY,
-    EPOCH_KEY,
-    JOURNAL_KEY,
-    LEDGER_KEY,
-    MIGRATED_KEY,
     MIGRATING,
     PARTITIONS,
-    PARTITIONS_KEY,
     Applied,
     StateDir,
     Store,
@@ -58,7 +53,6 @@ from .statedir import (
     remove_leftovers,
     store_files,
 )
-from .stateformat import STATE_FORMAT_KEY
 
 #: Rows held per store before they are written (one write batch each).
 _BATCH_ROWS: Final = 10_000

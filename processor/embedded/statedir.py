@@ -46,6 +46,7 @@ from ..store.base import StateStore
 from ..store.memory import MemoryStore
 from ..store.rocksdb import RocksStore, rocks_options
 from .ledgerfile import sync_directory
+from .mainkeys import MAIN_NAMESPACES, MIGRATED_KEY, PARTITIONS_KEY
 
 log = logging.getLogger("recurrence.state")
 
@@ -57,44 +58,8 @@ PARTITIONS: Final = "partitions"
 DEFAULT_PARTITIONS: Final = 8
 MAX_PARTITIONS: Final = 256
 
-#: Main-store rows: the runner's own, written in ledger order by the one process that writes the ledger.
-MAIN_NAMESPACES: Final = frozenset(
-    {
-        "format",
-        "config",
-        "partitions",
-        "epoch",
-        "clean",
-        "written",
-        "ledger",
-        "journal",
-        "ledger_path",
-        "journal_path",
-        "rid",
-        "dlc",
-        "dl",
-        "pat",
-        "state_format",
-        "migrated",
-        "identity",
-        "committed",
-    }
-)
 #: Where ``recurrence migrate`` builds a state's new stores before they are moved into place.
 MIGRATING: Final = ".migrating"
-PARTITIONS_KEY: Final = b'["partitions"]'
-EPOCH_KEY: Final = b'["epoch"]'
-#: The ledger's mark (``ledgerfile.LedgerMark``) and the journal's position as of the last committed batch.
-LEDGER_KEY: Final = b'["ledger"]'
-JOURNAL_KEY: Final = b'["journal"]'
-#: When the last batch committed (the writer's clock, milliseconds since the epoch): what a follower shows as
-#: "written at" (``recurrence serve``, processor/web/follow.py), never read by the engine.
-WRITTEN_KEY: Final = b'["written"]'
-#: [epoch, position] when a run ended with every partition durable at that position.
-CLEAN_KEY: Final = b'["clean"]'
-#: The names of the single store's files a migration found beside it (JSON list): the only files beside the main
-#: store a run removes (``remove_leftovers``); anything else there is not the state's, and stays.
-MIGRATED_KEY: Final = b'["migrated"]'
 #: Partition-store row: [epoch, offset, line] -- every journal line of this partition up to there is applied.
 APPLIED_KEY: Final = b'["applied"]'
 

@@ -12,8 +12,8 @@ from typing import Final
 
 from ..core.formats import OLDEST_STATE_FORMAT, STATE_FORMAT
 from ..exceptions import StateDirError
+from .mainkeys import STATE_FORMAT_KEY
 
-STATE_FORMAT_KEY: Final = b'["state_format"]'
 #: The single store's format (``migration`` upgrades it).
 SINGLE_STORE: Final = 1
 

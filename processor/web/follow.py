@@ -60,15 +60,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from ..embedded.ledgerfile import LedgerMark
-from ..embedded.statedir import (
-    JOURNAL_KEY,
-    LEDGER_KEY,
-    WRITTEN_KEY,
-    StateView,
-    check_state,
-    is_single_store,
-    main_path,
-)
+from ..embedded.mainkeys import JOURNAL_KEY, LEDGER_KEY, WRITTEN_KEY
+from ..embedded.statedir import StateView, check_state, is_single_store, main_path
 from ..embedded.views import open_view
 from ..exceptions import StateDirError
 from ..host.journalfile import JournalPosition

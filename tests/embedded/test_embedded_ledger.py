@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from recurrence_ledger.processor.cli import main
-from recurrence_ledger.processor.embedded.statedir import LEDGER_KEY, main_path
+from recurrence_ledger.processor.embedded.mainkeys import LEDGER_KEY
+from recurrence_ledger.processor.embedded.statedir import main_path
 from recurrence_ledger.processor.store.rocksdb import RocksStore
 from tests.support.embedded_cli import Hook, hook_env, journal, one_line
 from tests.support.embedded_cli import replay as cli_replay

@@ -18,12 +18,12 @@ from devkit.fixtures import FIXTURES, fresh_run, journal_lines, unpack
 from recurrence_ledger.processor.core.engineconfig import EngineConfig
 from recurrence_ledger.processor.core.formats import STATE_FORMAT
 from recurrence_ledger.processor.core.patterns import listing
+from recurrence_ledger.processor.embedded.mainkeys import STATE_FORMAT_KEY
 from recurrence_ledger.processor.embedded.migration import migrate
 from recurrence_ledger.processor.embedded.parts import main_identity, read_header
 from recurrence_ledger.processor.embedded.reading import open_state, statistics
 from recurrence_ledger.processor.embedded.runner import ReplayOptions, replay
 from recurrence_ledger.processor.embedded.statedir import MIGRATING, existing_partitions, main_path, partition_path
-from recurrence_ledger.processor.embedded.stateformat import STATE_FORMAT_KEY
 from recurrence_ledger.processor.exceptions import StateDirError
 from recurrence_ledger.processor.store.base import StateStore, Transaction
 from recurrence_ledger.processor.store.rocksdb import RocksStore

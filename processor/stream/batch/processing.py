@@ -49,7 +49,7 @@ from typing import Final
 
 import orjson
 
-from ...core.recordindex import index_record
+from ...core.recordindex import DEAD_LETTER_COUNTS, RECORD_INDEX, index_record
 from ...core.records import Emitted
 from ...core.state import row_cache
 from ...core.stateheader import check_layout, check_pinned
@@ -96,7 +96,8 @@ EARLY_FLUSH_YIELDS: Final = 4
 #: time for the batch before; a batch's change sets still wait for the batch before to be durable.
 PIPELINE_DEPTH: Final = 2
 
-_UNSCOPED: Final = frozenset({"rid", "dlc", "stream"})
+#: Namespaces outside every scope: the record index, dead-letter counts and the worker's own position row.
+_UNSCOPED: Final = frozenset({RECORD_INDEX, DEAD_LETTER_COUNTS, orjson.loads(POSITION_KEY)[0]})
 
 
 async def _all(deliveries: Sequence[Awaitable[Delivered]]) -> list[Delivered]:
