@@ -201,7 +201,7 @@ class AdmissionRecord(Value):
     violations: tuple[Violation, ...] = ()
     warnings: tuple[NearTwinWarning, ...] = ()
     # Enough of the candidate that a Review service need not read the journal
-    # (an extension of the contract's fields; docs/decisions.md).
+    # (an extension of the contract's fields; docs/decisions.md, decision 36).
     target: ArtifactRef | None = None
     recall_cue: str | None = None
 

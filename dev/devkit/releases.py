@@ -48,7 +48,7 @@ class Release:
 
     @property
     def package(self) -> str:
-        """Its import name: ``recurrence`` up to 1.0.0, ``recurrence_ledger`` since (docs/decisions.md)."""
+        """Its import name: ``recurrence`` up to 1.0.0, ``recurrence_ledger`` since (decision 94)."""
         return "recurrence_ledger" if (self.lib / "recurrence_ledger").is_dir() else "recurrence"
 
     def command(self) -> list[str]:

@@ -2,7 +2,7 @@
 
 The installed import name of the distribution ``recurrence-ledger``, whose command is
 ``recurrence`` (the name ``recurrence`` on the package index is an unrelated scheduler;
-docs/decisions.md). Its parts keep the repository's
+docs/decisions-operations.md, decision 94). Its parts keep the repository's
 top-level folders: ``recurrence_ledger.schemas`` (the wire contract: models, RFC
 constants, normalization, canonical JSON), ``recurrence_ledger.processor`` (the
 engine, its state stores and both runners) and ``recurrence_ledger.topics`` (the
