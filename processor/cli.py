@@ -26,7 +26,6 @@ from .cliparser import CommandParser
 from .core.engineconfig import EngineConfig, add_flags, from_flags
 from .core.formats import version_lines
 from .core.patterns import listing
-from .core.retirement import parse_rule_thresholds
 from .core.state import State
 from .core.tally import counted
 from .core.whatif import MAX_THRESHOLD, parse_thresholds
@@ -227,32 +226,34 @@ def _rules(args: argparse.Namespace) -> Any:
         raise SettingsError(f"--{bad}") from None
 
 
+@contextmanager
+def _scoped_state(args: argparse.Namespace) -> Iterator[tuple[State, list[str]]]:
+    """The repair loop's reads: the state's engine rows and the scopes asked for (``--scope``, or every one)."""
+    with _state(Path(args.state), must_exist=True) as store:
+        yield State(Transaction(store)), _scopes(store, args.scope, args.state)
+
+
 def _cmd_suggestions(args: argparse.Namespace) -> int:
+    from .core.retirement import MAX_RULE_THRESHOLD  # noqa: PLC0415
     from .repairloop import scope_suggestions, suggestions_what_if  # noqa: PLC0415
     from .repairreport import suggestions_text, what_if_text  # noqa: PLC0415
 
     rules = _rules(args)
-    if args.what_if is not None:
-        try:
-            thresholds = parse_rule_thresholds(args.what_if)
-        except ValueError as bad:
-            raise SettingsError(f"--what-if: {bad}") from None
-        with _state(Path(args.state), must_exist=True) as store:
-            state = State(Transaction(store))
-            scopes = _scopes(store, args.scope, args.state)
-            body = suggestions_what_if(state, scopes, thresholds, rules.unknown_percent)
-        if args.json:
-            _print_json(body)
+    try:
+        thresholds = None if args.what_if is None else parse_thresholds(args.what_if, top=MAX_RULE_THRESHOLD, why="")
+    except ValueError as bad:
+        raise SettingsError(f"--what-if: {bad}") from None
+    with _scoped_state(args) as (state, scopes):
+        if thresholds is None:
+            found: Any = [scope_suggestions(state, scope, rules) for scope in scopes]
         else:
-            sys.stdout.write(what_if_text(body))
-        return EXIT_OK
-    with _state(Path(args.state), must_exist=True) as store:
-        state = State(Transaction(store))
-        found = [scope_suggestions(state, scope, rules) for scope in _scopes(store, args.scope, args.state)]
+            found = suggestions_what_if(state, scopes, thresholds, rules.unknown_percent)
     if args.json:
         _print_json(found)
-    else:
+    elif thresholds is None:
         sys.stdout.write(suggestions_text(found, shown(args.state)))
+    else:
+        sys.stdout.write(what_if_text(found))
     return EXIT_OK
 
 
@@ -261,10 +262,9 @@ def _cmd_trends(args: argparse.Namespace) -> int:
     from .repairloop import trends  # noqa: PLC0415
     from .repairreport import trends_csv  # noqa: PLC0415
 
-    with _state(Path(args.state), must_exist=True) as store:
-        state = State(Transaction(store))
+    with _scoped_state(args) as (state, scopes):
         try:
-            found = [trends(state, scope, args.window) for scope in _scopes(store, args.scope, args.state)]
+            found = [trends(state, scope, args.window) for scope in scopes]
         except WindowTooSmallError as small:
             raise SettingsError(f"--window: {small}") from None
     if args.csv:

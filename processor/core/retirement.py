@@ -115,26 +115,6 @@ def suggestions(scope_id: str, heads: Iterable[RevisionFacts], rules: Retirement
     return {"scope_id": scope_id, "rules": rules.as_json(), "suggestions": listed}
 
 
-#: At most this many thresholds in one ``--what-if`` (one row each).
-MAX_WHAT_IF_ROWS: Final = 64
-
-
-def parse_rule_thresholds(text: str) -> list[int]:
-    """``1,2,3,5,10``: the count thresholds a what-if compares, 1..MAX_RULE_THRESHOLD, in the order given;
-    ValueError says what is wrong (the caller names the option)."""
-    items = [item.strip() for item in text.split(",")]
-    if len(items) > MAX_WHAT_IF_ROWS:
-        raise ValueError(f"at most {MAX_WHAT_IF_ROWS} thresholds at once, not {len(items)}")
-    values = []
-    for item in items:
-        if not item.isascii() or not item.isdecimal() or len(item) > len(str(MAX_RULE_THRESHOLD)):
-            raise ValueError(f"a comma-separated list of whole numbers such as 1,2,3,5,10 is expected, not {text!r}")
-        if not 1 <= int(item) <= MAX_RULE_THRESHOLD:
-            raise ValueError(f"{item} is outside 1..{MAX_RULE_THRESHOLD}")
-        values.append(int(item))
-    return values
-
-
 def what_if(heads: Iterable[RevisionFacts], thresholds: Sequence[int], unknown_percent: int) -> list[dict[str, Any]]:
     """``tune``-style counts: per threshold N, how many suggestions each rule would make with its count
     threshold at N (``min_selected``, ``min_unselected_recurred``, ``min_unknown``; each rule reads only its own,

@@ -40,9 +40,14 @@ MAX_THRESHOLDS: Final = SHADOW_STREAKS
 COUNTS: Final = ("review_proposals", "needing_review", "flags", "flags_then_avoided")
 
 
-def parse_thresholds(text: str) -> list[int]:
-    """``2,3,4,5``: integers 1..MAX_THRESHOLD, at most MAX_THRESHOLDS of them, in the order given (a value
-    given twice is two rows); ValueError says what is wrong (each caller names the option or parameter)."""
+#: Why a review threshold past ``MAX_THRESHOLD`` is refused, said with the refusal.
+_STREAKS_TOLD_APART: Final = " (the streaks the counters tell apart)"
+
+
+def parse_thresholds(text: str, *, top: int = MAX_THRESHOLD, why: str = _STREAKS_TOLD_APART) -> list[int]:
+    """``2,3,4,5``: integers 1..``top``, at most MAX_THRESHOLDS of them, in the order given (a value given
+    twice is two rows); ValueError says what is wrong (each caller names the option or parameter), and ``why``
+    after a value past ``top``. Review thresholds by default; ``suggestions --what-if`` passes its own top."""
     items = [item.strip() for item in text.split(",")]
     if not text.strip() or any(not item for item in items):
         raise ValueError(f"a comma-separated list of integers such as 2,3,4,5 is expected, not {text!r}")
@@ -54,10 +59,10 @@ def parse_thresholds(text: str) -> list[int]:
             raise ValueError(f"{item!r} is not a whole number; give integers such as 2,3,4,5")
         # Not int() of a huge string first: past 4,300 digits that is an error of its own.
         digits = item.lstrip("0") or "0"
-        value = int(digits) if len(digits) <= len(str(MAX_THRESHOLD)) else MAX_THRESHOLD + 1
-        if not 1 <= value <= MAX_THRESHOLD:
+        value = int(digits) if len(digits) <= len(str(top)) else top + 1
+        if not 1 <= value <= top:
             shown = item if len(item) <= 12 else item[:12] + "…"
-            raise ValueError(f"{shown} is outside 1..{MAX_THRESHOLD} (the streaks the counters tell apart)")
+            raise ValueError(f"{shown} is outside 1..{top}{why}")
         thresholds.append(value)
     return thresholds
 

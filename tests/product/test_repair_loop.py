@@ -119,10 +119,7 @@ def test_what_if_counts_are_the_suggestions_made_at_each_threshold(
 def test_a_bad_what_if_list_is_refused_in_one_line(state: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["suggestions", "--state", str(state), "--what-if", "1,x"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == (
-        "recurrence suggestions: --what-if: a comma-separated list of whole numbers such as 1,2,3,5,10 is "
-        "expected, not '1,x'"
-    )
+    assert err == "recurrence suggestions: --what-if: 'x' is not a whole number; give integers such as 2,3,4,5"
 
 
 def test_trends_as_json_and_csv_agree(state: Path, capsys: pytest.CaptureFixture[str]) -> None:
