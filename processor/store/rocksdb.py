@@ -171,7 +171,7 @@ def _open_error(error: BaseException, path: Path, alias: Alias = None) -> StateD
             "to end, or stop it"
         )
     if text.startswith(("Corruption", "IO error: No such file")):
-        return storage_error(error, f"the state store {path}", RESTORE_OR_REBUILD)
+        return storage_error(error, f"the state store {path}", RESTORE_OR_REBUILD, alias)
     return StateDirError(f"cannot open state directory {path}: {text}")
 
 

@@ -161,6 +161,7 @@ def test_flipped_bytes_in_any_store_file_are_refused_or_change_nothing(
         lines = refused_or_intact(built, state, ledger, capsys)
         for line in lines:
             assert "cannot be read back" in line and "restore the whole state folder" in line, line
+            assert "recurrence-read-" not in line, line  # named where it is, not by a reader's link
         refused += bool(lines)
     assert refused  # a flip inside a data block or the manifest is always found
 
