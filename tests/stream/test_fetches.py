@@ -1,9 +1,11 @@
 """The fetch channel between the worker's consumer and an agent (no broker): batches, rebalances, commits."""
 
 import asyncio
+import time
 from types import SimpleNamespace
 from typing import Any
 
+from recurrence_ledger.processor.stream.worker.app import STALL_SECONDS, RecurrenceService
 from recurrence_ledger.processor.stream.worker.fetches import FetchChannel, Fetched
 
 
@@ -228,3 +230,51 @@ def test_a_gathering_batch_stops_waiting_once_another_channel_is_drained() -> No
 
     batch, still_waiting, drained = asyncio.run(run())
     assert batch == {0: [0]} and still_waiting and drained
+
+
+def test_a_catch_up_does_not_begin_on_a_partition_once_a_rebalance_has_begun() -> None:
+    # Seen in CI under exactly_once: a rebalance began while partition 0 caught up; its quiesce waited
+    # for that one, and the loop went on to partition 2 from the readiness it had asked before, while
+    # the rebalance stopped the transactional producers: "no transactional producer for journal
+    # partition 2", exit 70. Readiness is asked again for each partition.
+    channel = FetchChannel("j", maxsize=8)
+    committed: list[dict[int, int]] = []
+
+    async def commit_journal(journal: str, offsets: dict[int, int]) -> None:
+        committed.append(offsets)
+
+    app = SimpleNamespace(rebalancing=False, fetch_channels={"j": channel}, commit_journal=commit_journal)
+    caught_up: list[int] = []
+
+    class Processor:
+        sink = None
+
+        def position(self, partition: int) -> int:
+            return 5
+
+        async def catch_up(self, partition: int, stop: int) -> None:
+            caught_up.append(partition)
+            app.rebalancing = True  # the consumer's thread: a revocation has begun meanwhile
+            await asyncio.sleep(0)
+
+    tps = [SimpleNamespace(partition=p) for p in (0, 1, 2)]
+    cluster = SimpleNamespace(
+        journal="j",
+        journal_partitions=lambda: tps,
+        ready_partitions=lambda: set() if app.rebalancing else {0, 1, 2},
+        highwater=lambda tp: 9,
+    )
+    stuck_since = time.monotonic() - STALL_SECONDS - 1
+    lane: Any = SimpleNamespace(
+        cluster=cluster, processor=Processor(), progress={p: (5, stuck_since) for p in (0, 1, 2)}
+    )
+    service: Any = SimpleNamespace(app=app)
+
+    async def run() -> None:
+        await RecurrenceService._catch_up_lane(service, lane)
+        await channel.quiesce()  # and the group offset it commits
+
+    asyncio.run(run())
+    assert caught_up == [0]
+    assert committed == [{0: 5}]
+    assert set(lane.progress) == {0}  # the others start timing again once ready

@@ -294,10 +294,13 @@ class RecurrenceService:
 
     async def _catch_up_lane(self, lane: Lane) -> None:
         cluster, processor, progress_by_partition = lane.cluster, lane.processor, lane.progress
-        ready = cluster.ready_partitions()
         now = time.monotonic()
         for tp in cluster.journal_partitions():
-            if tp.partition not in ready:
+            # Asked again for each partition, with no await from here to ``running()``: a rebalance
+            # that began while an earlier partition caught up (its quiesce waited for that one) has
+            # set ``rebalancing`` and may be stopping the transactional producers; a catch-up begun
+            # now would not be waited for, and its producer would vanish under it (exit 70).
+            if tp.partition not in cluster.ready_partitions():
                 progress_by_partition.pop(tp.partition, None)
                 continue
             highwater = cluster.highwater(tp)
